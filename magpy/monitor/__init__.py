@@ -1,7 +1,23 @@
-"""The monitor: runs real CPython bytecode instruction by instruction on real values and
-reports every execution state to observers.  (Under construction.)"""
+"""The monitor: runs real Python functions instruction by instruction.
+
+``run(fn, *args, **kwargs)`` executes ``fn``'s real CPython 3.11 bytecode, one instruction
+at a time, each carried out by CPython's own operation on the real values, and returns its
+result.  Attach :class:`Observer` instances to a :class:`Monitor` to see every execution
+state (instruction, inputs, outputs, frame) and every call.
+"""
+from magpy.monitor.frame import NULL, Frame, code_info
+from magpy.monitor.interpreter import DEFAULT_POLICY, Monitor, UnsupportedPythonError
+from magpy.monitor.observer import Observer
+from magpy.monitor.policy import CallPolicy
+
+__all__ = ["run", "Monitor", "Observer", "Frame", "CallPolicy", "DEFAULT_POLICY", "NULL",
+           "UnsupportedPythonError", "code_info"]
 
 
 def run(fn, *args, **kwargs):
-    """Run ``fn(*args, **kwargs)`` under the monitor and return its result."""
-    raise NotImplementedError("monitor under construction")
+    """Run ``fn(*args, **kwargs)`` under a fresh monitor and return its result.
+
+    Exceptions propagate with the same type and message as in a native call, and the
+    program's side effects are those of a native call.
+    """
+    return Monitor().run(fn, *args, **kwargs)

@@ -1,0 +1,224 @@
+"""Decoded code objects and monitored frames.
+
+A :class:`CodeInfo` is built once per code object: the instructions as a table indexed by
+code-unit (``offset // 2``), the exception table flattened to one entry per instruction,
+and the local-slot layout.  A :class:`Frame` is the monitor's own frame: it owns the fast
+locals, the value stack and, when observers are attached, a *shadow* slot beside each of
+them.  Frames also answer the frame-introspection attributes user code reads through
+``sys._getframe()`` (``f_back``, ``f_code``, ``f_locals``, ``f_lineno`` ...).
+"""
+import dis
+import sys
+import types
+import weakref
+from inspect import CO_OPTIMIZED, CO_VARARGS, CO_VARKEYWORDS
+
+from magpy.monitor import bytecode
+from magpy.monitor.protocols import NULL
+
+
+
+
+class CodeInfo:
+    """Everything the monitor derives from one code object, computed once."""
+
+    __slots__ = ("code", "instructions", "ops", "observed_ops", "handlers", "localsplus",
+                 "nlocalsplus", "nlocals_and_cells", "argcount", "nparams", "simple_args",
+                 "binder_code", "lines", "__weakref__")
+
+    def __init__(self, code: types.CodeType):
+        self.code = code
+        cellvars = [c for c in code.co_cellvars if c not in code.co_varnames]
+        self.localsplus = code.co_varnames + tuple(cellvars) + code.co_freevars
+        self.nlocalsplus = len(self.localsplus)
+        # Slots below this index are locals or cells (unbound -> UnboundLocalError); above, free vars.
+        self.nlocals_and_cells = len(code.co_varnames) + len(cellvars)
+        flags = code.co_flags
+        self.argcount = code.co_argcount
+        self.nparams = (code.co_argcount + code.co_kwonlyargcount
+                        + bool(flags & CO_VARARGS) + bool(flags & CO_VARKEYWORDS))
+        self.simple_args = self.nparams == code.co_argcount
+        self.binder_code = None
+        self.lines = None
+        n = len(code.co_code) // 2
+        instructions = [None] * n
+        listed = list(dis.get_instructions(code))
+        for ins in listed:
+            instructions[ins.offset // 2] = ins
+        self.instructions = instructions
+        self.ops = bytecode.decode(code, listed, n)
+        self.observed_ops = None
+        handlers = [None] * n
+        for entry in dis._parse_exception_table(code):
+            target = (entry.target // 2, entry.depth, entry.lasti)
+            for i in range(entry.start // 2, entry.end // 2):
+                handlers[i] = target
+        self.handlers = handlers
+
+    def lineno(self, index: int):
+        """Source line of the instruction at code-unit ``index`` (None if it has none)."""
+        if self.lines is None:
+            lines = [None] * len(self.instructions)
+            for start, end, line in self.code.co_lines():
+                for i in range(start // 2, end // 2):
+                    lines[i] = line
+            self.lines = lines
+        if 0 <= index < len(self.lines):
+            return self.lines[index]
+        return self.code.co_firstlineno
+
+    def binder(self, fn: types.FunctionType) -> types.FunctionType:
+        """A function with ``fn``'s signature whose body returns its bound parameters.
+
+        Calling it natively makes CPython itself bind arguments to parameters, so defaults,
+        keyword-only parameters, ``*args``/``**kwargs`` and every binding error message are
+        exactly CPython's.
+        """
+        if self.binder_code is None:
+            self.binder_code = bytecode.binder_code(self.code, self.nparams)
+        b = types.FunctionType(self.binder_code, _BINDER_GLOBALS, fn.__name__, fn.__defaults__)
+        b.__kwdefaults__ = fn.__kwdefaults__
+        b.__qualname__ = fn.__qualname__
+        return b
+
+
+_BINDER_GLOBALS = {"__builtins__": __builtins__}
+_infos = {}
+
+
+def code_info(code: types.CodeType) -> CodeInfo:
+    """The (cached) :class:`CodeInfo` of ``code``."""
+    entry = _infos.get(id(code))
+    if entry is not None and entry[0]() is code:
+        return entry[1]
+    info = CodeInfo(code)
+    key = id(code)
+    _infos[key] = (weakref.ref(code, lambda _r, key=key: _infos.pop(key, None)), info)
+    return info
+
+
+class Frame:
+    """A monitored frame: code, fast locals, value stack and their shadows.
+
+    ``pc`` is the code-unit index of the next instruction, ``lasti`` of the one executing.
+    ``ns`` is the namespace mapping of class bodies and exec'd code (``None`` in functions).
+    ``shadow_locals``/``shadow_stack`` exist only while observers are attached; observers
+    set them to hang provenance on values independently of ``id()``.
+    """
+
+    __slots__ = ("code", "info", "ops", "globals", "builtins", "locals", "stack",
+                 "shadow_locals", "shadow_stack", "pc", "lasti", "back", "fn", "ns",
+                 "kwnames", "retval", "yielded", "ret_shadow", "monitor", "locals_dict",
+                 "exc_item", "__weakref__")
+
+    def __init__(self, code, globals, builtins=None, fn=None, ns=None, locals=None,
+                 stack=None, offset=0, monitor=None):
+        info = code_info(code)
+        self.code = code
+        self.info = info
+        self.ops = None
+        self.globals = globals
+        self.builtins = builtins if builtins is not None else _builtins_of(globals)
+        self.fn = fn
+        self.ns = ns
+        if locals is None:
+            locals = [NULL] * info.nlocalsplus
+        self.locals = locals
+        self.stack = stack if stack is not None else []
+        self.shadow_locals = None
+        self.shadow_stack = None
+        self.pc = offset // 2
+        self.lasti = self.pc
+        self.back = None
+        self.kwnames = ()
+        self.retval = None
+        self.yielded = False
+        self.ret_shadow = None
+        self.monitor = monitor
+        self.locals_dict = None
+        self.exc_item = None
+
+    # -- frame introspection, as CPython's frame objects answer it ------------------
+    @property
+    def f_code(self):
+        return self.code
+
+    @property
+    def f_globals(self):
+        return self.globals
+
+    @property
+    def f_builtins(self):
+        return self.builtins
+
+    @property
+    def f_back(self):
+        return self.back
+
+    @property
+    def f_lasti(self):
+        return self.lasti * 2
+
+    @property
+    def f_lineno(self):
+        return self.info.lineno(self.lasti)
+
+    @property
+    def f_trace(self):
+        return None
+
+    @property
+    def f_locals(self):
+        return self.locals_snapshot()
+
+    def clear(self):
+        """Frames of running code cannot be cleared (as in CPython)."""
+        raise RuntimeError("cannot clear an executing frame")
+
+    def locals_snapshot(self):
+        """``locals()`` of this frame: the namespace, or a dict synced from the fast locals.
+
+        Like CPython, a function frame returns the same dict object each time, refreshed.
+        """
+        if self.ns is not None:
+            return self.ns
+        d = self.locals_dict
+        if d is None:
+            d = self.locals_dict = {}
+        info = self.info
+        code = self.code
+        cell_names = code.co_cellvars
+        for i, name in enumerate(info.localsplus):
+            v = self.locals[i]
+            is_free = i >= info.nlocals_and_cells
+            if is_free and not (code.co_flags & CO_OPTIMIZED):
+                continue
+            if type(v) is types.CellType and (is_free or name in cell_names):
+                try:
+                    v = v.cell_contents
+                except ValueError:
+                    v = NULL
+            if v is NULL:
+                d.pop(name, None)
+            else:
+                d[name] = v
+        return d
+
+    def __repr__(self):
+        return (f"<monitored frame of {self.code.co_qualname} at "
+                f"{self.code.co_filename}:{self.f_lineno}>")
+
+
+def _builtins_of(globals):
+    b = globals.get("__builtins__", None) if isinstance(globals, dict) else None
+    if b is None:
+        import builtins
+        return builtins.__dict__
+    if isinstance(b, types.ModuleType):
+        return b.__dict__
+    return b
+
+
+def unsupported_python_message() -> str:
+    return (f"magpy's monitor executes CPython 3.11 bytecode, but this is "
+            f"{sys.implementation.name} {sys.version.split()[0]}; run magpy on CPython 3.11")

@@ -1,0 +1,323 @@
+"""Intrinsics: builtins the monitor must not simply run natively.
+
+Two kinds, both table entries of the default :class:`CallPolicy`:
+
+- *frame-sensitive* builtins look at their caller's frame (zero-argument ``super()``,
+  ``locals()``, ``globals()``, ``sys._getframe`` ...); run natively they would see the
+  monitor's own frame, so they are answered from the monitored frame instead;
+- *higher-order* builtins call Python callables (``map``, ``sorted(key=...)``, ...);
+  their callable arguments are wrapped so those calls come back into the monitor.
+"""
+import __future__
+import builtins
+import functools
+import itertools
+import sys
+import types
+import warnings
+
+from magpy.monitor import generators
+from magpy.monitor.frame import Frame
+from magpy.monitor.policy import CallPolicy
+from magpy.monitor.protocols import NULL
+
+_FUTURE_FLAGS = 0
+for _feature in __future__.all_feature_names:
+    _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
+
+
+# --------------------------------------------------------------------------- frame-sensitive
+def _super(mon, args, kwargs):
+    if args or kwargs:
+        return super(*args, **(kwargs or {}))
+    f = mon.current
+    code = f.code
+    if code.co_argcount == 0:
+        raise RuntimeError("super(): no arguments")
+    first = f.locals[0]
+    if code.co_varnames[0] in code.co_cellvars and type(first) is types.CellType:
+        try:
+            first = first.cell_contents
+        except ValueError:
+            first = NULL
+    if first is NULL:
+        raise RuntimeError("super(): arg[0] deleted")
+    if "__class__" not in code.co_freevars:
+        raise RuntimeError("super(): __class__ cell not found")
+    cell = f.locals[f.info.nlocals_and_cells + code.co_freevars.index("__class__")]
+    if type(cell) is not types.CellType:
+        raise RuntimeError("super(): bad __class__ cell")
+    try:
+        cls = cell.cell_contents
+    except ValueError:
+        cls = NULL
+    if cls is NULL:
+        raise RuntimeError("super(): empty __class__ cell")
+    if not isinstance(cls, type):
+        raise RuntimeError(f"super(): __class__ is not a type ({type(cls).__name__})")
+    return super(cls, first)
+
+
+def _bare(fn, answer):
+    """An intrinsic for a builtin that reads its caller's frame only when called bare."""
+
+    def intrinsic(mon, args, kwargs):
+        if args or kwargs:
+            return fn(*args, **(kwargs or {}))
+        return answer(mon.current)
+
+    return intrinsic
+
+
+def _getframe(mon, args, kwargs):
+    if kwargs or len(args) > 1:
+        return sys._getframe(*args, **(kwargs or {}))  # native argument errors
+    depth = args[0].__index__() if args else 0
+    f = mon.current
+    while depth > 0 and f is not None:
+        f = f.f_back
+        depth -= 1
+    if f is None:
+        raise ValueError("call stack is not deep enough")
+    return f
+
+
+def _exc_info(mon, args, kwargs):
+    if args or kwargs:
+        return sys.exc_info(*args, **(kwargs or {}))
+    e = mon.handled_exception()
+    return (None, None, None) if e is None else (type(e), e, e.__traceback__)
+
+
+def _exception(mon, args, kwargs):
+    if args or kwargs:
+        return sys.exception(*args, **(kwargs or {}))
+    return mon.handled_exception()
+
+
+_NOOP_CODE = {"exec": compile("", "<string>", "exec"), "eval": compile("None", "<string>", "eval")}
+
+
+def _source_runner(mode, native):
+    """``exec``/``eval``: the caller's namespaces by default, the code itself monitored."""
+
+    def intrinsic(mon, args, kwargs):
+        if kwargs or not 1 <= len(args) <= 3:
+            return native(*args, **(kwargs or {}))
+        source = args[0]
+        g = args[1] if len(args) > 1 else None
+        ns = args[2] if len(args) > 2 else None
+        f = mon.current
+        if g is None:
+            g = f.globals
+            if ns is None:
+                ns = f.locals_snapshot()
+        elif ns is None:
+            ns = g
+        native(_NOOP_CODE[mode], g, ns)  # CPython's own argument checks; adds __builtins__
+        if isinstance(source, (str, bytes, bytearray)):
+            if mode == "eval":
+                source = source.lstrip(" \t") if isinstance(source, str) else source.lstrip(b" \t")
+            code = compile(source, "<string>", mode, f.code.co_flags & _FUTURE_FLAGS, True)
+        elif isinstance(source, types.CodeType) and not source.co_freevars:
+            code = source
+        else:
+            return native(source, g, ns)
+        result = mon.run_code(code, g, ns)
+        return result if mode == "eval" else None
+
+    return intrinsic
+
+
+def _compile(mon, args, kwargs):
+    # compile() inherits the *caller's* __future__ flags unless told otherwise.
+    bound = _compile_signature(*args, **(kwargs or {}))
+    if not bound["dont_inherit"]:
+        bound["flags"] |= mon.current.code.co_flags & _FUTURE_FLAGS
+    return compile(**bound)
+
+
+def _compile_signature(source, filename, mode, flags=0, dont_inherit=False, optimize=-1, *,
+                       _feature_version=-1):
+    return {"source": source, "filename": filename, "mode": mode, "flags": flags,
+            "dont_inherit": dont_inherit, "optimize": optimize,
+            "_feature_version": _feature_version}
+
+
+def _warn(mon, args, kwargs):
+    message, category, stacklevel, source = _warn_signature(*args, **(kwargs or {}))
+    if isinstance(message, Warning):
+        category = type(message)
+    elif category is None:
+        category = UserWarning
+    elif not (isinstance(category, type) and issubclass(category, Warning)):
+        raise TypeError(f"category must be a Warning subclass, not '{type(category).__name__}'")
+    f = mon.current
+    internal = _is_internal_frame(f)
+    while stacklevel > 1 and f is not None:
+        f = f.f_back
+        while not internal and f is not None and _is_internal_frame(f):
+            f = f.f_back
+        stacklevel -= 1
+    if f is None:
+        g, filename, lineno = sys.__dict__, "sys", 1
+    else:
+        g, filename, lineno = f.f_globals, f.f_code.co_filename, f.f_lineno
+    registry = g.get("__warningregistry__")
+    if registry is None:
+        registry = g["__warningregistry__"] = {}
+    module = g.get("__name__")
+    if not (module is None or isinstance(module, str)):
+        module = "<string>"
+    warnings.warn_explicit(message, category, filename, lineno, module, registry, None, source)
+
+
+def _warn_signature(message, category=None, stacklevel=1, source=None):
+    return message, category, stacklevel, source
+
+
+def _is_internal_frame(f):
+    if f is None:
+        return False
+    filename = f.f_code.co_filename
+    return "importlib" in filename and "_bootstrap" in filename
+
+
+def _build_class(mon, args, kwargs):
+    """``__build_class__``: the class body runs as a monitored frame."""
+    if len(args) < 2:
+        raise TypeError("__build_class__: not enough arguments")
+    func, name, *orig = args
+    if type(func) is not types.FunctionType:
+        raise TypeError("__build_class__: func must be a function")
+    if not isinstance(name, str):
+        raise TypeError("__build_class__: name is not a string")
+    orig_bases = tuple(orig)
+    bases = mon.call(types.resolve_bases, (orig_bases,), None)
+    meta, ns, kwds = mon.call(types.prepare_class, (name, bases, dict(kwargs or {})), None)
+    if not hasattr(type(ns), "__getitem__") or not hasattr(type(ns), "keys"):
+        meta_name = meta.__name__ if isinstance(meta, type) else "<metaclass>"
+        raise TypeError(f"{meta_name}.__prepare__() must return a mapping, not {type(ns).__name__}")
+    cell = mon.run_code(func.__code__, func.__globals__, ns, func)
+    if bases is not orig_bases:
+        ns["__orig_bases__"] = orig_bases
+    cls = mon.call(meta, (name, bases, ns), kwds or None)
+    if isinstance(cls, type) and type(cell) is types.CellType:
+        try:
+            cell_cls = cell.cell_contents
+        except ValueError:
+            cell_cls = NULL
+        if cell_cls is not cls:
+            if cell_cls is NULL:
+                raise RuntimeError(f"__class__ not set defining {name!r} as {cls!r}. Was "
+                                   "__classcell__ propagated to type.__new__?")
+            raise TypeError(f"__class__ set to {cell_cls!r} defining {name!r} as {cls!r}")
+    return cls
+
+
+def _getattr(mon, args, kwargs):
+    if kwargs or not 2 <= len(args) <= 3 or type(args[1]) is not str:
+        return getattr(*args, **(kwargs or {}))
+    if len(args) == 2:
+        return mon.load_attr(args[0], args[1])
+    failed = False
+    try:
+        return mon.load_attr(args[0], args[1])
+    except AttributeError:
+        failed = True
+        mon.propagating = None
+    if failed:
+        return args[2]
+
+
+# --------------------------------------------------------------------------- higher-order
+class Callback:
+    """A Python callable handed to native code; calling it comes back into the monitor."""
+
+    __slots__ = ("monitor", "fn", "__weakref__")
+
+    def __init__(self, monitor, fn):
+        self.monitor, self.fn = monitor, fn
+
+    def __call__(self, *args, **kwargs):
+        return self.monitor.call(self.fn, args, kwargs or None)
+
+
+_NATIVE_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodDescriptorType,
+                     types.WrapperDescriptorType, types.MethodWrapperType, type, Callback)
+
+
+def _wrap(mon, fn):
+    return fn if fn is None or isinstance(fn, _NATIVE_CALLABLES) else Callback(mon, fn)
+
+
+def callback_intrinsic(native, positions=(), keywords=(), min_args=0):
+    """An intrinsic calling ``native`` with the callables at ``positions``/``keywords`` wrapped."""
+
+    def intrinsic(mon, args, kwargs):
+        if len(args) >= min_args:
+            args = tuple(_wrap(mon, a) if i in positions else a for i, a in enumerate(args))
+        if kwargs:
+            kwargs = {k: _wrap(mon, v) if k in keywords else v for k, v in kwargs.items()}
+            return native(*args, **kwargs)
+        return native(*args)
+
+    return intrinsic
+
+
+def _list_sort(mon, args, kwargs):
+    lst, *rest = args
+    if kwargs and "key" in kwargs:
+        kwargs = dict(kwargs, key=_wrap(mon, kwargs["key"]))
+    return lst.sort(*rest, **(kwargs or {}))
+
+
+# Higher-order builtins and where their callables go: (callee, positions, keywords, min args).
+CALLBACKS = [
+    (map, (0,), (), 0),
+    (filter, (0,), (), 0),
+    (sorted, (), ("key",), 0),
+    (min, (), ("key",), 0),
+    (max, (), ("key",), 0),
+    (functools.reduce, (0,), (), 0),
+    (functools.cmp_to_key, (0,), ("mycmp",), 0),
+    (iter, (0,), (), 2),
+    (itertools.starmap, (0,), (), 0),
+    (itertools.filterfalse, (0,), (), 0),
+    (itertools.takewhile, (0,), (), 0),
+    (itertools.dropwhile, (0,), (), 0),
+    (itertools.groupby, (1,), ("key",), 0),
+    (itertools.accumulate, (1,), ("func",), 0),
+]
+
+FRAME_SENSITIVE = [
+    (super, _super),
+    (builtins.locals, _bare(builtins.locals, Frame.locals_snapshot)),
+    (builtins.vars, _bare(builtins.vars, Frame.locals_snapshot)),
+    (builtins.globals, _bare(builtins.globals, lambda f: f.globals)),
+    (builtins.dir, _bare(builtins.dir, lambda f: sorted(f.locals_snapshot().keys()))),
+    (sys._getframe, _getframe),
+    (sys.exc_info, _exc_info), (sys.exception, _exception),
+    (builtins.exec, _source_runner("exec", builtins.exec)),
+    (builtins.eval, _source_runner("eval", builtins.eval)),
+    (builtins.compile, _compile), (warnings.warn, _warn),
+    (builtins.__build_class__, _build_class), (builtins.getattr, _getattr),
+]
+
+
+def default_policy() -> CallPolicy:
+    """The monitor's default call policy: intrinsics above; monitor internals run natively."""
+    policy = CallPolicy()
+    for callee, handler in FRAME_SENSITIVE:
+        policy.add_intrinsic(callee, handler)
+    for callee, positions, keywords, min_args in CALLBACKS:
+        policy.add_intrinsic(callee, callback_intrinsic(callee, positions, keywords, min_args))
+    policy.add_method_intrinsic(list, "sort", _list_sort)
+    for cls in (generators.MonitoredGenerator, generators.MonitoredCoroutine,
+                generators.MonitoredAsyncGenerator, generators._CoroutineWrapper,
+                generators._ASend, generators._AThrow, Callback):
+        for klass in cls.__mro__:
+            for value in vars(klass).values():
+                if isinstance(value, types.FunctionType):
+                    policy.run_natively(value)
+    return policy

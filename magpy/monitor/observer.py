@@ -1,0 +1,107 @@
+"""Observers: what the monitor reports, and the shadow slots it carries for them.
+
+An observer sees every executed instruction with its input and output values, every call
+(callee, arguments, result, and whether it was entered or run natively), every frame it
+enters and every exception it unwinds.  While observers are attached, each frame has a
+shadow slot beside every local and every stack value; the monitor moves shadows along with
+the values (loads, stores, copies, swaps, arguments into a callee's parameters, a return
+value back to the call site) and observers may set them on any output.  That is where the
+RefGraph hangs provenance, independently of ``id()``.
+"""
+from magpy.monitor import bytecode
+
+
+class Observer:
+    """Base class: override the events you need; all default to doing nothing."""
+
+    def on_instruction(self, frame, instruction, inputs, outputs):
+        """After an instruction completed normally.
+
+        ``instruction`` is the ``dis.Instruction``; ``inputs`` are the stack values it
+        read, ``outputs`` the values at those stack positions afterwards (for RETURN_VALUE
+        and YIELD_VALUE, the value leaving the frame).  Output shadows are
+        ``frame.shadow_stack[-len(outputs):]``.
+        """
+
+    def on_call(self, frame, callee, args, kwargs, result, entered):
+        """After a call from ``frame`` returned; ``entered`` tells if it was monitored."""
+
+    def on_enter(self, frame):
+        """A Python function's frame was created (parameters bound), before its first op."""
+
+    def on_exception(self, frame, exc):
+        """``exc`` is unwinding through ``frame`` (it may be handled there or propagate)."""
+
+
+def _load_fast(f, arg, in_sh, out_sh, mon):
+    out_sh[0] = f.shadow_locals[arg]
+
+
+def _store_fast(f, arg, in_sh, out_sh, mon):
+    f.shadow_locals[arg] = in_sh[0]
+
+
+def _delete_fast(f, arg, in_sh, out_sh, mon):
+    f.shadow_locals[arg] = None
+
+
+def _copy(f, arg, in_sh, out_sh, mon):
+    out_sh[-1] = in_sh[0]
+
+
+def _swap(f, arg, in_sh, out_sh, mon):
+    out_sh[0], out_sh[-1] = in_sh[-1], in_sh[0]
+
+
+def _call(f, arg, in_sh, out_sh, mon):
+    out_sh[0] = mon.ret_shadow
+
+
+# How instructions that only move values move their shadows.  Every other output keeps the
+# shadow of the input it *is* (same object, same stack position) or starts as None.
+SHADOW_MOVES = {
+    "LOAD_FAST": _load_fast, "STORE_FAST": _store_fast, "DELETE_FAST": _delete_fast,
+    "COPY": _copy, "SWAP": _swap, "CALL": _call, "CALL_FUNCTION_EX": _call,
+}
+
+
+def observed_ops(info):
+    """The dispatch table of ``info`` with every handler wrapped to report to observers."""
+    ops = []
+    for entry, ins in zip(info.ops, info.instructions):
+        if entry is None:
+            ops.append(None)
+            continue
+        handler, arg, nxt = entry
+        ops.append((_observe(handler, ins, bytecode.pops(ins.opname, ins.arg or 0)), arg, nxt))
+    return ops
+
+
+def _observe(handler, ins, npop):
+    move = SHADOW_MOVES.get(ins.opname)
+
+    def observed(f, arg):
+        s = f.stack
+        ss = f.shadow_stack
+        base = len(s) - npop
+        inputs = tuple(s[base:])
+        in_sh = tuple(ss[base:])
+        mon = f.monitor
+        mon.ret_shadow = None
+        if handler(f, arg):
+            f.ret_shadow = in_sh[0] if in_sh else None
+            del ss[base:]
+            for ob in mon.observers:
+                ob.on_instruction(f, ins, inputs, (f.retval,))
+            return True
+        outputs = tuple(s[base:])
+        out_sh = [in_sh[j] if j < npop and outputs[j] is inputs[j] else None
+                  for j in range(len(outputs))]
+        if move is not None:
+            move(f, arg, in_sh, out_sh, mon)
+        ss[base:] = out_sh
+        for ob in mon.observers:
+            ob.on_instruction(f, ins, inputs, outputs)
+        return False
+
+    return observed

@@ -1,0 +1,44 @@
+"""The call policy: for each callee, is it entered, run natively, or an intrinsic?
+
+It is a table, not code: later layers (annotations) add entries.  Lookups are by object
+identity; the table keeps its callees alive so identities stay unique.
+"""
+from typing import Callable
+
+
+class CallPolicy:
+    """Which callees the monitor enters, runs natively, or handles with an intrinsic.
+
+    By default a Python function is entered (monitored as a new frame) and anything else
+    runs natively.  ``run_natively(fn)`` keeps a Python function out of the monitor;
+    intrinsics replace a native callee whose behaviour depends on its caller's frame or
+    that calls back into Python.
+    """
+
+    def __init__(self):
+        self.native: dict = {}
+        self.intrinsics: dict = {}
+        self.method_intrinsics: dict = {}
+        self._keep: list = []
+
+    def run_natively(self, fn: Callable) -> None:
+        """Never enter ``fn``: run it natively and report it as a native call."""
+        self.native[id(fn)] = fn
+
+    def add_intrinsic(self, callee: Callable, handler: Callable) -> None:
+        """Handle calls of ``callee`` with ``handler(monitor, args, kwargs)``."""
+        self.intrinsics[id(callee)] = handler
+        self._keep.append(callee)
+
+    def add_method_intrinsic(self, owner: type, name: str, handler: Callable) -> None:
+        """Handle calls of the builtin method ``owner.name`` bound to any instance."""
+        self.method_intrinsics[name] = (owner, handler)
+
+    def copy(self) -> "CallPolicy":
+        """An independent policy starting from this one's entries."""
+        new = CallPolicy()
+        new.native = dict(self.native)
+        new.intrinsics = dict(self.intrinsics)
+        new.method_intrinsics = dict(self.method_intrinsics)
+        new._keep = list(self._keep)
+        return new

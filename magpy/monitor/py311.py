@@ -1,0 +1,1013 @@
+"""CPython 3.11 bytecode: one handler per opcode, the argument decoding, and stack effects.
+
+Each handler ``h(frame, arg)`` carries out one instruction with CPython's own operation
+(``operator.add``, ``getattr``, the real call ...) on the frame's real values.  It returns a
+true value only when the frame stops (return, yield, generator creation).  Jumps set
+``frame.pc``.  Errors are raised as the same exception CPython raises, with the same
+message; handlers never call user code while a host ``except`` block is active, so the
+monitor alone decides exception chaining (see ``interpreter.Monitor._unwind``).
+
+Opcodes that cannot execute inside a function body are listed in ``NEVER_EXECUTED`` with
+the reason.
+"""
+import builtins
+import dis
+import operator
+import sys
+import types
+
+from magpy.monitor import generators, nativeops
+from inspect import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE
+from magpy.monitor.protocols import (
+    NULL, function_str, lookup_special, not_iterable, py_method, set_context, tp_name, type_lookup,
+)
+
+FunctionType = types.FunctionType
+CellType = types.CellType
+
+NEVER_EXECUTED = {
+    "CACHE": "inline-cache entry following another instruction; dis skips it and it is never dispatched",
+}
+
+UNBOUNDLOCAL = "cannot access local variable '%s' where it is not associated with a value"
+UNBOUNDFREE = ("cannot access free variable '%s' where it is not associated with a value"
+               " in enclosing scope")
+NAME_ERROR = "name '%s' is not defined"
+CANNOT_CATCH = "catching classes that do not inherit from BaseException is not allowed"
+CANNOT_EXCEPT_STAR_EG = "catching ExceptionGroup with except* is not allowed. Use except instead."
+
+BINARY_OPS = (operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul,
+              operator.mul, operator.mod, operator.or_, operator.pow, operator.rshift,
+              operator.sub, operator.truediv, operator.xor,
+              operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift,
+              operator.imatmul, operator.imul, operator.imod, operator.ior, operator.ipow,
+              operator.irshift, operator.isub, operator.itruediv, operator.ixor)
+COMPARE_OPS = (operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge)
+
+
+def _name_error(name):
+    return NameError(NAME_ERROR % name, name=name)
+
+
+def _unbound(f, i):
+    name = f.info.localsplus[i]
+    if i < f.info.nlocals_and_cells:
+        return UnboundLocalError(UNBOUNDLOCAL % name, name=name)
+    return NameError(UNBOUNDFREE % name, name=name)
+
+
+# --------------------------------------------------------------------------- stack / locals
+def NOP(f, arg):
+    pass
+
+
+RESUME = PRECALL = EXTENDED_ARG = NOP
+
+
+def POP_TOP(f, arg):
+    f.stack.pop()
+
+
+def PUSH_NULL(f, arg):
+    f.stack.append(NULL)
+
+
+def LOAD_CONST(f, value):
+    f.stack.append(value)
+
+
+def COPY(f, n):
+    f.stack.append(f.stack[-n])
+
+
+def SWAP(f, n):
+    s = f.stack
+    s[-1], s[-n] = s[-n], s[-1]
+
+
+def LOAD_FAST(f, i):
+    v = f.locals[i]
+    if v is NULL:
+        raise _unbound(f, i)
+    f.stack.append(v)
+
+
+def STORE_FAST(f, i):
+    f.locals[i] = f.stack.pop()
+
+
+def DELETE_FAST(f, i):
+    if f.locals[i] is NULL:
+        raise _unbound(f, i)
+    f.locals[i] = NULL
+
+
+def MAKE_CELL(f, i):
+    v = f.locals[i]
+    f.locals[i] = CellType() if v is NULL else CellType(v)
+
+
+def COPY_FREE_VARS(f, n):
+    closure = f.fn.__closure__
+    start = f.info.nlocalsplus - n
+    f.locals[start:start + n] = closure
+
+
+def LOAD_CLOSURE(f, i):
+    f.stack.append(f.locals[i])
+
+
+def LOAD_DEREF(f, i):
+    try:
+        v = f.locals[i].cell_contents
+    except ValueError:
+        v = NULL
+    if v is NULL:
+        raise _unbound(f, i)
+    f.stack.append(v)
+
+
+def STORE_DEREF(f, i):
+    f.locals[i].cell_contents = f.stack.pop()
+
+
+def DELETE_DEREF(f, i):
+    cell = f.locals[i]
+    try:
+        del cell.cell_contents
+        empty = False
+    except ValueError:
+        empty = True
+    if empty:
+        raise _unbound(f, i)
+
+
+def LOAD_CLASSDEREF(f, i):
+    name = f.info.localsplus[i]
+    v = _mapping_get(f.ns, name)
+    if v is NULL:
+        try:
+            v = f.locals[i].cell_contents
+        except ValueError:
+            v = NULL
+        if v is NULL:
+            raise _unbound(f, i)
+    f.stack.append(v)
+
+
+# --------------------------------------------------------------------------- names
+def _mapping_get(mapping, name):
+    if type(mapping) is dict:
+        return mapping.get(name, NULL)
+    try:
+        return mapping[name]
+    except KeyError:
+        return NULL
+
+
+def LOAD_GLOBAL(f, arg):
+    name, push_null = arg
+    g = f.globals
+    b = f.builtins
+    if type(g) is dict and type(b) is dict:
+        v = g.get(name, NULL)
+        if v is NULL:
+            v = b.get(name, NULL)
+    else:
+        v = _mapping_get(g, name)
+        if v is NULL:
+            v = _mapping_get(b, name)
+    if v is NULL:
+        raise _name_error(name)
+    if push_null:
+        f.stack.append(NULL)
+    f.stack.append(v)
+
+
+def STORE_GLOBAL(f, name):
+    f.globals[name] = f.stack.pop()
+
+
+def DELETE_GLOBAL(f, name):
+    if name not in f.globals:
+        raise _name_error(name)
+    del f.globals[name]
+
+
+def _namespace(f, message):
+    if f.ns is None:
+        raise SystemError(message)
+    return f.ns
+
+
+def LOAD_NAME(f, name):
+    v = _mapping_get(_namespace(f, f"no locals when loading {name!r}"), name)
+    if v is NULL:
+        v = f.globals.get(name, NULL)
+        if v is NULL:
+            v = _mapping_get(f.builtins, name)
+            if v is NULL:
+                raise _name_error(name)
+    f.stack.append(v)
+
+
+def STORE_NAME(f, name):
+    _namespace(f, f"no locals found when storing {name!r}")[name] = f.stack.pop()
+
+
+def DELETE_NAME(f, name):
+    ns = _namespace(f, f"no locals when deleting {name!r}")
+    try:
+        del ns[name]
+        missing = False
+    except KeyError:
+        missing = True
+    if missing:
+        raise _name_error(name)
+
+
+def SETUP_ANNOTATIONS(f, arg):
+    ns = _namespace(f, "no locals found when setting up annotations")
+    if _mapping_get(ns, "__annotations__") is NULL:
+        ns["__annotations__"] = {}
+
+
+# --------------------------------------------------------------------------- attributes, items
+def LOAD_ATTR(f, name):
+    s = f.stack
+    s[-1] = f.monitor.load_attr(s[-1], name)
+
+
+def LOAD_METHOD(f, name):
+    # CPython may push (unbound method, self); pushing (NULL, bound method) is the same call.
+    s = f.stack
+    attr = f.monitor.load_attr(s[-1], name)
+    s[-1] = NULL
+    s.append(attr)
+
+
+def STORE_ATTR(f, name):
+    s = f.stack
+    obj = s.pop()
+    setattr(obj, name, s.pop())
+
+
+def DELETE_ATTR(f, name):
+    delattr(f.stack.pop(), name)
+
+
+def BINARY_SUBSCR(f, arg):
+    s = f.stack
+    key = s.pop()
+    s[-1] = s[-1][key]
+
+
+def STORE_SUBSCR(f, arg):
+    s = f.stack
+    key = s.pop()
+    container = s.pop()
+    container[key] = s.pop()
+
+
+def DELETE_SUBSCR(f, arg):
+    s = f.stack
+    key = s.pop()
+    del s.pop()[key]
+
+
+# --------------------------------------------------------------------------- operators
+def UNARY_POSITIVE(f, arg):
+    f.stack[-1] = +f.stack[-1]
+
+
+def UNARY_NEGATIVE(f, arg):
+    f.stack[-1] = -f.stack[-1]
+
+
+def UNARY_NOT(f, arg):
+    f.stack[-1] = not f.stack[-1]
+
+
+def UNARY_INVERT(f, arg):
+    f.stack[-1] = ~f.stack[-1]
+
+
+def BINARY_OP(f, op):
+    s = f.stack
+    rhs = s.pop()
+    s[-1] = op(s[-1], rhs)
+
+
+def COMPARE_OP(f, op):
+    s = f.stack
+    rhs = s.pop()
+    s[-1] = op(s[-1], rhs)
+
+
+def IS_OP(f, invert):
+    s = f.stack
+    rhs = s.pop()
+    s[-1] = (s[-1] is rhs) ^ bool(invert)
+
+
+def CONTAINS_OP(f, invert):
+    s = f.stack
+    container = s.pop()
+    s[-1] = (s[-1] in container) ^ bool(invert)
+
+
+# --------------------------------------------------------------------------- builders
+def BUILD_TUPLE(f, n):
+    s = f.stack
+    if n:
+        t = tuple(s[-n:])
+        del s[-n:]
+    else:
+        t = ()
+    s.append(t)
+
+
+def BUILD_LIST(f, n):
+    s = f.stack
+    if n:
+        lst = s[-n:]
+        del s[-n:]
+    else:
+        lst = []
+    s.append(lst)
+
+
+def BUILD_SET(f, n):
+    s = f.stack
+    items = s[-n:] if n else ()
+    result = set()
+    for item in items:
+        result.add(item)
+    if n:
+        del s[-n:]
+    s.append(result)
+
+
+def BUILD_MAP(f, n):
+    s = f.stack
+    items = s[-2 * n:] if n else ()
+    d = {}
+    for i in range(0, len(items), 2):
+        d[items[i]] = items[i + 1]
+    if n:
+        del s[-2 * n:]
+    s.append(d)
+
+
+def BUILD_CONST_KEY_MAP(f, n):
+    s = f.stack
+    keys = s.pop()
+    values = s[-n:] if n else ()
+    d = {}
+    for k, v in zip(keys, values):
+        d[k] = v
+    if n:
+        del s[-n:]
+    s.append(d)
+
+
+def BUILD_SLICE(f, n):
+    s = f.stack
+    sl = slice(*s[-n:])
+    del s[-n:]
+    s.append(sl)
+
+
+def BUILD_STRING(f, n):
+    s = f.stack
+    text = "".join(s[-n:]) if n else ""
+    if n:
+        del s[-n:]
+    s.append(text)
+
+
+def LIST_TO_TUPLE(f, arg):
+    f.stack[-1] = tuple(f.stack[-1])
+
+
+def LIST_APPEND(f, i):
+    s = f.stack
+    v = s.pop()
+    s[-i].append(v)
+
+
+def SET_ADD(f, i):
+    s = f.stack
+    v = s.pop()
+    s[-i].add(v)
+
+
+def MAP_ADD(f, i):
+    s = f.stack
+    v = s.pop()
+    k = s.pop()
+    s[-i][k] = v
+
+
+def LIST_EXTEND(f, i):
+    s = f.stack
+    iterable = s.pop()
+    failed = False
+    try:
+        s[-i].extend(iterable)
+    except TypeError:
+        if not not_iterable(iterable):
+            raise
+        failed = True
+    if failed:
+        raise TypeError(f"Value after * must be an iterable, not {tp_name(type(iterable))}")
+
+
+def SET_UPDATE(f, i):
+    s = f.stack
+    iterable = s.pop()
+    s[-i].update(iterable)
+
+
+def DICT_UPDATE(f, i):
+    s = f.stack
+    update = s.pop()
+    failed = False
+    try:
+        update.keys
+        s[-i].update(update)
+    except AttributeError:
+        failed = True
+    if failed:
+        raise TypeError(f"'{tp_name(type(update))}' object is not a mapping")
+
+
+def DICT_MERGE(f, i):
+    s = f.stack
+    update = s.pop()
+    merge_kwargs(s[-i], update, s[-2 - i])
+
+
+def merge_kwargs(target, update, func):
+    """``_PyDict_MergeEx(target, update, 2)`` with CPython's call-site error messages."""
+    error = None
+    try:
+        if isinstance(update, dict) and type(update).__iter__ is dict.__iter__:
+            items = update.items()
+        else:
+            items = [(k, update[k]) for k in update.keys()]
+        for k, v in items:
+            if k in target:
+                error = TypeError(f"{function_str(func)} got multiple values for keyword argument '{k}'")
+                break
+            target[k] = v
+    except AttributeError:
+        error = TypeError(f"{function_str(func)} argument after ** must be a mapping, "
+                          f"not {tp_name(type(update))}")
+    if error is not None:
+        raise error
+
+
+def FORMAT_VALUE(f, flags):
+    s = f.stack
+    spec = s.pop() if flags & 4 else None
+    v = s.pop()
+    which = flags & 3
+    if which == 1:
+        v = str(v)
+    elif which == 2:
+        v = repr(v)
+    elif which == 3:
+        v = ascii(v)
+    if spec is None and type(v) is str:
+        s.append(v)
+    else:
+        s.append(format(v, "" if spec is None else spec))
+
+
+def UNPACK_SEQUENCE(f, n):
+    s = f.stack
+    seq = s[-1]
+    if (type(seq) is tuple or type(seq) is list) and len(seq) == n:
+        s.pop()
+        s.extend(reversed(seq))
+    else:
+        s.extend(nativeops.stack_op("UNPACK_SEQUENCE", n, 1, n)(s.pop()))
+
+
+def UNPACK_EX(f, arg):
+    s = f.stack
+    s.extend(nativeops.stack_op("UNPACK_EX", arg, 1, (arg & 0xFF) + 1 + (arg >> 8))(s.pop()))
+
+
+# --------------------------------------------------------------------------- jumps
+def JUMP_FORWARD(f, target):
+    f.pc = target
+
+
+JUMP_BACKWARD = JUMP_BACKWARD_NO_INTERRUPT = JUMP_FORWARD
+
+
+def POP_JUMP_FORWARD_IF_TRUE(f, target):
+    if f.stack.pop():
+        f.pc = target
+
+
+def POP_JUMP_FORWARD_IF_FALSE(f, target):
+    if not f.stack.pop():
+        f.pc = target
+
+
+def POP_JUMP_FORWARD_IF_NONE(f, target):
+    if f.stack.pop() is None:
+        f.pc = target
+
+
+def POP_JUMP_FORWARD_IF_NOT_NONE(f, target):
+    if f.stack.pop() is not None:
+        f.pc = target
+
+
+POP_JUMP_BACKWARD_IF_TRUE = POP_JUMP_FORWARD_IF_TRUE
+POP_JUMP_BACKWARD_IF_FALSE = POP_JUMP_FORWARD_IF_FALSE
+POP_JUMP_BACKWARD_IF_NONE = POP_JUMP_FORWARD_IF_NONE
+POP_JUMP_BACKWARD_IF_NOT_NONE = POP_JUMP_FORWARD_IF_NOT_NONE
+
+
+def JUMP_IF_TRUE_OR_POP(f, target):
+    if f.stack[-1]:
+        f.pc = target
+    else:
+        f.stack.pop()
+
+
+def JUMP_IF_FALSE_OR_POP(f, target):
+    if not f.stack[-1]:
+        f.pc = target
+    else:
+        f.stack.pop()
+
+
+# --------------------------------------------------------------------------- iteration
+def GET_ITER(f, arg):
+    s = f.stack
+    s[-1] = f.monitor.get_iter(s[-1])
+
+
+def FOR_ITER(f, target):
+    s = f.stack
+    v = f.monitor.iter_next(s[-1])
+    if v is NULL:
+        s.pop()
+        f.pc = target
+    else:
+        s.append(v)
+
+
+def GET_YIELD_FROM_ITER(f, arg):
+    s = f.stack
+    it = s[-1]
+    if generators.is_coroutine(it):
+        if not f.code.co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE):
+            raise TypeError("cannot 'yield from' a coroutine object in a non-coroutine generator")
+    elif not generators.is_generator(it):
+        s[-1] = f.monitor.get_iter(it)
+
+
+# --------------------------------------------------------------------------- calls
+def KW_NAMES(f, names):
+    f.kwnames = names
+
+
+def CALL(f, argc):
+    s = f.stack
+    kwnames = f.kwnames
+    nkw = len(kwnames)
+    top = len(s)
+    first = s[top - argc - 2]
+    if first is NULL:
+        callee = s[top - argc - 1]
+        start = top - argc
+    else:
+        callee = first
+        start = top - argc - 1
+    args = tuple(s[start:top - nkw])
+    kwargs = None
+    if nkw:
+        f.kwnames = ()
+        kwargs = dict(zip(kwnames, s[top - nkw:top]))
+    shadows = None
+    if f.shadow_stack is not None:
+        sh = f.shadow_stack
+        shadows = (tuple(sh[start:top - nkw]), dict(zip(kwnames, sh[top - nkw:top])) if nkw else None)
+    del s[top - argc - 2:]
+    s.append(f.monitor.call(callee, args, kwargs, shadows))
+
+
+def CALL_FUNCTION_EX(f, flags):
+    s = f.stack
+    kwargs = s.pop() if flags & 1 else None
+    callargs = s.pop()
+    func = s.pop()
+    s.pop()  # the NULL pushed before the callable
+    if kwargs is not None and type(kwargs) is not dict:
+        d = {}
+        merge_kwargs(d, kwargs, func)
+        kwargs = d
+    if type(callargs) is not tuple:
+        if not_iterable(callargs):
+            raise TypeError(f"{function_str(func)} argument after * must be an iterable, "
+                            f"not {tp_name(type(callargs))}")
+        callargs = tuple(callargs)
+    s.append(f.monitor.call(func, callargs, kwargs, None))
+
+
+def MAKE_FUNCTION(f, flags):
+    s = f.stack
+    code = s.pop()
+    closure = s.pop() if flags & 8 else None
+    annotations = s.pop() if flags & 4 else None
+    kwdefaults = s.pop() if flags & 2 else None
+    defaults = s.pop() if flags & 1 else None
+    fn = FunctionType(code, f.globals, None, defaults, closure)
+    if kwdefaults is not None:
+        fn.__kwdefaults__ = kwdefaults
+    if annotations is not None:
+        fn.__annotations__ = dict(zip(annotations[::2], annotations[1::2]))
+    s.append(fn)
+
+
+def LOAD_BUILD_CLASS(f, arg):
+    bc = _mapping_get(f.builtins, "__build_class__")
+    if bc is NULL:
+        raise NameError("__build_class__ not found")
+    f.stack.append(bc)
+
+
+def LOAD_ASSERTION_ERROR(f, arg):
+    f.stack.append(AssertionError)
+
+
+def RETURN_VALUE(f, arg):
+    f.retval = f.stack.pop()
+    return True
+
+
+def IMPORT_NAME(f, name):
+    s = f.stack
+    fromlist = s.pop()
+    level = s.pop()
+    imp = _mapping_get(f.builtins, "__import__")
+    if imp is NULL:
+        raise ImportError("__import__ not found")
+    locals_ = f.ns
+    if imp is builtins.__import__:
+        s.append(imp(name, f.globals, locals_, fromlist, level))
+    else:
+        s.append(f.monitor.call(imp, (name, f.globals, locals_, fromlist, level), None, None))
+
+
+def IMPORT_FROM(f, name):
+    f.stack.append(nativeops.stack_op("IMPORT_FROM", 0, 1, 1, names=(name,))(f.stack[-1])[0])
+
+
+def IMPORT_STAR(f, arg):
+    module = f.stack.pop()
+    nativeops.import_star(module, f.globals, _namespace(f, "no locals found during 'import *'"))
+
+
+def PRINT_EXPR(f, arg):
+    v = f.stack.pop()
+    hook = getattr(sys, "displayhook", None)
+    if hook is None:
+        raise RuntimeError("lost sys.displayhook")
+    f.monitor.call(hook, (v,), None, None)
+
+
+# --------------------------------------------------------------------------- exceptions
+def PUSH_EXC_INFO(f, arg):
+    s = f.stack
+    exc = s[-1]
+    item = f.monitor.exc_stack[-1]
+    s[-1] = item[0]
+    item[0] = exc
+    s.append(exc)
+
+
+def POP_EXCEPT(f, arg):
+    f.monitor.exc_stack[-1][0] = f.stack.pop()
+
+
+def CHECK_EXC_MATCH(f, arg):
+    s = f.stack
+    right = s.pop()
+    _check_except_type(right)
+    s.append(exception_matches(type(s[-1]), right))
+
+
+def _is_exception_class(x):
+    return isinstance(x, type) and BaseException in x.__mro__
+
+
+def _check_except_type(right):
+    items = right if isinstance(right, tuple) else (right,)
+    for item in items:
+        if not _is_exception_class(item):
+            raise TypeError(CANNOT_CATCH)
+
+
+def exception_matches(err, exc):
+    """``PyErr_GivenExceptionMatches`` for an exception class ``err``."""
+    if isinstance(exc, tuple):
+        return any(exception_matches(err, e) for e in exc)
+    if _is_exception_class(err) and _is_exception_class(exc):
+        return exc in err.__mro__
+    return err is exc
+
+
+def CHECK_EG_MATCH(f, arg):
+    s = f.stack
+    match_type = s.pop()
+    _check_except_type(match_type)
+    items = match_type if isinstance(match_type, tuple) else (match_type,)
+    if any(BaseExceptionGroup in t.__mro__ for t in items):
+        raise TypeError(CANNOT_EXCEPT_STAR_EG)
+    exc_value = s[-1]
+    match, rest = _exception_group_match(exc_value, match_type)
+    if match is None:
+        s.append(None)
+    else:
+        s[-1] = rest
+        s.append(match)
+        f.monitor.exc_stack[-1][0] = match
+
+
+def _exception_group_match(exc_value, match_type):
+    if exc_value is None:
+        return None, None
+    if exception_matches(type(exc_value), match_type):
+        if isinstance(exc_value, BaseExceptionGroup):
+            return exc_value, None
+        wrapped = BaseExceptionGroup("", (exc_value,))
+        wrapped.__traceback__ = exc_value.__traceback__
+        return wrapped, None
+    if isinstance(exc_value, BaseExceptionGroup):
+        pair = exc_value.split(match_type)
+        if type(pair) is not tuple or len(pair) != 2:
+            raise TypeError(f"{tp_name(type(exc_value))}.split must return a 2-tuple, got "
+                            f"{tp_name(type(pair))}({len(pair) if isinstance(pair, tuple) else 0})")
+        return pair
+    return None, None
+
+
+def PREP_RERAISE_STAR(f, arg):
+    s = f.stack
+    excs = s.pop()
+    s[-1] = nativeops.stack_op("PREP_RERAISE_STAR", 0, 2, 1)(s[-1], excs)[0]
+
+
+def RERAISE(f, oparg):
+    # The saved lasti below the exception only feeds CPython's traceback line numbers; the
+    # handler is looked up at this instruction, so it is left on the stack untouched.
+    f.monitor.reraise(f.stack.pop())
+
+
+def RAISE_VARARGS(f, argc):
+    s = f.stack
+    mon = f.monitor
+    if argc == 0:
+        exc = mon.handled_exception()
+        if exc is None:
+            raise RuntimeError("No active exception to reraise")
+        mon.reraise(exc)
+    cause = s.pop() if argc == 2 else NULL
+    exc = s.pop()
+    if _is_exception_class(exc):
+        value = mon.call(exc, (), None, None)
+        if not isinstance(value, BaseException):
+            raise TypeError(f"calling {exc!r} should have returned an instance of "
+                            f"BaseException, not {type(value)!r}")
+    elif isinstance(exc, BaseException):
+        value = exc
+    else:
+        raise TypeError("exceptions must derive from BaseException")
+    if cause is not NULL:
+        if _is_exception_class(cause):
+            cause = mon.call(cause, (), None, None)
+        elif cause is not None and not isinstance(cause, BaseException):
+            raise TypeError("exception causes must derive from BaseException")
+        value.__cause__ = cause
+    set_context(value, mon.handled_exception())
+    mon.reraise(value)
+
+
+def WITH_EXCEPT_START(f, arg):
+    s = f.stack
+    val = s[-1]
+    s.append(f.monitor.call(s[-4], (type(val), val, val.__traceback__), None, None))
+
+
+def BEFORE_WITH(f, arg):
+    _enter_context(f, "__enter__", "__exit__", "context manager protocol")
+
+
+def BEFORE_ASYNC_WITH(f, arg):
+    _enter_context(f, "__aenter__", "__aexit__", "asynchronous context manager protocol")
+
+
+def _enter_context(f, enter_name, exit_name, protocol):
+    s = f.stack
+    mgr = s[-1]
+    enter = lookup_special(mgr, enter_name)
+    if enter is NULL:
+        raise TypeError(f"'{tp_name(type(mgr))}' object does not support the {protocol}")
+    exit = lookup_special(mgr, exit_name)
+    if exit is NULL:
+        raise TypeError(f"'{tp_name(type(mgr))}' object does not support the {protocol} "
+                        f"(missed {exit_name} method)")
+    s[-1] = exit
+    s.append(f.monitor.call(enter, (), None, None))
+
+
+# --------------------------------------------------------------------------- generators, async
+def RETURN_GENERATOR(f, arg):
+    f.retval = generators.make(f)
+    return True
+
+
+def YIELD_VALUE(f, arg):
+    f.retval = f.stack.pop()
+    f.yielded = True
+    return True
+
+
+def SEND(f, target):
+    s = f.stack
+    v = s.pop()
+    receiver = s[-1]
+    done, value = generators.send(f.monitor, receiver, v)
+    if done:
+        s[-1] = value
+        f.pc = target
+    else:
+        s.append(value)
+
+
+def ASYNC_GEN_WRAP(f, arg):
+    f.stack[-1] = generators.AsyncGenWrapped(f.stack[-1])
+
+
+def GET_AWAITABLE(f, where):
+    s = f.stack
+    s[-1] = generators.get_awaitable(f.monitor, s[-1], where)
+
+
+def GET_AITER(f, arg):
+    s = f.stack
+    s[-1] = generators.get_aiter(f.monitor, s[-1])
+
+
+def GET_ANEXT(f, arg):
+    s = f.stack
+    s.append(generators.get_anext(f.monitor, s[-1]))
+
+
+def END_ASYNC_FOR(f, arg):
+    s = f.stack
+    exc = s.pop()
+    if isinstance(exc, StopAsyncIteration):
+        s.pop()
+        return
+    f.monitor.reraise(exc)
+
+
+# --------------------------------------------------------------------------- pattern matching
+def GET_LEN(f, arg):
+    f.stack.append(len(f.stack[-1]))
+
+
+_TPFLAGS_SEQUENCE = 1 << 5
+_TPFLAGS_MAPPING = 1 << 6
+
+
+def MATCH_MAPPING(f, arg):
+    f.stack.append(bool(type(f.stack[-1]).__flags__ & _TPFLAGS_MAPPING))
+
+
+def MATCH_SEQUENCE(f, arg):
+    f.stack.append(bool(type(f.stack[-1]).__flags__ & _TPFLAGS_SEQUENCE))
+
+
+def MATCH_KEYS(f, arg):
+    s = f.stack
+    keys = s[-1]
+    subject = s[-2]
+    if not keys:
+        s.append(())
+        return
+    get = subject.get
+    call = f.monitor.call
+    missing = object()
+    seen = set()
+    values = []
+    for key in keys:
+        if key in seen:
+            raise ValueError(f"mapping pattern checks duplicate key ({key!r})")
+        seen.add(key)
+        v = call(get, (key, missing), None, None)
+        if v is missing:
+            s.append(None)
+            return
+        values.append(v)
+    s.append(tuple(values))
+
+
+def MATCH_CLASS(f, count):
+    s = f.stack
+    names = s.pop()
+    cls = s.pop()
+    subject = s.pop()
+    s.append(nativeops.stack_op("MATCH_CLASS", count, 3, 1)(subject, cls, names)[0])
+
+
+# --------------------------------------------------------------------------- decoding
+def _jump_target(ins, code):
+    return ins.argval // 2
+
+
+def _name(ins, code):
+    return ins.argval
+
+
+ARG_DECODERS = {
+    "LOAD_CONST": lambda ins, code: code.co_consts[ins.arg],
+    "LOAD_GLOBAL": lambda ins, code: (code.co_names[ins.arg >> 1], ins.arg & 1),
+    "BINARY_OP": lambda ins, code: BINARY_OPS[ins.arg],
+    "COMPARE_OP": lambda ins, code: COMPARE_OPS[ins.arg],
+    "KW_NAMES": lambda ins, code: code.co_consts[ins.arg],
+}
+for _op in dis.hasjrel + dis.hasjabs:
+    ARG_DECODERS[dis.opname[_op]] = _jump_target
+for _op in dis.hasname:
+    if dis.opname[_op] != "LOAD_GLOBAL":
+        ARG_DECODERS[dis.opname[_op]] = _name
+
+HANDLERS = {name: globals()[name] for name in dis.opmap if name not in NEVER_EXECUTED}
+
+
+def decode(code, instructions, n):
+    """The dispatch table of ``code``: per code-unit index, ``(handler, arg, next index)``."""
+    ops = [None] * n
+    for k, ins in enumerate(instructions):
+        nxt = instructions[k + 1].offset // 2 if k + 1 < len(instructions) else n
+        decoder = ARG_DECODERS.get(ins.opname)
+        arg = decoder(ins, code) if decoder is not None else ins.arg
+        ops[ins.offset // 2] = (HANDLERS[ins.opname], arg, nxt)
+    return ops
+
+
+# Values each opcode pops (or reads in place) from the stack, as a function of its argument:
+# an observer's ``inputs`` are those stack values, its ``outputs`` what is there afterwards.
+POPS = {
+    "BINARY_SUBSCR": 2, "STORE_SUBSCR": 3, "DELETE_SUBSCR": 2, "BINARY_OP": 2, "COMPARE_OP": 2,
+    "IS_OP": 2, "CONTAINS_OP": 2, "MATCH_KEYS": 2, "CHECK_EXC_MATCH": 2, "CHECK_EG_MATCH": 2,
+    "WITH_EXCEPT_START": 4, "END_ASYNC_FOR": 2, "PREP_RERAISE_STAR": 2, "STORE_ATTR": 2,
+    "IMPORT_NAME": 2, "SEND": 2, "MATCH_CLASS": 3,
+    "SWAP": lambda n: n, "COPY": lambda n: n, "BUILD_TUPLE": lambda n: n,
+    "BUILD_LIST": lambda n: n, "BUILD_SET": lambda n: n, "BUILD_STRING": lambda n: n,
+    "BUILD_MAP": lambda n: 2 * n, "BUILD_CONST_KEY_MAP": lambda n: n + 1,
+    "BUILD_SLICE": lambda n: n, "RAISE_VARARGS": lambda n: n, "CALL": lambda n: n + 2,
+    "CALL_FUNCTION_EX": lambda fl: 3 + (fl & 1), "FORMAT_VALUE": lambda fl: 1 + bool(fl & 4),
+    "MAKE_FUNCTION": lambda fl: 1 + bin(fl & 15).count("1"),
+    "LIST_APPEND": lambda i: i + 1, "SET_ADD": lambda i: i + 1, "MAP_ADD": lambda i: i + 2,
+    "LIST_EXTEND": lambda i: i + 1, "SET_UPDATE": lambda i: i + 1,
+    "DICT_UPDATE": lambda i: i + 1, "DICT_MERGE": lambda i: i + 1,
+    "RERAISE": lambda i: i + 1,
+}
+_POP_NONE = {"NOP", "RESUME", "PRECALL", "EXTENDED_ARG", "PUSH_NULL", "LOAD_CONST", "LOAD_FAST",
+             "DELETE_FAST", "MAKE_CELL", "COPY_FREE_VARS", "LOAD_CLOSURE", "LOAD_DEREF",
+             "DELETE_DEREF", "LOAD_CLASSDEREF", "LOAD_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME",
+             "DELETE_NAME", "SETUP_ANNOTATIONS", "JUMP_FORWARD", "JUMP_BACKWARD",
+             "JUMP_BACKWARD_NO_INTERRUPT", "KW_NAMES", "LOAD_BUILD_CLASS",
+             "LOAD_ASSERTION_ERROR", "RETURN_GENERATOR"}
+for _name_ in HANDLERS:
+    if _name_ not in POPS:
+        POPS[_name_] = 0 if _name_ in _POP_NONE else 1
+
+
+def pops(opname, arg):
+    """How many stack values the instruction reads (its observer ``inputs``)."""
+    p = POPS[opname]
+    return p(arg) if callable(p) else p
+
+
+def binder_code(code, nparams):
+    """A code object with ``code``'s signature whose body returns its parameters as a tuple."""
+    ops = [("RESUME", 0)] + [("LOAD_FAST", i) for i in range(nparams)]
+    ops += [("BUILD_TUPLE", nparams), ("RETURN_VALUE", 0)]
+    flags = code.co_flags & ~(CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR)
+    return code.replace(
+        co_code=nativeops.assemble(ops), co_consts=(None,), co_names=(),
+        co_varnames=code.co_varnames[:nparams], co_nlocals=nparams, co_cellvars=(),
+        co_freevars=(), co_flags=flags, co_stacksize=nparams + 1, co_linetable=b"",
+        co_exceptiontable=b"")
