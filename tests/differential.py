@@ -18,10 +18,9 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import os
 import types
 from typing import Any, Callable
-
-import os
 
 import magpy.monitor as monitor
 
@@ -83,7 +82,10 @@ class Outcome:
         self.value, self.error, self.stdout, self.args, self.observed = value, error, stdout, args, observed
 
     def describe(self) -> str:
-        what = f"raised {type(self.error).__name__}: {self.error}" if self.error else f"returned {self.value!r}"
+        if self.error is not None:
+            what = f"raised {type(self.error).__name__}: {self.error}"
+        else:
+            what = f"returned {self.value!r}"
         return f"{what}; stdout={self.stdout!r}; args after={self.args!r}; observed={self.observed!r}"
 
 

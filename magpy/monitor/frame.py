@@ -17,8 +17,6 @@ from magpy.monitor import bytecode
 from magpy.monitor.protocols import NULL
 
 
-
-
 class CodeInfo:
     """Everything the monitor derives from one code object, computed once."""
 

@@ -484,8 +484,10 @@ class _AThrow(_AwaitableStep):
     def throw(self, typ, val=None, tb=None):
         if self._state == _CLOSED:
             raise RuntimeError("cannot reuse already awaited aclose()/athrow()")
-        gen = self._gen
-        step = (lambda: gen._throw(normalize_throw(typ, val, tb)))
+        exc = normalize_throw(typ, val, tb)
+
+        def step():
+            return self._gen._throw(exc)
         return self._closing(step) if self._arg is None else self._throwing(step)
 
 

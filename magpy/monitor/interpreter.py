@@ -12,8 +12,8 @@ import types
 
 from magpy.monitor import bytecode, generators
 from magpy.monitor.frame import Frame, code_info, unsupported_python_message
-from magpy.monitor.observer import observed_ops
 from magpy.monitor.intrinsics import default_policy
+from magpy.monitor.observer import observed_ops
 from magpy.monitor.policy import CallPolicy
 from magpy.monitor.protocols import NULL, lookup_special, py_method, set_context, tp_name, type_lookup
 

@@ -9,6 +9,7 @@ Two kinds, both table entries of the default :class:`CallPolicy`:
   their callable arguments are wrapped so those calls come back into the monitor.
 """
 import __future__
+
 import builtins
 import functools
 import itertools

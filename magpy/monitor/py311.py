@@ -15,11 +15,16 @@ import dis
 import operator
 import sys
 import types
+from inspect import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE
 
 from magpy.monitor import generators, nativeops
-from inspect import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE
 from magpy.monitor.protocols import (
-    NULL, function_str, lookup_special, not_iterable, py_method, set_context, tp_name, type_lookup,
+    NULL,
+    function_str,
+    lookup_special,
+    not_iterable,
+    set_context,
+    tp_name,
 )
 
 FunctionType = types.FunctionType

@@ -987,6 +987,80 @@ def ex_free_var_unbound():
     return r
 
 
+def _tb_summary(exc, anchor_fn):
+    import traceback
+    first = anchor_fn.__code__.co_firstlineno
+    return [(fs.name, fs.lineno - first) for fs in traceback.extract_tb(exc.__traceback__)]
+
+
+def _raiser_level2(v):
+    return {"k": 1}[v]
+
+
+def _raiser_level1(v):
+    return _raiser_level2(v) + 1
+
+
+def ex_traceback_frames():
+    try:
+        _raiser_level1("missing")
+    except KeyError as e:
+        names = [name for name, _ in _tb_summary(e, ex_traceback_frames)]
+        lines = _tb_summary(e, ex_traceback_frames)[0]
+        return names, lines, e.__traceback__.tb_frame.f_code.co_name
+
+
+def ex_exc_info_in_finally():
+    seen = []
+
+    def inner():
+        try:
+            raise ValueError("in flight")
+        finally:
+            e = sys.exc_info()[1]
+            seen.append(None if e is None else (type(e).__name__, str(e)))
+    try:
+        inner()
+    except ValueError:
+        pass
+    try:
+        pass
+    finally:
+        seen.append(sys.exc_info()[1])
+    return seen
+
+
+def ex_exception_through_native_callback():
+    out = []
+    try:
+        list(map(lambda x: 10 // x, [5, 0, 1]))
+    except ZeroDivisionError as e:
+        out.append(str(e))
+    try:
+        sorted(["a", 3, "b"], key=lambda v: v.upper())
+    except AttributeError as e:
+        out.append(str(e))
+    try:
+        dict.fromkeys(_CountdownRaising(3))
+    except RuntimeError as e:
+        out.append(str(e))
+    return out
+
+
+class _CountdownRaising:
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.n == 0:
+            raise RuntimeError("iterator exploded")
+        self.n -= 1
+        return self.n
+
+
 # =========================================================================================
 # with statements
 # =========================================================================================
@@ -1368,6 +1442,20 @@ def cl_nonlocal_in_loop_closures():
             return total
         adders.append(add)
     return [a() for a in adders], total
+
+
+def cl_nonlocal_through_class():
+    hits = 0
+
+    class Tracker:
+        def hit(self, n=1):
+            nonlocal hits
+            hits += n
+            return hits
+    t = Tracker()
+    t.hit()
+    t.hit(5)
+    return hits, Tracker.hit.__code__.co_freevars
 
 
 _G_COUNTER = 0
@@ -3253,6 +3341,100 @@ def cls_private_name_mangling():
     return s.reveal(), s.peek(), sorted(vars(s)), s._Secret__hidden
 
 
+def cls_super_in_comprehension_and_generator():
+    class Base:
+        def items(self):
+            return [1, 2]
+
+    class Child(Base):
+        def gen(self):
+            for v in super().items():
+                yield v * 10
+
+        def comp(self):
+            return [super().items() for _ in range(1)]
+    c = Child()
+    try:
+        c.comp()
+    except (TypeError, RuntimeError) as e:
+        err = (type(e).__name__, str(e))
+    return list(c.gen()), err
+
+
+def cls_global_from_class_body():
+    class K:
+        global _G_CREATED
+        _G_CREATED = "set from class body"
+        local_attr = _G_CREATED + "!"
+    return K.local_attr, hasattr(K, "_G_CREATED")
+
+
+def cls_metaclass_is_function():
+    seen = []
+
+    def meta(name, bases, ns):
+        seen.append((name, bases, sorted(k for k in ns if not k.startswith("__"))))
+        return {"built_by": "function", **{k: v for k, v in ns.items() if not k.startswith("__")}}
+
+    class NotAClass(metaclass=meta):
+        a = 1
+
+        def m(self):
+            return 2
+    return type(NotAClass).__name__, NotAClass["built_by"], NotAClass["a"], seen
+
+
+def cls_generic_mro_entries():
+    import typing
+    T = typing.TypeVar("T")
+
+    class Box(typing.Generic[T]):
+        def __init__(self, v: T):
+            self.v = v
+
+    class Marker:
+        def __mro_entries__(self, bases):
+            return (dict,)
+
+    class FromMarker(Marker()):
+        pass
+    return ([k.__name__ for k in Box.__mro__], Box[int](3).v, Box.__orig_bases__ is not None,
+            [k.__name__ for k in FromMarker.__mro__], FromMarker.__orig_bases__[0].__class__.__name__)
+
+
+def cls_init_returns_value():
+    class Weird:
+        def __init__(self):
+            return 42
+    return Weird()
+
+
+def cls_new_and_init_interplay():
+    log = []
+
+    class Singleton:
+        _instance = None
+
+        def __new__(cls, *args):
+            log.append(("new", args))
+            if cls._instance is None:
+                cls._instance = super().__new__(cls)
+            return cls._instance
+
+        def __init__(self, v):
+            log.append(("init", v))
+            self.v = v
+
+    class Other:
+        def __new__(cls):
+            return "not an instance"
+
+        def __init__(self):
+            log.append("never")
+    a, b = Singleton(1), Singleton(2)
+    return a is b, a.v, Other(), log
+
+
 # =========================================================================================
 # imports inside functions
 # =========================================================================================
@@ -3758,6 +3940,19 @@ def in_exec_does_not_rebind_fast_locals():
     return a, snapshot.get("b"), snapshot["a"]
 
 
+def in_class_body_locals():
+    class K:
+        a = 1
+        b = a + 1
+        snapshot = sorted(k for k in locals() if not k.startswith("__"))
+        names = sorted(k for k in vars() if not k.startswith("__"))
+    return K.snapshot, K.names, K.__module__, K.__qualname__
+
+
+def in_kwargs_entry(a, b=2, *rest, key="k", **extra):
+    return a, b, rest, key, sorted(extra.items())
+
+
 def in_getframe():
     frame = sys._getframe()
     return frame.f_code.co_name, frame.f_locals.get("frame") is frame
@@ -3853,6 +4048,9 @@ CASES = [
     ("ex_unbound_local", case(ex_unbound_local)),
     ("ex_name_error", case(ex_name_error)),
     ("ex_free_var_unbound", case(ex_free_var_unbound)),
+    ("ex_traceback_frames", case(ex_traceback_frames)),
+    ("ex_exc_info_in_finally", case(ex_exc_info_in_finally)),
+    ("ex_exception_through_native_callback", case(ex_exception_through_native_callback)),
     # with
     ("wi_basic", lambda: (wi_basic, ([],), {})),
     ("wi_suppress", lambda: (wi_suppress, ([],), {})),
@@ -3889,6 +4087,7 @@ CASES = [
     ("cl_recursive_inner", case(cl_recursive_inner)),
     ("cl_closure_sees_later_assignment", case(cl_closure_sees_later_assignment)),
     ("cl_nonlocal_in_loop_closures", case(cl_nonlocal_in_loop_closures)),
+    ("cl_nonlocal_through_class", case(cl_nonlocal_through_class)),
     ("cl_global_write", case(cl_global_write)),
     ("cl_global_create", case(cl_global_create)),
     ("cl_global_in_nested", case(cl_global_in_nested)),
@@ -4035,6 +4234,12 @@ CASES = [
     ("cls_annotations_and_qualname", case(cls_annotations_and_qualname)),
     ("cls_instance_of_local_class_returned", case(cls_instance_of_local_class_returned)),
     ("cls_private_name_mangling", case(cls_private_name_mangling)),
+    ("cls_super_in_comprehension_and_generator", case(cls_super_in_comprehension_and_generator)),
+    ("cls_global_from_class_body", case(cls_global_from_class_body)),
+    ("cls_metaclass_is_function", case(cls_metaclass_is_function)),
+    ("cls_generic_mro_entries", case(cls_generic_mro_entries)),
+    ("cls_init_returns_value", case(cls_init_returns_value)),
+    ("cls_new_and_init_interplay", case(cls_new_and_init_interplay)),
     # imports
     ("im_import_module", case(im_import_module)),
     ("im_import_as", case(im_import_as)),
@@ -4084,6 +4289,8 @@ CASES = [
     ("in_exec_namespaces", case(in_exec_namespaces)),
     ("in_vars_and_dir", case(in_vars_and_dir)),
     ("in_exec_does_not_rebind_fast_locals", case(in_exec_does_not_rebind_fast_locals)),
+    ("in_class_body_locals", case(in_class_body_locals)),
+    ("in_kwargs_entry", case(in_kwargs_entry, 1, 3, 4, key="K", z=26, y=25)),
     ("in_getframe", case(in_getframe)),
 ]
 
@@ -4095,6 +4302,7 @@ HOOKS = {
     "cl_global_del": _GLOBAL_HOOKS,
     "gl_read_globals": _GLOBAL_HOOKS,
     "gl_undefined_global": _GLOBAL_HOOKS,
+    "cls_global_from_class_body": _GLOBAL_HOOKS,
     "lr_class_decorator": (_observe_registry, _reset_registry),
     "gl_mutate_global_container": (_observe_config, _reset_config),
 }
