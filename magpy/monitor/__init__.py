@@ -6,11 +6,11 @@ result.  Attach :class:`Observer` instances to a :class:`Monitor` to see every e
 state (instruction, inputs, outputs, frame) and every call.
 """
 from magpy.monitor.frame import NULL, Frame, code_info
-from magpy.monitor.interpreter import DEFAULT_POLICY, Monitor, UnsupportedPythonError
+from magpy.monitor.interpreter import Monitor, UnsupportedPythonError, shared_default_policy
 from magpy.monitor.observer import Observer
 from magpy.monitor.policy import CallPolicy
 
-__all__ = ["run", "Monitor", "Observer", "Frame", "CallPolicy", "DEFAULT_POLICY", "NULL",
+__all__ = ["run", "Monitor", "Observer", "Frame", "CallPolicy", "shared_default_policy", "NULL",
            "UnsupportedPythonError", "code_info"]
 
 

@@ -138,6 +138,11 @@ class Frame:
 
     # -- frame introspection, as CPython's frame objects answer it ------------------
     @property
+    def __class__(self):
+        # isinstance(frame, types.FrameType) -- and so inspect.isframe/stack -- hold.
+        return types.FrameType
+
+    @property
     def f_code(self):
         return self.code
 

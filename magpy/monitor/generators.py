@@ -38,7 +38,18 @@ class _Suspendable:
         self._exc_item = [None]
 
     def __repr__(self):
-        return f"<monitored {self.kind} object {self._code.co_qualname} at {id(self):#x}>"
+        return f"<{self.kind} object {self._code.co_qualname} at {id(self):#x}>"
+
+    def __getattr__(self, name):
+        # Instances have no __dict__; generator objects answer these from their code.
+        if name == "__name__":
+            return self._code.co_name
+        if name == "__qualname__":
+            return self._code.co_qualname
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def _suspended(self):
+        return self._started and not self._done and not self._running
 
     def _yieldfrom(self):
         """The sub-iterator this frame is suspended in (``yield from``/``await``), or None."""
@@ -189,6 +200,7 @@ class MonitoredGenerator(_Suspendable):
     """A generator whose frame runs under the monitor."""
 
     __slots__ = ()
+    __class__ = property(lambda self: types.GeneratorType)
 
     def __iter__(self):
         return self
@@ -215,11 +227,16 @@ class MonitoredGenerator(_Suspendable):
     def gi_yieldfrom(self):
         return self._yieldfrom()
 
+    @property
+    def gi_suspended(self):
+        return self._suspended()
+
 
 class MonitoredCoroutine(_Suspendable):
     """A coroutine whose frame runs under the monitor."""
 
     __slots__ = ()
+    __class__ = property(lambda self: types.CoroutineType)
     kind = "coroutine"
 
     def send(self, value):
@@ -243,6 +260,10 @@ class MonitoredCoroutine(_Suspendable):
     @property
     def cr_await(self):
         return self._yieldfrom()
+
+    @property
+    def cr_suspended(self):
+        return self._suspended()
 
 
 class _CoroutineWrapper:
@@ -282,6 +303,7 @@ class MonitoredAsyncGenerator(_Suspendable):
     """An async generator whose frame runs under the monitor."""
 
     __slots__ = ("_running_async", "_closed", "_hooks_done", "_finalizer")
+    __class__ = property(lambda self: types.AsyncGeneratorType)
     kind = "async generator"
 
     def __init__(self, frame):
@@ -360,6 +382,10 @@ class MonitoredAsyncGenerator(_Suspendable):
     @property
     def ag_await(self):
         return self._yieldfrom()
+
+    @property
+    def ag_suspended(self):
+        return self._suspended()
 
 
 _INIT, _ITER, _CLOSED = 0, 1, 2
@@ -526,6 +552,11 @@ def close_iter(it):
         meth()
 
 
+# Present them under CPython's type names (type(g).__name__, reprs); their __class__ is the
+# native type, so isinstance(g, types.GeneratorType) -- hence inspect.isgenerator -- holds.
+for _cls in (MonitoredGenerator, MonitoredCoroutine, MonitoredAsyncGenerator):
+    _cls.__name__ = _cls.__qualname__ = vars(_cls)["__class__"].fget(None).__name__
+
 _KINDS = ((CO_COROUTINE, MonitoredCoroutine), (CO_ASYNC_GENERATOR, MonitoredAsyncGenerator))
 
 
@@ -596,11 +627,16 @@ def get_awaitable(monitor, obj, where):
             raise TypeError(f"'async with' received an object from {method} that does not "
                             f"implement __await__: {name}")
         raise TypeError(f"object {name} can't be used in 'await' expression")
-    if is_coroutine(it):
-        awaiting = it.cr_await if type(it) is not types.GeneratorType else it.gi_yieldfrom
-        if awaiting is not None:
-            raise RuntimeError("coroutine is being awaited already")
+    if is_coroutine(it) and _awaiting(it) is not None:
+        raise RuntimeError("coroutine is being awaited already")
     return it
+
+
+def _awaiting(coro):
+    """What a coroutine (or ``types.coroutine`` generator) is suspended awaiting."""
+    if isinstance(coro, _Suspendable):
+        return coro._yieldfrom()
+    return coro.cr_await if type(coro) is types.CoroutineType else coro.gi_yieldfrom
 
 
 def get_aiter(monitor, obj):

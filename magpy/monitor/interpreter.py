@@ -21,7 +21,7 @@ FunctionType = types.FunctionType
 _TYPE_CALL = type.__dict__["__call__"]
 _OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
 _descriptor_names = {}
-DEFAULT_POLICY = default_policy()
+_default_policy = []
 
 
 class UnsupportedPythonError(RuntimeError):
@@ -33,7 +33,7 @@ class Monitor:
 
     def __init__(self, observers=(), policy: CallPolicy | None = None):
         self.observers = list(observers)
-        self.policy = policy if policy is not None else DEFAULT_POLICY
+        self.policy = policy if policy is not None else shared_default_policy()
         self.current = None          # the innermost executing monitored frame
         self.exc_stack = [[None]]    # CPython's chain of handled-exception items
         self.propagating = None      # an exception already chained, now unwinding
@@ -124,6 +124,9 @@ class Monitor:
             handled = self.handled_exception()
             if handled is not self.host_exc:
                 set_context(exc, handled)
+        if exc.__traceback__ is None:
+            # Thrown-in exceptions (gen.throw, close) get a traceback when raised natively.
+            exc.__traceback__ = types.TracebackType(None, sys._getframe(), 0, 0)
         for ob in self.observers:
             ob.on_exception(f, exc)
         handler = f.info.handlers[f.lasti]
@@ -347,6 +350,13 @@ class Monitor:
         except StopIteration:
             self.propagating = None
             return NULL
+
+
+def shared_default_policy() -> CallPolicy:
+    """The default call policy, built on first use (once all monitor modules are loaded)."""
+    if not _default_policy:
+        _default_policy.append(default_policy())
+    return _default_policy[0]
 
 
 class _Session:

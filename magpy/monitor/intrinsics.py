@@ -314,11 +314,28 @@ def default_policy() -> CallPolicy:
     for callee, positions, keywords, min_args in CALLBACKS:
         policy.add_intrinsic(callee, callback_intrinsic(callee, positions, keywords, min_args))
     policy.add_method_intrinsic(list, "sort", _list_sort)
-    for cls in (generators.MonitoredGenerator, generators.MonitoredCoroutine,
-                generators.MonitoredAsyncGenerator, generators._CoroutineWrapper,
-                generators._ASend, generators._AThrow, Callback):
-        for klass in cls.__mro__:
-            for value in vars(klass).values():
-                if isinstance(value, types.FunctionType):
-                    policy.run_natively(value)
+    for fn in _monitor_functions():
+        policy.run_natively(fn)
     return policy
+
+
+def _monitor_functions():
+    """Every Python function of the monitor itself: it never monitors its own machinery."""
+    seen = set()
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("magpy.monitor"):
+            continue
+        stack = list(vars(module).values())
+        while stack:
+            value = stack.pop()
+            if isinstance(value, property):
+                stack.extend(f for f in (value.fget, value.fset, value.fdel) if f is not None)
+            elif isinstance(value, (staticmethod, classmethod)):
+                stack.append(value.__func__)
+            elif isinstance(value, types.FunctionType) and value.__module__.startswith("magpy.monitor"):
+                if id(value) not in seen:
+                    seen.add(id(value))
+                    yield value
+            elif isinstance(value, type) and value.__module__.startswith("magpy.monitor") and id(value) not in seen:
+                seen.add(id(value))
+                stack.extend(vars(value).values())

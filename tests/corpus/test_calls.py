@@ -3687,6 +3687,281 @@ CASES += [
 
 
 # ==========================================================================================
+# 8. Dunder contracts enforced by C, constructor errors, generator introspection, attention
+# ==========================================================================================
+
+class _BadDunders:
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __str__(self):
+        return 42
+
+    def __bool__(self):
+        return 1
+
+    def __len__(self):
+        return "long"
+
+    def __iter__(self):
+        return [1, 2]
+
+    def __eq__(self, other):
+        raise RuntimeError(f"cannot compare {self.kind}")
+
+    __hash__ = None
+
+
+def dunder_str_returns_non_string():
+    return str(_BadDunders("s"))
+
+
+def dunder_bool_returns_int():
+    return not _BadDunders("b")
+
+
+def dunder_len_returns_str():
+    return len(_BadDunders("l"))
+
+
+def dunder_iter_returns_non_iterator():
+    return list(_BadDunders("i"))
+
+
+def dunder_eq_raises_inside_list_index():
+    items = [1, _BadDunders("e"), 3]
+    return items.index(3)
+
+
+def dunder_hash_none():
+    return {_BadDunders("h"): 1}
+
+
+def ctor_missing_init_argument():
+    return Account()
+
+
+def ctor_too_many_init_arguments():
+    return Box(1, 2, 3)
+
+
+class _NoInit:
+    pass
+
+
+def ctor_no_init_with_arguments():
+    return _NoInit(1)
+
+
+def ctor_kwarg_to_new_only_class():
+    return _OnlyNew(value=2).value, _OnlyNew(vlue=3)
+
+
+def gen_introspection():
+    def counter(n):
+        i = 0
+        while i < n:
+            yield i
+            i += 1
+        return "done"
+    g = counter(2)
+    states = [inspect.getgeneratorstate(g)]
+    next(g)
+    states.append(inspect.getgeneratorstate(g))
+    local_i = inspect.getgeneratorlocals(g)["i"]
+    rest = list(g)
+    states.append(inspect.getgeneratorstate(g))
+    return (states, local_i, rest, type(g).__name__, inspect.isgenerator(g), g.__name__,
+            g.__qualname__.split(".")[-1], g.gi_frame is None)
+
+
+def gen_yield_from_return_value():
+    def inner():
+        x = yield 1
+        yield x * 2
+        return "inner-result"
+
+    def outer():
+        result = yield from inner()
+        yield result
+    g = outer()
+    return [next(g), g.send(21), next(g)], list(g)
+
+
+def gen_expression_scoping():
+    xs = [1, 2, 3]
+    g = (x * y for x in xs for y in range(x))
+    xs = [100]  # the outermost iterable was already evaluated
+    return list(g), list(g)
+
+
+def closure_cells_and_class_cell():
+    a = 1
+
+    def f():
+        return a
+    a = 2
+
+    class K:
+        def who(self):
+            return __class__.__name__
+    return f(), [c.cell_contents for c in f.__closure__], K().who(), f.__code__.co_freevars
+
+
+class _Attention(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+        self.d = d
+
+    def forward(self, x, mask=None):
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return x + self.out(scores.softmax(-1) @ v)
+
+
+def torch_handwritten_attention(attn, x):
+    causal = torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril()
+    y = attn(x, mask=causal)
+    y.sum().backward()
+    return y, attn.qkv.weight.grad.abs().sum().item() > 0, attn(x).shape
+
+
+def torch_embedding_gru(emb, ids):
+    # The GRU is built here: its weak references to flat weights cannot be compared as an argument.
+    torch.manual_seed(62)
+    gru = nn.GRU(4, 3, batch_first=True)
+    h, last = gru(emb(ids))
+    return h, last, emb.weight.shape
+
+
+def torch_inplace_on_view_of_arg(x):
+    row = x[1]
+    row.mul_(10)
+    x.t()[0].fill_(-1)  # first column through a transposed view
+    return x.sum()
+
+
+CASES += [
+    ("dunder_str_returns_non_string", case(dunder_str_returns_non_string)),
+    ("dunder_bool_returns_int", case(dunder_bool_returns_int)),
+    ("dunder_len_returns_str", case(dunder_len_returns_str)),
+    ("dunder_iter_returns_non_iterator", case(dunder_iter_returns_non_iterator)),
+    ("dunder_eq_raises_inside_list_index", case(dunder_eq_raises_inside_list_index)),
+    ("dunder_hash_none", case(dunder_hash_none)),
+    ("ctor_missing_init_argument", case(ctor_missing_init_argument)),
+    ("ctor_too_many_init_arguments", case(ctor_too_many_init_arguments)),
+    ("ctor_no_init_with_arguments", case(ctor_no_init_with_arguments)),
+    ("ctor_kwarg_to_new_only_class", case(ctor_kwarg_to_new_only_class)),
+    ("gen_introspection", case(gen_introspection)),
+    ("gen_yield_from_return_value", case(gen_yield_from_return_value)),
+    ("gen_expression_scoping", case(gen_expression_scoping)),
+    ("closure_cells_and_class_cell", case(closure_cells_and_class_cell)),
+    ("torch_handwritten_attention", lambda: (torch_handwritten_attention, (
+        _seeded(59, lambda: _Attention(4)), _t(60, 2, 3, 4)), {})),
+    ("torch_embedding_gru", lambda: (torch_embedding_gru, (
+        _seeded(61, lambda: nn.Embedding(10, 4)), torch.tensor([[1, 5, 9], [0, 2, 2]])), {})),
+    ("torch_inplace_on_view_of_arg", lambda: (torch_inplace_on_view_of_arg, (_t(63, 3, 3),), {})),
+]
+
+
+# ==========================================================================================
+# 9. Frames seen from generators / properties, PEP 479, async protocols
+# ==========================================================================================
+
+class _Legacy:
+    @property
+    def old(self):
+        warnings.warn("Legacy.old is deprecated", DeprecationWarning, stacklevel=2)
+        return "old-value"
+
+
+def frame_warn_from_property():
+    obj = _Legacy()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        v = obj.old
+    first = _first(frame_warn_from_property)
+    return v, [(str(w.message), w.category.__name__, w.lineno - first) for w in caught]
+
+
+def frame_getframe_in_generator():
+    def gen():
+        yield sys._getframe(0).f_code.co_name, sys._getframe(1).f_code.co_name
+        yield sys._getframe(1).f_code.co_name
+
+    def resume(g):
+        return next(g)
+    g = gen()
+    first = next(g)
+    second = resume(g)
+    return first, second
+
+
+def gen_stopiteration_inside_generator():
+    def gen():
+        yield 1
+        next(iter([]))  # StopIteration escaping a generator becomes RuntimeError (PEP 479)
+        yield 2
+    return list(gen())
+
+
+def coro_async_for_and_with():
+    log = []
+
+    class Ticker:
+        def __init__(self, n):
+            self.n = n
+
+        def __aiter__(self):
+            return self
+
+        async def __anext__(self):
+            if self.n == 0:
+                raise StopAsyncIteration
+            self.n -= 1
+            return self.n
+
+    class Session:
+        async def __aenter__(self):
+            log.append("aenter")
+            return self
+
+        async def __aexit__(self, *exc):
+            log.append(("aexit", exc[0].__name__ if exc[0] else None))
+            return False
+
+    async def agen():
+        for i in range(2):
+            yield i * 10
+
+    async def main():
+        async with Session():
+            async for v in Ticker(3):
+                log.append(v)
+            log.append([x async for x in agen()])
+        return "finished"
+    coro = main()
+    kind = (type(coro).__name__, inspect.iscoroutine(coro))
+    try:
+        coro.send(None)
+    except StopIteration as e:
+        return kind, e.value, log
+
+
+CASES += [
+    ("frame_warn_from_property", case(frame_warn_from_property)),
+    ("frame_getframe_in_generator", case(frame_getframe_in_generator)),
+    ("gen_stopiteration_inside_generator", case(gen_stopiteration_inside_generator)),
+    ("coro_async_for_and_with", case(coro_async_for_and_with)),
+]
+
+
+# ==========================================================================================
 # The tests
 # ==========================================================================================
 

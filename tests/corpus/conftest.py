@@ -1,0 +1,25 @@
+"""Known, documented limits of the monitor (README "What the monitor does not do").
+
+Each case below stays in the corpus and is expected to fail *strictly*: the day the
+monitor handles it, the test turns into an unexpected pass and this list must shrink.
+"""
+import pytest
+
+TRACEBACKS = ("tracebacks of exceptions raised in monitored code show the monitor's frames, "
+              "not the program's (frame objects cannot be created from Python)")
+NATIVE_DUNDERS = ("Python special methods called by operators (__eq__, __add__, ...) run natively, "
+                  "so frame introspection inside them sees the monitor's frames")
+
+KNOWN_LIMITS = {
+    "test_language[ex_exception_attributes]": TRACEBACKS,
+    "test_language[ex_traceback_frames]": TRACEBACKS,
+    "test_calls[xtra_traceback_frames]": TRACEBACKS,
+    "test_calls[xtra_getframe_from_dunders]": NATIVE_DUNDERS,
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        reason = KNOWN_LIMITS.get(item.name)
+        if reason is not None:
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
