@@ -17,7 +17,6 @@ import sys
 import types
 import warnings
 
-from magpy.monitor import generators
 from magpy.monitor.frame import Frame
 from magpy.monitor.policy import CallPolicy
 from magpy.monitor.protocols import NULL
@@ -336,6 +335,7 @@ def _monitor_functions():
                 if id(value) not in seen:
                     seen.add(id(value))
                     yield value
-            elif isinstance(value, type) and value.__module__.startswith("magpy.monitor") and id(value) not in seen:
+            elif (isinstance(value, type) and value.__module__.startswith("magpy.monitor")
+                  and id(value) not in seen):
                 seen.add(id(value))
                 stack.extend(vars(value).values())
