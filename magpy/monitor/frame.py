@@ -91,7 +91,7 @@ def code_info(code: types.CodeType) -> CodeInfo:
         return entry[1]
     info = CodeInfo(code)
     key = id(code)
-    _infos[key] = (weakref.ref(code, lambda _r, key=key: _infos.pop(key, None)), info)
+    _infos[key] = (weakref.ref(code, lambda _r, key=key, infos=_infos: infos.pop(key, None)), info)
     return info
 
 
@@ -206,6 +206,22 @@ class Frame:
             else:
                 d[name] = v
         return d
+
+    def copy(self, back=None):
+        """An independent frame with the same state (locals, stack, position, shadows).
+
+        Values are shared, containers of slots are not: resuming the copy later does not
+        disturb this frame.  ``back`` is the copy's caller (for a copied call chain).
+        """
+        new = Frame(self.code, self.globals, self.builtins, self.fn, self.ns, list(self.locals),
+                    list(self.stack), self.pc * 2, self.monitor)
+        new.lasti = self.lasti
+        new.kwnames = self.kwnames
+        new.back = back
+        if self.shadow_stack is not None:
+            new.shadow_locals = list(self.shadow_locals)
+            new.shadow_stack = list(self.shadow_stack)
+        return new
 
     def __repr__(self):
         return (f"<monitored frame of {self.code.co_qualname} at "
