@@ -3962,6 +3962,42 @@ CASES += [
 
 
 # ==========================================================================================
+# 10. Thread state and frames as seen from code that native functions call back
+# ==========================================================================================
+
+class _ExcAware:
+    def __repr__(self):
+        e = sys.exception()
+        return f"<handling {type(e).__name__}: {e}>" if e is not None else "<calm>"
+
+
+def frame_exc_info_seen_by_native_dunder():
+    obj = _ExcAware()
+    calm = repr(obj)
+    try:
+        raise ValueError("bad input")
+    except ValueError:
+        during = repr(obj)
+        formatted = f"{obj!r}"
+    return calm, during, formatted, repr(obj)
+
+
+def frame_getframe_from_c_callbacks():
+    import re
+    names = []
+    re.sub("a", lambda m: names.append(sys._getframe(1).f_code.co_name) or "b", "xa")
+    d = collections.defaultdict(lambda: names.append(sys._getframe(1).f_code.co_name))
+    d["k"]
+    return names
+
+
+CASES += [
+    ("frame_exc_info_seen_by_native_dunder", case(frame_exc_info_seen_by_native_dunder)),
+    ("frame_getframe_from_c_callbacks", case(frame_getframe_from_c_callbacks)),
+]
+
+
+# ==========================================================================================
 # The tests
 # ==========================================================================================
 
