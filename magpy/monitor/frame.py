@@ -14,7 +14,7 @@ import weakref
 from inspect import CO_OPTIMIZED, CO_VARARGS, CO_VARKEYWORDS
 
 from magpy.monitor import bytecode
-from magpy.monitor.protocols import NULL
+from magpy.monitor.protocols import NULL, cell_value
 
 
 class CodeInfo:
@@ -197,10 +197,7 @@ class Frame:
             if is_free and not (code.co_flags & CO_OPTIMIZED):
                 continue
             if type(v) is types.CellType and (is_free or name in cell_names):
-                try:
-                    v = v.cell_contents
-                except ValueError:
-                    v = NULL
+                v = cell_value(v)
             if v is NULL:
                 d.pop(name, None)
             else:

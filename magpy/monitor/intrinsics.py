@@ -19,7 +19,7 @@ import warnings
 
 from magpy.monitor.frame import Frame
 from magpy.monitor.policy import CallPolicy
-from magpy.monitor.protocols import NULL
+from magpy.monitor.protocols import NULL, cell_value
 
 _FUTURE_FLAGS = 0
 for _feature in __future__.all_feature_names:
@@ -36,10 +36,7 @@ def _super(mon, args, kwargs):
         raise RuntimeError("super(): no arguments")
     first = f.locals[0]
     if code.co_varnames[0] in code.co_cellvars and type(first) is types.CellType:
-        try:
-            first = first.cell_contents
-        except ValueError:
-            first = NULL
+        first = cell_value(first)
     if first is NULL:
         raise RuntimeError("super(): arg[0] deleted")
     if "__class__" not in code.co_freevars:
@@ -47,10 +44,7 @@ def _super(mon, args, kwargs):
     cell = f.locals[f.info.nlocals_and_cells + code.co_freevars.index("__class__")]
     if type(cell) is not types.CellType:
         raise RuntimeError("super(): bad __class__ cell")
-    try:
-        cls = cell.cell_contents
-    except ValueError:
-        cls = NULL
+    cls = cell_value(cell)
     if cls is NULL:
         raise RuntimeError("super(): empty __class__ cell")
     if not isinstance(cls, type):
@@ -203,10 +197,7 @@ def _build_class(mon, args, kwargs):
         ns["__orig_bases__"] = orig_bases
     cls = mon.call(meta, (name, bases, ns), kwds or None)
     if isinstance(cls, type) and type(cell) is types.CellType:
-        try:
-            cell_cls = cell.cell_contents
-        except ValueError:
-            cell_cls = NULL
+        cell_cls = cell_value(cell)
         if cell_cls is not cls:
             if cell_cls is NULL:
                 raise RuntimeError(f"__class__ not set defining {name!r} as {cls!r}. Was "

@@ -23,6 +23,14 @@ FunctionType = types.FunctionType
 _HEAPTYPE = 1 << 9
 
 
+def cell_value(cell):
+    """The contents of a cell, or NULL when it is empty."""
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return NULL
+
+
 def type_lookup(tp, name):
     """``_PyType_Lookup``: the raw attribute ``name`` along ``tp``'s MRO, or NULL."""
     for klass in tp.__mro__:

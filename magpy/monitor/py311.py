@@ -20,6 +20,7 @@ from inspect import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_
 from magpy.monitor import generators, nativeops
 from magpy.monitor.protocols import (
     NULL,
+    cell_value,
     function_str,
     lookup_special,
     not_iterable,
@@ -122,14 +123,15 @@ def LOAD_CLOSURE(f, i):
     f.stack.append(f.locals[i])
 
 
-def LOAD_DEREF(f, i):
-    try:
-        v = f.locals[i].cell_contents
-    except ValueError:
-        v = NULL
+def _deref(f, i):
+    v = cell_value(f.locals[i])
     if v is NULL:
         raise _unbound(f, i)
-    f.stack.append(v)
+    return v
+
+
+def LOAD_DEREF(f, i):
+    f.stack.append(_deref(f, i))
 
 
 def STORE_DEREF(f, i):
@@ -150,14 +152,7 @@ def DELETE_DEREF(f, i):
 def LOAD_CLASSDEREF(f, i):
     name = f.info.localsplus[i]
     v = _mapping_get(f.ns, name)
-    if v is NULL:
-        try:
-            v = f.locals[i].cell_contents
-        except ValueError:
-            v = NULL
-        if v is NULL:
-            raise _unbound(f, i)
-    f.stack.append(v)
+    f.stack.append(_deref(f, i) if v is NULL else v)
 
 
 # --------------------------------------------------------------------------- names

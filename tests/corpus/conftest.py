@@ -3,6 +3,8 @@
 Each case below stays in the corpus and is expected to fail *strictly*: the day the
 monitor handles it, the test turns into an unexpected pass and this list must shrink.
 """
+import os
+
 import pytest
 
 TRACEBACKS = ("tracebacks of exceptions raised in monitored code show the monitor's frames, "
@@ -24,6 +26,8 @@ KNOWN_LIMITS = {
 
 
 def pytest_collection_modifyitems(items):
+    if os.environ.get("MAGPY_DIFF_RUNNER") == "native":
+        return  # checking the corpus against itself: every case must pass
     for item in items:
         reason = KNOWN_LIMITS.get(item.name)
         if reason is not None:
