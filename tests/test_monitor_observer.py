@@ -180,6 +180,30 @@ def test_frame_introspection_answers_like_cpython():
     assert monitor.run(caller) == caller()
 
 
+def test_keyword_arguments_named_like_runs_parameters():
+    def f(fn, self):
+        return fn + self
+    assert monitor.run(f, fn=1, self=2) == 3
+    assert monitor.Monitor().run(f, fn=1, self=2) == 3
+
+
+def test_resume_with_an_observing_monitor():
+    snaps = []
+
+    class Snapshot(monitor.Observer):
+        def on_instruction(self, frame, instruction, inputs, outputs):
+            if frame.code is inner.__code__ and instruction.opname == "BINARY_OP" and not snaps:
+                snaps.append(frame.copy(back=frame.back.copy()))
+
+    monitor.Monitor([Snapshot()]).run(outer, 4)
+    plain = snaps[0].copy(back=snaps[0].back.copy())
+    plain.shadow_stack = plain.shadow_locals = None
+    plain.back.shadow_stack = plain.back.shadow_locals = None
+    rec = Recorder()
+    assert monitor.Monitor([rec]).resume([plain, plain.back]) == 90
+    assert rec.instructions[-1][1] == "RETURN_VALUE"
+
+
 def test_errors_are_clear():
     with pytest.raises(TypeError, match="'int' object is not callable"):
         monitor.run(5)

@@ -14,7 +14,7 @@ __all__ = ["run", "Monitor", "Observer", "Frame", "CallPolicy", "shared_default_
            "UnsupportedPythonError", "code_info"]
 
 
-def run(fn, *args, **kwargs):
+def run(fn, /, *args, **kwargs):
     """Run ``fn(*args, **kwargs)`` under a fresh monitor and return its result.
 
     Exceptions propagate with the same type and message as in a native call, and the

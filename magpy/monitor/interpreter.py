@@ -43,7 +43,7 @@ class Monitor:
         self._depth = 0
 
     # ------------------------------------------------------------------ entry points
-    def run(self, fn, *args, **kwargs):
+    def run(self, fn, /, *args, **kwargs):
         """Run ``fn(*args, **kwargs)`` under the monitor and return its result."""
         with self._session(sys._getframe(1)):
             return self.call(fn, args, kwargs or None, None)
@@ -59,6 +59,10 @@ class Monitor:
             result, exc = NULL, None
             for f in frames:
                 f.monitor = self
+                f.ops = None  # this monitor's dispatch table (observed or not)
+                if self.observers and f.shadow_stack is None:
+                    f.shadow_locals = [None] * f.info.nlocalsplus
+                    f.shadow_stack = [None] * len(f.stack)
                 if result is not NULL:
                     f.stack.append(result)
                     if f.shadow_stack is not None:
