@@ -84,8 +84,11 @@ def _observe(handler, ins, npop):
         s = f.stack
         ss = f.shadow_stack
         base = len(s) - npop
-        inputs = tuple(s[base:])
-        in_sh = tuple(ss[base:])
+        if npop:
+            inputs = tuple(s[base:])
+            in_sh = tuple(ss[base:])
+        else:
+            inputs = in_sh = ()
         mon = f.monitor
         mon.ret_shadow = None
         if handler(f, arg):
@@ -95,8 +98,11 @@ def _observe(handler, ins, npop):
                 ob.on_instruction(f, ins, inputs, (f.retval,))
             return True
         outputs = tuple(s[base:])
-        out_sh = [in_sh[j] if j < npop and outputs[j] is inputs[j] else None
-                  for j in range(len(outputs))]
+        if npop:
+            out_sh = [in_sh[j] if j < npop and outputs[j] is inputs[j] else None
+                      for j in range(len(outputs))]
+        else:
+            out_sh = [None] * len(outputs)
         if move is not None:
             move(f, arg, in_sh, out_sh, mon)
         ss[base:] = out_sh
