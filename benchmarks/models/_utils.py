@@ -5,6 +5,16 @@ import torch
 import torch.nn as nn
 
 
+def init_resnet_style(model: nn.Module) -> None:
+    """torchvision's ResNet initialisation: He-normal convs (fan_out), BatchNorm = identity."""
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.constant_(m.weight, 1)
+            nn.init.constant_(m.bias, 0)
+
+
 def example_image(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
     """A deterministic N(0, 1) image batch."""
     g = torch.Generator().manual_seed(seed)

@@ -23,6 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._utils import init_resnet_style
+
 __all__ = ["quantize", "QuantMeasure", "QConv2d", "QLinear", "QBasicBlock",
            "QResNet", "calibrate", "quantized_resnet18"]
 
@@ -81,6 +83,13 @@ class QuantMeasure(nn.Module):
         return "num_bits=%d, momentum=%g" % (self.num_bits, self.momentum)
 
 
+def quantize_bias(bias: Optional[torch.Tensor], num_bits: int) -> Optional[torch.Tensor]:
+    """Quantize a layer's bias over its own range (None stays None)."""
+    if bias is None:
+        return None
+    return quantize(bias, num_bits, float(bias.detach().min()), float(bias.detach().max()))
+
+
 class QConv2d(nn.Conv2d):
     """Conv2d with quantized inputs (running range) and per-channel quantized weights."""
 
@@ -96,11 +105,7 @@ class QConv2d(nn.Conv2d):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         qinput = self.quantize_input(input)
         qweight = quantize_weight_per_channel(self.weight, self.num_bits_weight)
-        if self.bias is not None:
-            qbias = quantize(self.bias, self.num_bits_weight + self.num_bits,
-                             float(self.bias.detach().min()), float(self.bias.detach().max()))
-        else:
-            qbias = None
+        qbias = quantize_bias(self.bias, self.num_bits_weight + self.num_bits)
         return F.conv2d(qinput, qweight, qbias, self.stride, self.padding,
                         self.dilation, self.groups)
 
@@ -118,11 +123,7 @@ class QLinear(nn.Linear):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         qinput = self.quantize_input(input)
         qweight = quantize_weight_per_channel(self.weight, self.num_bits_weight)
-        if self.bias is not None:
-            qbias = quantize(self.bias, self.num_bits_weight + self.num_bits,
-                             float(self.bias.detach().min()), float(self.bias.detach().max()))
-        else:
-            qbias = None
+        qbias = quantize_bias(self.bias, self.num_bits_weight + self.num_bits)
         return F.linear(qinput, qweight, qbias)
 
 
@@ -181,12 +182,7 @@ class QResNet(nn.Module):
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.fc = QLinear(width * 8 * QBasicBlock.expansion, num_classes, num_bits=num_bits)
 
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.constant_(m.weight, 1)
-                nn.init.constant_(m.bias, 0)
+        init_resnet_style(self)
 
     def _make_layer(self, planes: int, blocks: int, stride: int = 1) -> nn.Sequential:
         downsample = None

@@ -11,6 +11,8 @@ from typing import Optional, Type, Union
 import torch
 import torch.nn as nn
 
+from ._utils import init_resnet_style
+
 __all__ = ["BasicBlock", "Bottleneck", "ResNet", "resnet18", "resnet34", "resnet50", "resnet101"]
 
 
@@ -112,12 +114,7 @@ class ResNet(nn.Module):
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = nn.Linear(width * 8 * block.expansion, num_classes)
 
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.constant_(m.weight, 1)
-                nn.init.constant_(m.bias, 0)
+        init_resnet_style(self)
         # Zero-init of the last BN in each residual branch would make every block an
         # identity at random init; keep the default (ones) so the outputs stay informative.
 
