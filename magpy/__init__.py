@@ -1,6 +1,11 @@
 """magpy: a JIT compiler for eager-mode PyTorch programs that finds full operator graphs by
 monitoring execution states (see README.md and shared DESIGN)."""
 from magpy import monitor
+from magpy.annotations import annotate
+from magpy.api import CompiledModule, Explanation, compile, explain, reset, stats
+from magpy.config import config
+from magpy.errors import BackendError, CaptureError, GraphBreak, GraphBreakError, MagpyError
 
-__all__ = ["monitor"]
+__all__ = ["compile", "explain", "stats", "reset", "annotate", "config", "CompiledModule", "Explanation",
+           "GraphBreak", "GraphBreakError", "CaptureError", "BackendError", "MagpyError", "monitor"]
 __version__ = "0.1.0"

@@ -187,7 +187,7 @@ class Monitor:
         """
         t = type(callee)
         if t is FunctionType:
-            if id(callee) in self.policy.native:
+            if self.policy.runs_natively(callee):
                 return self.call_native(callee, args, kwargs)
             return self.enter(callee, args, kwargs, shadows)
         intrinsic = self.policy.intrinsics.get(id(callee))
@@ -199,7 +199,7 @@ class Monitor:
         if isinstance(callee, type):
             return self._call_class(callee, args, kwargs, shadows)
         fn = py_method(t, "__call__")
-        if fn is not None and id(fn) not in self.policy.native:
+        if fn is not None and not self.policy.runs_natively(fn):
             return self.enter(fn, (callee,) + args, kwargs, _shift(shadows))
         return self.call_native(callee, args, kwargs)
 
@@ -263,7 +263,7 @@ class Monitor:
         meta = type(cls)
         if meta is not type:
             mcall = py_method(meta, "__call__")
-            if mcall is not None and id(mcall) not in self.policy.native:
+            if mcall is not None and not self.policy.runs_natively(mcall):
                 return self.enter(mcall, (cls,) + args, kwargs)
             if type_lookup(meta, "__call__") is not _TYPE_CALL:
                 return self.call_native(cls, args, kwargs)
@@ -333,7 +333,7 @@ class Monitor:
     def get_iter(self, obj):
         """GET_ITER: ``iter(obj)``, entering a Python ``__iter__``."""
         fn = py_method(type(obj), "__iter__")
-        if fn is None or id(fn) in self.policy.native:
+        if fn is None or self.policy.runs_natively(fn):
             return iter(obj)
         it = self.call(fn, (obj,), None)
         if not generators.is_iterator(it):
@@ -343,7 +343,7 @@ class Monitor:
     def call_next(self, it):
         """``next(it)``, entering a Python ``__next__``; StopIteration propagates."""
         fn = py_method(type(it), "__next__")
-        if fn is None or id(fn) in self.policy.native:
+        if fn is None or self.policy.runs_natively(fn):
             return next(it)
         return self.call(fn, (it,), None)
 

@@ -19,7 +19,7 @@ import warnings
 
 from magpy.monitor.frame import Frame
 from magpy.monitor.policy import CallPolicy
-from magpy.monitor.protocols import NULL, cell_value
+from magpy.monitor.protocols import NULL, cell_value, py_method
 
 _FUTURE_FLAGS = 0
 for _feature in __future__.all_feature_names:
@@ -242,10 +242,20 @@ def _wrap(mon, fn):
     return fn if fn is None or isinstance(fn, _NATIVE_CALLABLES) else Callback(mon, fn)
 
 
-def callback_intrinsic(native, positions=(), keywords=(), min_args=0):
-    """An intrinsic calling ``native`` with the callables at ``positions``/``keywords`` wrapped."""
+def _iterate(mon, obj):
+    # A Python __iter__ run by native code would escape the monitor: run it here instead.
+    fn = py_method(type(obj), "__iter__")
+    return obj if fn is None or mon.policy.runs_natively(fn) else mon.get_iter(obj)
+
+
+def callback_intrinsic(native, positions=(), keywords=(), min_args=0, iterables=()):
+    """An intrinsic calling ``native`` with the callables at ``positions``/``keywords`` wrapped
+    and the iterables at ``iterables`` (``"*"``: every positional) iterated by the monitor."""
 
     def intrinsic(mon, args, kwargs):
+        if iterables:
+            args = tuple(_iterate(mon, a) if iterables == "*" or i in iterables else a
+                         for i, a in enumerate(args))
         if len(args) >= min_args:
             args = tuple(_wrap(mon, a) if i in positions else a for i, a in enumerate(args))
         if kwargs:
@@ -265,20 +275,24 @@ def _list_sort(mon, args, kwargs):
 
 # Higher-order builtins and where their callables go: (callee, positions, keywords, min args).
 CALLBACKS = [
-    (map, (0,), (), 0),
-    (filter, (0,), (), 0),
-    (sorted, (), ("key",), 0),
-    (min, (), ("key",), 0),
-    (max, (), ("key",), 0),
-    (functools.reduce, (0,), (), 0),
-    (functools.cmp_to_key, (0,), ("mycmp",), 0),
-    (iter, (0,), (), 2),
-    (itertools.starmap, (0,), (), 0),
-    (itertools.filterfalse, (0,), (), 0),
-    (itertools.takewhile, (0,), (), 0),
-    (itertools.dropwhile, (0,), (), 0),
-    (itertools.groupby, (1,), ("key",), 0),
-    (itertools.accumulate, (1,), ("func",), 0),
+    (map, (0,), (), 0, "*"),
+    (filter, (0,), (), 0, (1,)),
+    (sorted, (), ("key",), 0, (0,)),
+    (min, (), ("key",), 0, (0,)),
+    (max, (), ("key",), 0, (0,)),
+    (functools.reduce, (0,), (), 0, (1,)),
+    (functools.cmp_to_key, (0,), ("mycmp",), 0, ()),
+    (iter, (0,), (), 2, ()),
+    (itertools.starmap, (0,), (), 0, (1,)),
+    (itertools.filterfalse, (0,), (), 0, (1,)),
+    (itertools.takewhile, (0,), (), 0, (1,)),
+    (itertools.dropwhile, (0,), (), 0, (1,)),
+    (itertools.groupby, (1,), ("key",), 0, (0,)),
+    (itertools.accumulate, (1,), ("func",), 0, (0,)),
+    # Consumers of iterables only: their argument's Python __iter__ must be monitored.
+    *((f, (), (), 0, "*") for f in (enumerate, zip, list, tuple, set, frozenset, sum, any, all,
+                                     itertools.chain, itertools.islice, itertools.zip_longest,
+                                     itertools.product)),
 ]
 
 FRAME_SENSITIVE = [
@@ -301,8 +315,8 @@ def default_policy() -> CallPolicy:
     policy = CallPolicy()
     for callee, handler in FRAME_SENSITIVE:
         policy.add_intrinsic(callee, handler)
-    for callee, positions, keywords, min_args in CALLBACKS:
-        policy.add_intrinsic(callee, callback_intrinsic(callee, positions, keywords, min_args))
+    for callee, positions, keywords, min_args, iterables in CALLBACKS:
+        policy.add_intrinsic(callee, callback_intrinsic(callee, positions, keywords, min_args, iterables))
     policy.add_method_intrinsic(list, "sort", _list_sort)
     for fn in _monitor_functions():
         policy.run_natively(fn)

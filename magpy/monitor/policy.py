@@ -17,6 +17,8 @@ class CallPolicy:
 
     def __init__(self):
         self.native: dict = {}
+        # Optional ``module name -> bool``: whole libraries whose Python code runs natively.
+        self.native_module: Callable[[str], bool] | None = None
         self.intrinsics: dict = {}
         self.method_intrinsics: dict = {}
         self._keep: list = []
@@ -24,6 +26,11 @@ class CallPolicy:
     def run_natively(self, fn: Callable) -> None:
         """Never enter ``fn``: run it natively and report it as a native call."""
         self.native[id(fn)] = fn
+
+    def runs_natively(self, fn: Callable) -> bool:
+        """Is the Python function ``fn`` kept out of the monitor?"""
+        rule = self.native_module
+        return id(fn) in self.native or (rule is not None and rule(fn.__module__))
 
     def add_intrinsic(self, callee: Callable, handler: Callable) -> None:
         """Handle calls of ``callee`` with ``handler(monitor, args, kwargs)``."""
@@ -38,6 +45,7 @@ class CallPolicy:
         """An independent policy starting from this one's entries."""
         new = CallPolicy()
         new.native = dict(self.native)
+        new.native_module = self.native_module
         new.intrinsics = dict(self.intrinsics)
         new.method_intrinsics = dict(self.method_intrinsics)
         new._keep = list(self._keep)

@@ -1,0 +1,287 @@
+"""Operation properties (paper §5.2): what magpy may assume about a native callee.
+
+Every entry is data.  For a native (C-implemented, or kept-native library) callee:
+
+- ``pure`` (PureClosure): same result for the same arguments, no effect outside them.
+- ``reads`` (ValueRead): how much of each argument's value the callee looks at —
+  ``NONE`` (keeps a reference only), ``TYPE`` (only its type), ``STRUCT`` (a container's
+  length and elements, one level), ``DEEP`` (everything reachable).
+- ``inplace`` (InPlace): argument positions the callee may modify.
+- ``relation`` (Relation): how the result relates to the arguments, when it is not a new
+  value: ``"attr"`` (``getattr(obj, name)``), ``"hasattr"``, ``"element"`` (one of the
+  first argument's elements: ``dict.get``, ``list.pop``, ``min``).
+
+Bound methods are looked up by ``(type of self, method name)``, self being position 0.
+Tensor operations are not here: every call reaching torch's ``__torch_function__`` is
+classified by :data:`TORCH_METADATA`/:data:`TORCH_DYNAMIC` (AsOpNode: anything else that
+returns tensors becomes a graph node).  ``annotate()`` adds a user's own entry.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import itertools
+import math
+import operator
+import types
+from typing import Callable
+
+import torch
+
+NONE, TYPE, STRUCT, DEEP = "none", "type", "struct", "deep"
+
+
+@dataclasses.dataclass(frozen=True)
+class Annotation:
+    """The properties of one native callee (see the module docstring)."""
+
+    pure: bool = True
+    reads: str | tuple = DEEP         # one kind for every argument, or one per position
+    inplace: tuple = ()
+    relation: str | None = None
+
+    def read_kind(self, position: int) -> str:
+        r = self.reads
+        if type(r) is str:
+            return r
+        return r[position] if position < len(r) else r[-1]
+
+
+PURE = Annotation()
+IMPURE = Annotation(pure=False)
+TYPE_ONLY = Annotation(reads=TYPE)
+STRUCT_READ = Annotation(reads=STRUCT)
+ELEMENT = Annotation(reads=(NONE, DEEP), relation="element")
+
+
+def _inplace(*reads, relation=None):
+    return Annotation(reads=reads or (NONE,), inplace=(0,), relation=relation)
+
+
+# --------------------------------------------------------------------------- functions by identity
+FUNCTIONS: dict[Callable, Annotation] = {
+    **{f: TYPE_ONLY for f in (isinstance, issubclass, callable, type)},
+    **{f: STRUCT_READ for f in (len, iter, enumerate, zip, reversed, list, tuple, set, frozenset, dict,
+                                 collections.OrderedDict, collections.defaultdict, collections.deque,
+                                 itertools.chain, itertools.islice, itertools.product, itertools.repeat,
+                                 itertools.accumulate, itertools.starmap, itertools.zip_longest,
+                                 itertools.count, itertools.combinations, itertools.permutations,
+                                 map, filter)},
+    **{f: PURE for f in (abs, all, any, ascii, bin, bool, bytes, chr, complex, divmod, float, format,
+                         hash, hex, int, oct, ord, pow, range, repr, round, slice,
+                         sorted, str, sum, object, super, property, staticmethod, classmethod,
+                         functools.partial, functools.reduce, functools.cmp_to_key, math.prod,
+                         math.fsum, math.isclose)},
+    getattr: Annotation(reads=(NONE, DEEP, NONE), relation="attr"),
+    hasattr: Annotation(reads=(NONE, DEEP), relation="hasattr"),
+    next: Annotation(reads=NONE),
+    max: ELEMENT, min: ELEMENT,
+    setattr: Annotation(reads=(NONE, DEEP, NONE), inplace=(0,)),
+    delattr: Annotation(reads=(NONE, DEEP), inplace=(0,)),
+    vars: IMPURE, id: IMPURE, print: IMPURE, input: IMPURE, open: IMPURE, globals: IMPURE,
+    dir: Annotation(reads=TYPE),
+    operator.setitem: _inplace(NONE, DEEP, NONE), operator.delitem: _inplace(NONE, DEEP),
+    operator.getitem: Annotation(reads=(NONE, DEEP), relation="element"),
+    operator.attrgetter: PURE, operator.itemgetter: PURE, operator.methodcaller: PURE,
+    operator.iadd: _inplace(STRUCT, STRUCT), operator.iconcat: _inplace(STRUCT, STRUCT),
+}
+
+# Whole modules of pure functions of their arguments' values (math.sqrt, operator.add ...).
+PURE_MODULES = frozenset({"math", "cmath", "_operator", "operator", "itertools", "_functools",
+                          "functools", "string", "_string", "keyword", "numbers", "copyreg"})
+
+# Module functions that are not pure although their module is.
+IMPURE_IN_PURE_MODULES = frozenset({"setitem", "delitem", "iadd", "iconcat", "iand", "ior", "ixor",
+                                    "isub", "imul", "imatmul", "itruediv", "ifloordiv", "imod",
+                                    "ipow", "ilshift", "irshift"})
+
+# --------------------------------------------------------------------------- methods by (type, name)
+_DICT_METHODS = {
+    "get": ELEMENT, "keys": STRUCT_READ, "values": STRUCT_READ, "items": STRUCT_READ,
+    "copy": STRUCT_READ, "__contains__": STRUCT_READ, "__len__": STRUCT_READ,
+    "__getitem__": ELEMENT, "__iter__": STRUCT_READ,
+    "update": _inplace(NONE, STRUCT), "__setitem__": _inplace(NONE, DEEP, NONE),
+    "__delitem__": _inplace(NONE, DEEP), "setdefault": _inplace(NONE, DEEP, NONE, relation="element"),
+    "pop": _inplace(NONE, DEEP, NONE, relation="element"), "popitem": _inplace(STRUCT),
+    "clear": _inplace(NONE), "move_to_end": _inplace(STRUCT, DEEP, DEEP),
+    "fromkeys": STRUCT_READ,
+}
+_LIST_METHODS = {
+    "append": _inplace(NONE, NONE), "extend": _inplace(NONE, STRUCT),
+    "insert": _inplace(STRUCT, DEEP, NONE), "pop": _inplace(STRUCT, DEEP, relation="element"),
+    "remove": _inplace(DEEP, DEEP), "clear": _inplace(NONE), "reverse": _inplace(STRUCT),
+    "sort": _inplace(DEEP), "copy": STRUCT_READ, "index": PURE, "count": PURE,
+    "__getitem__": ELEMENT, "__len__": STRUCT_READ, "__contains__": PURE, "__iter__": STRUCT_READ,
+    "__setitem__": _inplace(NONE, DEEP, NONE), "__delitem__": _inplace(NONE, DEEP),
+    "__iadd__": _inplace(NONE, STRUCT),
+}
+_SET_METHODS = {
+    **{m: PURE for m in ("union", "intersection", "difference", "symmetric_difference", "issubset",
+                         "issuperset", "isdisjoint", "copy", "__contains__", "__len__")},
+    **{m: _inplace(NONE, STRUCT) for m in ("add", "discard", "remove", "update",
+                                          "intersection_update", "difference_update",
+                                          "symmetric_difference_update")},
+    "pop": _inplace(STRUCT), "clear": _inplace(NONE),
+}
+_DEQUE_METHODS = {
+    **{m: _inplace(NONE, NONE) for m in ("append", "appendleft")},
+    **{m: _inplace(NONE, STRUCT) for m in ("extend", "extendleft")},
+    **{m: _inplace(STRUCT) for m in ("pop", "popleft", "rotate", "clear")},
+}
+
+METHODS: dict[tuple[type, str], Annotation] = {
+    **{(dict, m): a for m, a in _DICT_METHODS.items()},
+    **{(list, m): a for m, a in _LIST_METHODS.items()},
+    **{(set, m): a for m, a in _SET_METHODS.items()},
+    **{(frozenset, m): PURE for m in _SET_METHODS if _SET_METHODS[m].pure and not _SET_METHODS[m].inplace},
+    **{(collections.deque, m): a for m, a in _DEQUE_METHODS.items()},
+    (tuple, "index"): PURE, (tuple, "count"): PURE, (tuple, "__getitem__"): ELEMENT,
+    (object, "__setattr__"): Annotation(reads=(NONE, DEEP, NONE), inplace=(0,)),
+    (object, "__getattribute__"): Annotation(reads=(NONE, DEEP), relation="attr"),
+    (object, "__init__"): Annotation(reads=NONE),
+    (object, "__new__"): Annotation(reads=TYPE),
+    (object, "__init_subclass__"): Annotation(reads=NONE),
+    (type, "mro"): PURE, (type, "__subclasses__"): IMPURE,
+}
+
+# Types whose methods are all pure functions of immutable values (str.join, int.bit_length).
+IMMUTABLE_METHOD_OWNERS = (str, bytes, int, float, complex, bool, tuple, frozenset, range, slice,
+                           torch.dtype, torch.device, torch.Size, torch.finfo, torch.iinfo)
+
+# --------------------------------------------------------------------------- torch
+# Functions of torch kept native that are not tensor operations but are known impure.
+TORCH_IMPURE = frozenset({"manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state",
+                          "save", "load", "set_default_dtype", "set_default_device", "set_printoptions",
+                          "synchronize", "set_num_threads", "use_deterministic_algorithms",
+                          "checkpoint", "register_hook"})
+
+# Tensor methods/attributes whose result comes from metadata only (no data read, no node).
+TORCH_METADATA = frozenset({
+    "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "is_contiguous",
+    "is_floating_point", "is_complex", "is_signed", "element_size", "get_device", "__len__",
+    "is_same_size", "is_sparse", "is_quantized", "is_meta", "is_cuda", "is_cpu", "has_names",
+    "shape", "dtype", "device", "ndim", "requires_grad", "is_leaf", "layout", "is_mkldnn",
+    "is_nested", "names", "itemsize", "nbytes", "is_inference", "is_conj", "is_neg",
+    "__torch_function__", "_is_view", "is_set_to", "dim_order", "is_xpu", "is_mps", "is_vulkan",
+})
+
+# Tensor operations that read tensor data into Python, or have effects outside the graph.
+TORCH_DYNAMIC = frozenset({
+    "item", "tolist", "__bool__", "__int__", "__float__", "__complex__", "__index__", "numpy",
+    "__array__", "__format__", "__repr__", "__str__", "data_ptr", "untyped_storage", "storage",
+    "__reduce_ex__", "__hash__", "backward", "register_hook", "retain_grad", "requires_grad_",
+    "equal", "allclose", "is_nonzero", "__contains__", "grad", "grad_fn", "_version", "__deepcopy__",
+    "__setstate__", "share_memory_", "pin_memory", "__dlpack__", "__array_wrap__", "_base",
+})
+
+
+def torch_name(func) -> str:
+    """The name an override-dispatched torch callable is classified by."""
+    owner = getattr(func, "__self__", None)
+    if type(owner) is types.GetSetDescriptorType or type(owner) is types.MemberDescriptorType:
+        return owner.__name__
+    return getattr(func, "__name__", "")
+
+
+# --------------------------------------------------------------------------- lookup
+_USER: dict[int, tuple[Callable, Annotation]] = {}
+
+
+def annotate(fn: Callable | None = None, *, pure: bool = True, reads: str | tuple = DEEP,
+             inplace: tuple = (), relation: str | None = None):
+    """Annotate a function of your own so magpy runs it natively under these properties.
+
+    Use it for helpers magpy should not look into, or native functions it does not know:
+    ``magpy.annotate(my_c_function, pure=True)``.  Returns ``fn`` (usable as a decorator).
+    A callee annotated ``pure=False`` makes the calls that reach it run eagerly.
+    """
+    def register(f):
+        if not callable(f):
+            raise TypeError(f"magpy.annotate needs a callable, got {type(f).__name__}")
+        _USER[id(f)] = (f, Annotation(pure=pure, reads=reads, inplace=inplace, relation=relation))
+        return f
+
+    return register if fn is None else register(fn)
+
+
+def user_annotated() -> list[Callable]:
+    """Functions annotated with :func:`annotate` (the record policy runs them natively)."""
+    return [f for f, _ in _USER.values()]
+
+
+def _owner_entry(owner_type, name):
+    for klass in owner_type.__mro__:
+        ann = METHODS.get((klass, name))
+        if ann is not None:
+            return ann
+    if issubclass(owner_type, IMMUTABLE_METHOD_OWNERS):
+        return PURE
+    return None
+
+
+def lookup(callee) -> tuple[Annotation | None, bool]:
+    """``(annotation or None, bound)``: ``bound`` means position 0 is the bound ``self``."""
+    user = _USER.get(id(callee))
+    if user is not None and user[0] is callee:
+        return user[1], False
+    try:
+        ann = FUNCTIONS.get(callee)
+    except TypeError:  # unhashable callee
+        ann = None
+    if ann is not None:
+        return ann, False
+    t = type(callee)
+    if t is types.BuiltinFunctionType or t is types.MethodWrapperType:
+        owner = callee.__self__
+        if owner is None or type(owner) is types.ModuleType or _is_pybind(owner):
+            return _module_function(callee), False
+        if isinstance(owner, type) and t is types.BuiltinFunctionType:
+            return _owner_entry(owner, callee.__name__) or (PURE if issubclass(owner, IMMUTABLE_METHOD_OWNERS)
+                                                            else None), False
+        return _owner_entry(type(owner), callee.__name__), True
+    if t in (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType):
+        return _owner_entry(callee.__objclass__, callee.__name__), False
+    if t is functools.partial or t is operator.itemgetter or t is operator.attrgetter:
+        return PURE, False
+    if isinstance(callee, type):
+        # A C class called natively: constructing is pure unless it is a known effectful type.
+        return (PURE if _is_library(callee.__module__) else None), False
+    if t is types.FunctionType and _is_library(callee.__module__):
+        return torch_library_annotation(callee), False
+    return None, False
+
+
+def _is_pybind(owner) -> bool:
+    # pybind11 functions (torch._C._get_tracing_state) are bound to a capsule, not a module.
+    return type(owner).__name__ == "PyCapsule" or type(owner).__name__.startswith("pybind11")
+
+
+def _module_function(fn) -> Annotation | None:
+    mod = getattr(fn, "__module__", None) or ""
+    if mod in PURE_MODULES:
+        return IMPURE if fn.__name__ in IMPURE_IN_PURE_MODULES else PURE
+    if _is_library(mod):
+        return torch_library_annotation(fn)
+    return None
+
+
+def _is_library(mod: str | None) -> bool:
+    return bool(mod) and (mod == "torch" or mod.startswith("torch.") or mod in ("builtins", "collections")
+                          or mod in PURE_MODULES)
+
+
+def torch_library_annotation(fn) -> Annotation:
+    """A torch function reached natively that is not a tensor operation (the tensor ones
+    go through ``__torch_function__``): a configuration query such as
+    ``torch.is_grad_enabled()``, pure unless listed in :data:`TORCH_IMPURE`."""
+    return IMPURE if getattr(fn, "__name__", "") in TORCH_IMPURE else PURE
+
+
+def is_builtin_module_attr(module: types.ModuleType) -> bool:
+    """Attributes of torch and standard-library modules are assumed not to be monkeypatched
+    between calls, so reading ``torch.relu`` or ``math.pi`` needs no guard."""
+    name = getattr(module, "__name__", "")
+    return name == "torch" or name.startswith("torch.") or name in PURE_MODULES or name in (
+        "builtins", "collections", "typing", "warnings", "inspect", "dataclasses", "enum", "copy")
+

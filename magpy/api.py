@@ -1,0 +1,145 @@
+"""The public API: ``compile``, ``explain``, ``stats``, ``reset``."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+from typing import Any, Callable
+
+import torch
+
+from magpy import backends
+from magpy.cache import RecordCache, Stats, reset_all
+from magpy.errors import GraphBreak
+from magpy.monitor import bytecode
+from magpy.monitor.frame import unsupported_python_message
+from magpy.monitor.interpreter import UnsupportedPythonError
+from magpy.record import capture
+
+
+class CompiledModule(torch.nn.Module):
+    """Stands in for a compiled ``nn.Module``: calling it runs the compiled ``module(...)``.
+
+    It shares the original module's state (its ``__dict__``: parameters, submodules,
+    ``training``, hooks), so ``state_dict()``, ``train()``/``eval()``, ``to()`` and attribute
+    access act on the original; other methods of the original's class are forwarded.
+    """
+
+    __slots__ = ("_orig_mod", "_magpy_cache")
+
+    def __init__(self, module: torch.nn.Module, cache: RecordCache):  # noqa: D107
+        object.__setattr__(self, "_orig_mod", module)
+        object.__setattr__(self, "_magpy_cache", cache)
+        object.__setattr__(self, "__dict__", module.__dict__)
+
+    def __getattr__(self, name):
+        return getattr(object.__getattribute__(self, "_orig_mod"), name)
+
+    def __call__(self, *args, **kwargs):
+        return self._magpy_cache(args, kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self._magpy_cache(args, kwargs)
+
+    def __repr__(self):
+        return f"CompiledModule({self._orig_mod!r})"
+
+
+def compile(fn: Callable | None = None, *, backend: str | Callable = "inductor", fullgraph: bool = False):
+    """Compile a function, method or ``nn.Module`` with magpy; usable as a decorator.
+
+    The first call runs the program under the monitor and records a guard, a mock and an
+    operator graph compiled by ``backend`` ("eager", "inductor", or a callable
+    ``(gm, example_inputs) -> callable``); later calls whose guard passes run the mock.
+    A call that meets a dynamic operation runs eagerly, or, with ``fullgraph=True``,
+    raises :class:`magpy.GraphBreakError` naming the operation and the source line.
+    """
+    if fn is None:
+        return functools.partial(compile, backend=backend, fullgraph=fullgraph)
+    if not callable(fn):
+        raise TypeError(f"magpy.compile needs a function, method or nn.Module, got {type(fn).__name__}")
+    if not bytecode.SUPPORTED:
+        raise UnsupportedPythonError(unsupported_python_message())
+    resolved = backends.resolve(backend)
+    if isinstance(fn, CompiledModule) or hasattr(fn, "_magpy_cache"):
+        fn = _original(fn)
+    if isinstance(fn, torch.nn.Module):
+        return CompiledModule(fn, RecordCache(fn, resolved, fullgraph, roots=_roots(fn)))
+    cache = RecordCache(fn, resolved, fullgraph, roots=_roots(fn))
+
+    @functools.wraps(fn)
+    def compiled(*args, **kwargs):
+        return cache(args, kwargs)
+
+    compiled._magpy_cache = cache
+    return compiled
+
+
+def _original(compiled):
+    if isinstance(compiled, CompiledModule):
+        return object.__getattribute__(compiled, "_orig_mod")
+    cache = getattr(compiled, "_magpy_cache", None)
+    return cache.fn if cache is not None else compiled
+
+
+def _roots(fn) -> tuple:
+    # Objects the compiled callable itself holds: reads from them are reads of SN #0.
+    if isinstance(fn, types.MethodType):
+        return (fn.__self__,)
+    if isinstance(fn, torch.nn.Module) or isinstance(fn, types.FunctionType):
+        return (fn,)
+    return ()
+
+
+def stats(compiled) -> Stats:
+    """Counters of a compiled callable: monitor runs, mock runs, eager runs, graphs, records."""
+    cache = compiled._magpy_cache if isinstance(compiled, CompiledModule) else getattr(compiled, "_magpy_cache", None)
+    if cache is None:
+        raise TypeError("magpy.stats needs a callable returned by magpy.compile")
+    return cache.stats
+
+
+def reset() -> None:
+    """Drop every record of every compiled callable (the next calls record again)."""
+    reset_all()
+
+
+@dataclasses.dataclass
+class Explanation:
+    """What magpy makes of one call: graphs, breaks and the generated guard and mock."""
+
+    graph_count: int
+    graphs: list
+    op_count: int
+    break_reasons: list
+    guard_source: str
+    mock_source: str | None
+    result: Any = None
+
+    def __str__(self) -> str:
+        out = [f"graphs: {self.graph_count}, tensor operations: {self.op_count}, "
+               f"graph breaks: {len(self.break_reasons)}"]
+        for b in self.break_reasons:
+            out.append(f"  break: {b}")
+        for i, gm in enumerate(self.graphs):
+            out.append(f"--- graph {i} ---\n{gm.code.strip()}")
+        out.append(f"--- guard ---\n{self.guard_source}")
+        if self.mock_source:
+            out.append(f"--- mock ---\n{self.mock_source}")
+        return "\n".join(out)
+
+
+def explain(fn: Callable, *args, **kwargs) -> Explanation:
+    """Run ``fn(*args, **kwargs)`` once under the monitor and report what magpy records.
+
+    The call really runs (its side effects happen), as with ``torch._dynamo.explain``.
+    """
+    target = _original(fn)
+    if not callable(target):
+        raise TypeError(f"magpy.explain needs a callable, got {type(target).__name__}")
+    result, rec = capture(target, args, kwargs, backends.resolve("eager"), _roots(target))
+    if rec is None:
+        return Explanation(0, [], 0, [GraphBreak("capture failed")], "", None, result)
+    graphs = [rec.graph] if rec.graph is not None and rec.mock is not None else []
+    breaks = [rec.graph_break] if rec.graph_break is not None else []
+    return Explanation(len(graphs), graphs, rec.op_count, breaks, rec.guard_source, rec.mock_source, result)

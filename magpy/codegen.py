@@ -1,0 +1,422 @@
+"""Guard and mock generation (paper §4.2, Algorithm 1) as readable Python source.
+
+The guard loads every value the run read from outside, by its RefGraph path, and checks
+it: type and value for scalars, metadata for tensors (one ``TensorGuards`` call for all of
+them), identity for functions, classes and modules, length/keys for containers whose
+structure was read, aliases.  On success it returns the loaded values the mock needs
+(graph inputs first), else ``None``.  Guards never call the user's code.
+
+The mock runs the compiled graph, then reproduces the final program state: pre-existing
+objects that changed are updated in place (so aliases held elsewhere see the change), new
+objects are built, and the return value has the structure eager returned.
+"""
+from __future__ import annotations
+
+import collections
+import copyreg
+import linecache
+import math
+import types
+from dataclasses import dataclass, field
+
+import torch
+from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
+
+from magpy.errors import CaptureError
+from magpy.monitor.protocols import NULL, type_lookup
+from magpy.refgraph.graph import ARG, ATTR, CELL, CONST, DICT, ITEM, KWARG, Kind, RefGraph, is_immutable
+
+_LITERAL = (int, str, bool, type(None), bytes)
+_OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
+
+
+@dataclass
+class Generated:
+    guard_source: str
+    mock_source: str | None
+    namespace: dict
+    graph_outputs: list = field(default_factory=list)   # tensors, in graph output order
+    n_inputs: int = 0
+
+
+class _Names:
+    """Constants referenced by generated code, named K0, K1 ... (identity-unique)."""
+
+    def __init__(self, ns):
+        self.ns = ns
+        self._ids = {}
+        self._keep = []
+
+    def const(self, value, hint="K") -> str:
+        name = self._ids.get(id(value))
+        if name is None:
+            name = f"{hint}{len(self._ids)}"
+            self._ids[id(value)] = name
+            self.ns[name] = value
+            self._keep.append(value)
+        return name
+
+
+def generate(refgraph: RefGraph, recorder, result, nargs: int, kwarg_names: tuple, broken: bool,
+             new_functions: set) -> Generated:
+    """Guard source (and, unless the run broke, mock source) for one monitor run."""
+    ns = {"__builtins__": __builtins__, "SAME": same_value}
+    names = _Names(ns)
+    mock_lines = []
+    refs = set()
+    outputs = []
+    if not broken:
+        mock_lines = _MockWriter(refgraph, recorder, names, refs, outputs, new_functions).write(result)
+    inputs = [sn for sn, _ in recorder.inputs] if not broken else []
+    env = [_var(sn) for sn in inputs]
+    env += [_var(refgraph.nodes[i]) for i in sorted(refs) if _var(refgraph.nodes[i]) not in env]
+    needed = refs | {sn.id for sn in inputs}
+    guard_lines = _GuardWriter(refgraph, names, needed).write(nargs, kwarg_names, env)
+    guard_src = "\n".join(guard_lines)
+    mock_src = None
+    if not broken:
+        head = [f"def mock({', '.join(['env'])}):"]
+        if env:
+            head.append(f"    {', '.join(env)}{',' if len(env) == 1 else ''} = env")
+        if recorder.op_count and outputs:
+            ins = ", ".join(_var(sn) for sn in inputs)
+            head.append(f"    out = GRAPH({ins})")
+        elif recorder.op_count:
+            head.append(f"    GRAPH({', '.join(_var(sn) for sn in inputs)})")
+        mock_src = "\n".join(head + mock_lines)
+    return Generated(guard_src, mock_src, ns, outputs, len(inputs))
+
+
+def compile_source(src: str, ns: dict, name: str, tag: str):
+    """Define the function ``name`` from generated ``src`` (kept in linecache for tracebacks)."""
+    filename = f"<magpy {tag}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    exec(compile(src, filename, "exec"), ns)
+    return ns[name]
+
+
+def _var(sn) -> str:
+    return f"v{sn.id}"
+
+
+# --------------------------------------------------------------------------- guard
+class _GuardWriter:
+    def __init__(self, g, names, needed):
+        self.g, self.names, self.needed = g, names, needed
+
+    def write(self, nargs, kwarg_names, env):
+        g = self.g
+        for node in g.nodes[1:]:
+            if node.read or node.absent or node.struct:
+                self.needed.add(node.id)
+            for parent, _, _ in node.aliases:
+                self.needed.add(parent.id)
+                self.needed.add(node.id)
+        # Every needed node needs its ancestors loaded first.
+        for nid in sorted(self.needed):
+            p = g.nodes[nid].parent
+            while p is not None and p.id and p.id not in self.needed:
+                self.needed.add(p.id)
+                p = p.parent
+        lines = ["def guard(args, kwargs):", "  try:"]
+        kw = f" or tuple(kwargs) != {tuple(kwarg_names)!r}" if kwarg_names else " or kwargs"
+        lines.append(f"    if len(args) != {nargs}{kw}: return None")
+        tensors = []
+        relations = []   # aliasing checks: once every node involved is loaded
+        for node in g.nodes[1:]:
+            if node.id not in self.needed:
+                continue
+            lines.append(f"    {_var(node)} = {self.path(node)}")
+            checks = self.checks(node)
+            relations += self.relations(node)
+            if node.kind is Kind.TENSOR and node.read:
+                tensors.append(node)
+            if checks:
+                lines.append(f"    if not ({' and '.join(checks)}): return None")
+        if relations:
+            lines.append(f"    if not ({' and '.join(relations)}): return None")
+        if tensors:
+            tg = TensorGuards(*[n.value for n in tensors], tensor_check_names=[_var(n) for n in tensors],
+                              dynamic_dims_sizes=[list(n.value.size()) for n in tensors],
+                              dynamic_dims_strides=[list(n.value.stride()) for n in tensors])
+            lines.append(f"    if not {self.names.const(tg, 'TENSORS')}.check({', '.join(_var(n) for n in tensors)}):"
+                         " return None")
+        lines.append(f"    if not {self.names.const(GlobalStateGuard(), 'GLOBAL_STATE')}.check(): return None")
+        lines.append(f"    return ({', '.join(env)}{',' if len(env) == 1 else ''})")
+        lines += ["  except Exception:", "    return None"]
+        return lines
+
+    def path(self, node) -> str:
+        return self._step(node.parent, node.rel, node.key, node.value)
+
+    def _step(self, parent, rel, key, value) -> str:
+        if rel == ARG:
+            return f"args[{key}]"
+        if rel == KWARG:
+            return f"kwargs[{key!r}]"
+        if rel == CONST:
+            return self.names.const(value)
+        p = _var(parent)
+        if rel == ATTR:
+            if _plain_attr(parent.value, key):
+                return f"{p}.{key}"
+            return f"{p}.__dict__[{key!r}]"
+        if rel == DICT:
+            return f"{p}.__dict__[{key!r}]"
+        if rel == ITEM:
+            return f"{p}[{self.literal(key)}]"
+        if rel == CELL:
+            return f"{p}.cell_contents"
+        raise CaptureError(f"no path step for relation {rel!r}")
+
+    def checks(self, node) -> list[str]:
+        v = _var(node)
+        out = []
+        k = node.kind
+        if node.read:
+            if k is Kind.VALUE:
+                out.extend(self.value_check(v, node.value))
+            elif k in (Kind.STATIC, Kind.OPAQUE):
+                out.append(f"{v} is {self.names.const(node.value)}")
+            elif k in (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.SET, Kind.OBJECT):
+                out.append(f"type({v}) is {self.names.const(type(node.value))}")
+        if node.struct:
+            snap = node.snapshot
+            if k in (Kind.LIST, Kind.TUPLE):
+                out.append(f"len({v}) == {len(snap)}")
+            elif k is Kind.DICT:
+                out.append(f"tuple({v}) == {self.literal(tuple(snap))}")
+            elif k is Kind.SET:
+                out.append(f"{v} == {self.names.const(frozenset(snap))}")
+        for rel, key in node.absent:
+            if rel == ATTR:
+                out.append(f"{key!r} not in {v}.__dict__")
+            else:
+                out.append(f"{self.literal(key)} not in {v}")
+        return out
+
+    def relations(self, node) -> list[str]:
+        v = _var(node)
+        out = [f"{self._step(parent, rel, key, node.value)} is {v}" for parent, rel, key in node.aliases]
+        out += [f"{v} is not {_var(other)}" for other in node.distinct if other.id in self.needed]
+        return out
+
+    def value_check(self, v, value) -> list[str]:
+        t = type(value)
+        if value is None or t is bool or value is Ellipsis:
+            return [f"{v} is {value!r}"]
+        if t is float and math.isnan(value):
+            return [f"type({v}) is float", f"{v} != {v}"]
+        if t in (int, str, float, bytes) and (t is not float or math.isfinite(value)):
+            return [f"type({v}) is {t.__name__}", f"{v} == {value!r}"]
+        if t in (torch.dtype, torch.device, torch.layout, torch.memory_format) or isinstance(value, type):
+            return [f"{v} == {self.names.const(value)}"] if t is torch.device else [
+                f"{v} is {self.names.const(value)}"]
+        return [f"SAME({v}, {self.names.const(value)})"]
+
+    def literal(self, key) -> str:
+        if type(key) in _LITERAL or (type(key) is float and math.isfinite(key)):
+            return repr(key)
+        if type(key) is tuple and all(type(x) in _LITERAL for x in key):
+            return repr(key)
+        return self.names.const(key)
+
+
+def _plain_attr(obj, name) -> bool:
+    """``obj.name`` reads the instance ``__dict__`` without running Python code."""
+    tp = type(obj)
+    if isinstance(obj, types.ModuleType):
+        return True
+    if type_lookup(tp, "__getattribute__") is not _OBJECT_GETATTRIBUTE:
+        return False
+    raw = type_lookup(tp, name)
+    return raw is NULL or type_lookup(type(raw), "__set__") is NULL or isinstance(obj, type)
+
+
+def same_value(a, b) -> bool:
+    """Equal values of identical types, all the way down (``(1,) != (1.0,)`` here)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (tuple, frozenset)) and not isinstance(a, torch.Size):
+        if len(a) != len(b):
+            return False
+        if isinstance(a, frozenset):
+            return a == b
+        return all(same_value(x, y) for x, y in zip(a, b))
+    if type(a) is slice:
+        return same_value((a.start, a.stop, a.step), (b.start, b.stop, b.step))
+    if type(a) is float and math.isnan(a):
+        return math.isnan(b)
+    return a == b
+
+
+# --------------------------------------------------------------------------- mock
+class _MockWriter:
+    def __init__(self, g: RefGraph, recorder, names: _Names, refs: set, outputs: list, new_functions):
+        self.g, self.rec, self.names, self.refs, self.outputs = g, recorder, names, refs, outputs
+        self.new_functions = new_functions
+        self.lines = []
+        self._built = {}       # id(new object) -> variable
+        self._out_index = {}
+        self._keep = []
+
+    def write(self, result):
+        for node in self.g.mock_nodes():
+            self.update(node)
+        self.lines.append(f"    return {self.expr(result)}")
+        return self.lines
+
+    def load(self, node) -> str:
+        self.refs.add(node.id)
+        return _var(node)
+
+    # ------------------------------------------------------------------ in-place updates
+    def update(self, node):
+        v = self.load(node)
+        k = node.kind
+        snap = node.snapshot
+        if k is Kind.LIST:
+            now = list(node.value)
+            if len(now) >= len(snap) and all(a is b for a, b in zip(now, snap)):
+                added = now[len(snap):]
+                self.lines.append(f"    {v}.extend([{', '.join(self.expr(x) for x in added)}])")
+            else:
+                self.read_all(node)
+                self.lines.append(f"    {v}[:] = [{', '.join(self.expr(x) for x in now)}]")
+        elif k is Kind.DICT:
+            self.dict_update(node, v, dict(dict.items(node.value)), snap, mapping=v)
+        elif k is Kind.OBJECT or isinstance(node.value, torch.nn.Module):
+            self.lines.append(f"    d{node.id} = {v}.__dict__")
+            self.dict_update(node, v, dict(node.value.__dict__), snap, mapping=f"d{node.id}")
+        elif k is Kind.CELL:
+            try:
+                self.lines.append(f"    {v}.cell_contents = {self.expr(node.value.cell_contents)}")
+            except ValueError:
+                self.lines.append(f"    del {v}.cell_contents")
+        elif k is Kind.SET:
+            self.read_all(node)
+            self.lines.append(f"    {v}.clear(); {v}.update([{', '.join(self.expr(x) for x in node.value)}])")
+        else:
+            raise CaptureError(f"cannot reproduce the in-place change of a {type(node.value).__qualname__}")
+
+    def dict_update(self, node, v, now, snap, mapping):
+        kept = [key for key in snap if key in now]
+        expected = kept + [key for key in now if key not in snap]
+        if list(now) == expected:
+            for key in snap:
+                if key not in now:
+                    self.lines.append(f"    del {mapping}[{self.key(key)}]")
+            for key, val in now.items():
+                if key not in snap or snap[key] is not val:
+                    self.lines.append(f"    {mapping}[{self.key(key)}] = {self.expr(val)}")
+        else:
+            self.read_all(node)
+            items = ", ".join(f"{self.key(key)}: {self.expr(val)}" for key, val in now.items())
+            self.lines.append(f"    {mapping}.clear(); {mapping}.update({{{items}}})")
+
+    def read_all(self, node):
+        # The mock rewrites the whole container, so every initial element must be guarded.
+        node.struct = True
+        items = node.snapshot.items() if type(node.snapshot) is dict else enumerate(node.snapshot)
+        for key, val in items:
+            self.g.child(node, ITEM, key, val)
+
+    def key(self, key) -> str:
+        if type(key) in _LITERAL:
+            return repr(key)
+        return self.expr(key)
+
+    # ------------------------------------------------------------------ values
+    def expr(self, v) -> str:
+        if is_immutable(v):
+            if type(v) in _LITERAL or (type(v) is float and math.isfinite(v)):
+                return repr(v)
+            return self.names.const(v)
+        node = self.g.node_of(v)
+        if node is not None:
+            return self.load(node)
+        if isinstance(v, torch.Tensor):
+            return self.tensor(v)
+        built = self._built.get(id(v))
+        if built is not None:
+            return built
+        return self.build(v)
+
+    def tensor(self, t) -> str:
+        i = self._out_index.get(id(t))
+        if i is None:
+            if self.rec.produced(t) is None:
+                raise CaptureError(f"the call leaves behind a tensor of unknown origin (shape {tuple(t.shape)})")
+            i = self._out_index[id(t)] = len(self.outputs)
+            self.outputs.append(t)
+        return f"out[{i}]"
+
+    def build(self, v) -> str:
+        t = type(v)
+        if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType,
+                          types.MethodDescriptorType, types.WrapperDescriptorType)):
+            if isinstance(v, types.FunctionType) and id(v) in self.new_functions:
+                raise CaptureError(f"the call leaves behind a function it created ({v.__qualname__})")
+            return self.names.const(v)
+        if isinstance(v, torch.nn.Module):
+            raise CaptureError(f"the call leaves behind an nn.Module it created ({t.__qualname__})")
+        if t is list:
+            return self.bind(v, f"[{', '.join(self.expr(x) for x in v)}]")
+        if t is tuple:
+            items = ", ".join(self.expr(x) for x in v)
+            return f"({items}{',' if len(v) == 1 else ''})"
+        if t is dict:
+            return self.bind(v, "{" + ", ".join(f"{self.key(k)}: {self.expr(x)}" for k, x in v.items()) + "}")
+        if t is set:
+            return self.bind(v, f"{{{', '.join(self.expr(x) for x in v)}}}" if v else "set()")
+        if isinstance(v, tuple) and hasattr(t, "_fields") and hasattr(t, "_make"):
+            return f"{self.names.const(t)}._make(({', '.join(self.expr(x) for x in v)},))"
+        if isinstance(v, tuple) and t.__module__ == "torch.return_types":
+            return f"{self.names.const(t)}(({', '.join(self.expr(x) for x in v)},))"
+        if t is collections.OrderedDict:
+            items = ", ".join(f"({self.key(k)}, {self.expr(x)})" for k, x in v.items())
+            return self.bind(v, f"{self.names.const(t)}([{items}])")
+        return self.reduce(v)
+
+    def bind(self, v, source) -> str:
+        name = f"n{len(self._built)}"
+        self._built[id(v)] = name
+        self._keep.append(v)
+        self.lines.append(f"    {name} = {source}")
+        return name
+
+    def reduce(self, v) -> str:
+        """Build an object of a Python class the way pickle/copy would (``__reduce_ex__``)."""
+        try:
+            rv = v.__reduce_ex__(4)
+        except Exception as e:  # noqa: BLE001 - anything unpicklable
+            raise CaptureError(f"cannot rebuild a {type(v).__qualname__} the call created: {e}") from e
+        if isinstance(rv, str) or len(rv) < 2:
+            return self.names.const(v)
+        fn, args = rv[0], rv[1]
+        state = rv[2] if len(rv) > 2 else None
+        listitems = rv[3] if len(rv) > 3 else None
+        dictitems = rv[4] if len(rv) > 4 else None
+        if fn is copyreg.__newobj__:
+            cls, *rest = args
+            call = f"{self.names.const(cls)}.__new__({self.names.const(cls)}{''.join(', ' + self.expr(a) for a in rest)})"
+        else:
+            call = f"{self.names.const(fn)}({', '.join(self.expr(a) for a in args)})"
+        name = self.bind(v, call)
+        if state is not None:
+            if hasattr(v, "__setstate__"):
+                self.lines.append(f"    {name}.__setstate__({self.expr(state)})")
+            else:
+                # pickle's default: a __dict__ state, or (__dict__ state, __slots__ state).
+                dstate, sstate = state if type(state) is tuple else (state, None)
+                if dstate:
+                    items = ", ".join(f"{self.key(k)}: {self.expr(x)}" for k, x in dstate.items())
+                    self.lines.append(f"    {name}.__dict__.update({{{items}}})")
+                for k, x in (sstate or {}).items():
+                    self.lines.append(f"    setattr({name}, {k!r}, {self.expr(x)})")
+        if listitems is not None:
+            self.lines.append(f"    {name}.extend([{', '.join(self.expr(x) for x in listitems)}])")
+        if dictitems is not None:
+            for k, x in dictitems:
+                self.lines.append(f"    {name}[{self.key(k)}] = {self.expr(x)}")
+        return name

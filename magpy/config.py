@@ -1,0 +1,33 @@
+"""User-settable configuration (``magpy.config``)."""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class Config:
+    """Knobs that apply to every compiled callable.
+
+    ``cache_size_limit``: records kept per compiled callable; one more guard miss makes the
+    callable run eagerly from then on (with one warning), as recompiling forever costs more
+    than it saves.
+    ``on_capture_error``: ``"fallback"`` runs a call eagerly when magpy's own capture
+    machinery fails on it (and remembers why); ``"raise"`` raises :class:`CaptureError`.
+    ``on_backend_error``: the same choice when a backend fails to compile a graph.
+    """
+
+    cache_size_limit: int = 8
+    on_capture_error: str = "fallback"
+    on_backend_error: str = "fallback"
+
+    def __setattr__(self, name, value):
+        if name not in {f.name for f in dataclasses.fields(self)}:
+            raise AttributeError(f"magpy.config has no option {name!r}")
+        if name.startswith("on_") and value not in ("fallback", "raise"):
+            raise ValueError(f"magpy.config.{name} must be 'fallback' or 'raise', not {value!r}")
+        if name == "cache_size_limit" and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"magpy.config.cache_size_limit must be a positive int, not {value!r}")
+        object.__setattr__(self, name, value)
+
+
+config = Config()

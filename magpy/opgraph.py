@@ -1,0 +1,168 @@
+"""The operator graph (paper §4.3): every tensor operation of the monitor run, as torch.fx.
+
+Tensor operations are recorded where torch itself dispatches them, through a
+``TorchFunctionMode`` active during the monitor run: that sees ``torch.*``, ``F.*``, Tensor
+methods and operators alike, whether the monitored program or native code called them.
+Tensors map to fx nodes by identity (every recorded tensor is kept alive while recording,
+so identities stay unique).  A tensor an operation uses that no operation produced must
+be one the program read from outside: it becomes a placeholder located by its RefGraph
+node.  Anything else is a tensor of unknown origin, which ends capture.
+
+Metadata reads (``x.shape``, ``x.dim()``) need no node: the guard fixes input metadata, so
+they are constants of the record.  Reads of tensor *data* into Python (``x.item()``,
+``bool(x)``) are dynamic operations (paper Figure 12, ValueRead).
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+
+from magpy import annotations as ann
+from magpy.refgraph.graph import RefGraph, is_immutable
+
+_TENSOR_METHOD_OWNERS = (torch._C.TensorBase, torch.Tensor)
+_EMBEDDABLE = (int, float, bool, complex, str, type(None), type(Ellipsis), torch.dtype, torch.device,
+               torch.layout, torch.memory_format, slice, torch.Size)
+
+
+class OpRecorder(TorchFunctionMode):
+    """Records tensor operations into an fx graph while the monitor runs the program."""
+
+    def __init__(self, refgraph: RefGraph, breaker):
+        super().__init__()
+        self.refgraph = refgraph
+        self.dynamic = breaker
+        self.graph = fx.Graph()
+        self.nodes: dict[int, fx.Node] = {}      # id(tensor) -> node producing it
+        self.inputs: list = []                   # (ShadowNode, placeholder)
+        self._placeholders: dict[int, fx.Node] = {}
+        self._keep: list = []
+        self.op_count = 0
+        self._grad = torch.is_grad_enabled()
+        self.initial_grad = self._grad
+
+    # ------------------------------------------------------------------ interception
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.dynamic.brk is not None:
+            return func(*args, **kwargs)
+        name = ann.torch_name(func)
+        if name in ann.TORCH_DYNAMIC:
+            self.dynamic(f"{_qualname(func)} reads tensor data into Python")
+            return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if name in ann.TORCH_METADATA:
+            return out
+        flat_out = pytree.tree_leaves(out)
+        if not any(isinstance(t, torch.Tensor) for t in flat_out) and name != "__setitem__":
+            self.dynamic(f"{_qualname(func)} returns a Python value computed from tensors")
+            return out
+        try:
+            self._record(func, name, args, kwargs, out)
+        except _Unsupported as e:
+            self.dynamic(str(e))
+        except Exception as e:  # noqa: BLE001 - magpy's failure, never the program's
+            self.dynamic.fail(e)
+        return out
+
+    # ------------------------------------------------------------------ recording
+    def _record(self, func, name, args, kwargs, out):
+        self._sync_grad_mode()
+        fargs, fkwargs = pytree.tree_map(self._arg, (tuple(args), dict(kwargs)))
+        owner = getattr(func, "__self__", None)
+        if type(owner).__name__ == "getset_descriptor":
+            node = self.graph.call_function(getattr, (fargs[0], name))
+        elif _is_tensor_method(func) and args and isinstance(args[0], torch.Tensor):
+            node = self.graph.call_method(name, fargs, fkwargs)
+        else:
+            node = self.graph.call_function(func, fargs, fkwargs)
+        self.op_count += 1
+        self._keep.append(out)
+        if isinstance(out, torch.Tensor):
+            self.nodes[id(out)] = node
+        elif isinstance(out, (tuple, list)):
+            for i, t in enumerate(out):
+                if isinstance(t, torch.Tensor):
+                    self.nodes[id(t)] = self.graph.call_function(operator.getitem, (node, i))
+        elif out is not None:
+            raise _Unsupported(f"{_qualname(func)} returned {type(out).__name__}")
+
+    def _arg(self, a):
+        if isinstance(a, torch.Tensor):
+            return self.tensor_node(a)
+        if isinstance(a, _EMBEDDABLE) or is_immutable(a):
+            return a
+        raise _Unsupported(f"tensor operation argument of type {type(a).__qualname__}")
+
+    def tensor_node(self, t) -> fx.Node:
+        """The fx node holding ``t``: the op that made it, or a placeholder for an input."""
+        node = self.nodes.get(id(t))
+        if node is not None:
+            return node
+        sn = self.refgraph.node_of(t)
+        if sn is None:
+            raise _Unsupported(f"a tensor of unknown origin (shape {tuple(t.shape)}) reached an operation")
+        ph = self._placeholders.get(sn.id)
+        if ph is None:
+            ph = self.graph.placeholder(f"in{len(self.inputs)}")
+            ph.meta["example_value"] = t
+            self._placeholders[sn.id] = ph
+            self.inputs.append((sn, ph))
+        self.nodes[id(t)] = ph
+        return ph
+
+    def _sync_grad_mode(self):
+        # Grad mode switched by the program (``with torch.no_grad():``) becomes graph nodes,
+        # as Dynamo does, so the compiled graph records autograd exactly where eager did.
+        now = torch.is_grad_enabled()
+        if now != self._grad:
+            self.graph.call_function(torch._C._set_grad_enabled, (now,))
+            self._grad = now
+
+    def produced(self, t) -> fx.Node | None:
+        """The node of a tensor an operation produced (not an input), if any."""
+        node = self.nodes.get(id(t))
+        return None if node is None or node.op == "placeholder" else node
+
+    def finish(self, outputs: list[fx.Node]) -> fx.GraphModule:
+        """Close the graph with ``outputs`` and restore the caller's grad mode at its end."""
+        if self._grad != torch.is_grad_enabled():
+            self.graph.call_function(torch._C._set_grad_enabled, (torch.is_grad_enabled(),))
+        self.graph.output(tuple(outputs))
+        self.graph.eliminate_dead_code(_is_impure)
+        gm = fx.GraphModule(torch.nn.Module(), self.graph)
+        return gm
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _is_impure(node: fx.Node) -> bool:
+    # In-place operations (add_, __setitem__, copy_) mutate their inputs: never dead.
+    if node.op == "call_method":
+        return node.target.endswith("_") or node.target == "__setitem__"
+    if node.op == "call_function":
+        name = getattr(node.target, "__name__", "")
+        return name.endswith("_") and not name.endswith("__") or node.target is torch._C._set_grad_enabled
+    return node.op in ("placeholder", "output")
+
+
+def _is_tensor_method(func) -> bool:
+    owner = getattr(func, "__objclass__", None)
+    if isinstance(owner, type) and issubclass(owner, torch._C.TensorBase):
+        return True
+    qual = getattr(func, "__qualname__", "")
+    return qual.startswith(("TensorBase.", "Tensor.")) and hasattr(torch.Tensor, func.__name__)
+
+
+def _qualname(func) -> str:
+    owner = getattr(func, "__self__", None)
+    if type(owner).__name__ == "getset_descriptor":
+        return f"Tensor.{owner.__name__}"
+    qual = getattr(func, "__qualname__", None) or repr(func)
+    return qual.replace("TensorBase.", "Tensor.").replace("_VariableFunctionsClass.", "torch.")

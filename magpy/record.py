@@ -1,0 +1,120 @@
+"""One monitor run into one record: RefGraph + operator graph -> guard, mock, compiled graph.
+
+A record is what the cache stores: its guard decides whether a call may reuse it; its
+action is either the mock (which runs the compiled graph) or, when the run met a dynamic
+operation, running the call eagerly (the guard then covers what the run read before the
+dynamic operation, which is what decided that it would be met).
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from magpy import annotations
+from magpy.codegen import compile_source, generate
+from magpy.config import config
+from magpy.errors import BackendError, CaptureError, GraphBreak
+from magpy.monitor import Monitor, shared_default_policy
+from magpy.opgraph import OpRecorder
+from magpy.refgraph import Breaker, RefGraph, RefGraphBuilder
+from magpy.refgraph.graph import ARG, KWARG
+
+
+@dataclass
+class Record:
+    guard: object
+    mock: object | None            # None: run the call eagerly
+    graph: torch.fx.GraphModule | None
+    guard_source: str
+    mock_source: str | None
+    graph_break: GraphBreak | None
+    op_count: int
+
+
+def _native_module(name: str) -> bool:
+    # torch's own Python code runs natively (its tensor operations reach __torch_function__),
+    # except nn.Module code, whose attribute reads are the program's reads.
+    return (name == "torch" or name.startswith("torch.")) and not name.startswith("torch.nn.modules") \
+        or name.startswith("magpy.")
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_native_module(name: str) -> bool:
+    return _native_module(name)
+
+
+def record_policy():
+    """The call policy of a recording run: the default one, plus torch kept native."""
+    policy = shared_default_policy().copy()
+    policy.native_module = _cached_native_module
+    for fn in annotations.user_annotated():
+        policy.run_natively(fn)
+    return policy
+
+
+def capture(fn, args: tuple, kwargs: dict, backend, roots=()) -> tuple[object, Record | None]:
+    """Run ``fn(*args, **kwargs)`` under the monitor; return its result and its record.
+
+    The result is the real one (the monitor run *is* the eager execution).  The record is
+    None when magpy's own machinery failed and ``config.on_capture_error`` is "fallback"
+    (a warning says why).
+    """
+    g = RefGraph()
+    brk = Breaker()
+    builder = RefGraphBuilder(g, brk)
+    recorder = OpRecorder(g, brk)
+    for i, a in enumerate(args):
+        g.root(ARG, i, a, read=True)
+    for k, v in kwargs.items():
+        g.root(KWARG, k, v, read=True)
+    for obj in roots:
+        g.const(obj)
+    mon = Monitor([builder], policy=record_policy())
+    brk.monitor = mon
+    with recorder:
+        result = mon.run(fn, *args, **kwargs)
+    if brk.internal is not None:
+        return result, _capture_failed(brk.internal)
+    try:
+        return result, _make_record(g, recorder, builder, brk, result, args, kwargs, backend)
+    except CaptureError as e:
+        return result, _capture_failed(e)
+
+
+def _make_record(g, recorder, builder, brk, result, args, kwargs, backend) -> Record:
+    broken = brk.brk is not None
+    if not broken:
+        g.finish()
+    gen = generate(g, recorder, result, len(args), tuple(kwargs), broken, builder.new_functions)
+    guard = compile_source(gen.guard_source, gen.namespace, "guard", f"guard {id(gen):x}")
+    if broken:
+        return Record(guard, None, None, gen.guard_source, None, brk.brk, recorder.op_count)
+    gm = None
+    if recorder.op_count:
+        gm = recorder.finish([recorder.nodes[id(t)] for t in gen.graph_outputs])
+        example = [sn.value for sn, _ in recorder.inputs]
+        gen.namespace["GRAPH"] = _compile_graph(backend, gm, example)
+    mock = compile_source(gen.mock_source, gen.namespace, "mock", f"mock {id(gen):x}")
+    return Record(guard, mock, gm, gen.guard_source, gen.mock_source, None, recorder.op_count)
+
+
+def _compile_graph(backend, gm, example):
+    name, fn = backend
+    try:
+        return fn(gm, example)
+    except Exception as e:  # noqa: BLE001 - any backend failure
+        if config.on_backend_error == "raise":
+            raise BackendError(f"backend {name!r} failed to compile the graph: {e!r}") from e
+        warnings.warn(f"magpy: backend {name!r} failed to compile a graph ({type(e).__name__}: {e}); "
+                      "running the graph eagerly instead", RuntimeWarning, stacklevel=5)
+        return gm.forward
+
+
+def _capture_failed(err) -> None:
+    if config.on_capture_error == "raise":
+        raise err if isinstance(err, CaptureError) else CaptureError(f"capture failed: {err!r}") from err
+    warnings.warn(f"magpy: capture failed, running eagerly: {err}", RuntimeWarning, stacklevel=4)
+    return None

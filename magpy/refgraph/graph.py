@@ -1,0 +1,259 @@
+"""The reference graph (paper §4.1, Figure 8): ShadowNodes, ShadowVersions, reference edges.
+
+A ShadowNode stands for one runtime value the program reached from the outside world;
+SN #0 is that outside world (arguments, globals, closure cells, the compiled callable's
+own objects).  Nodes are created lazily, when the program reads a value, with an edge
+``(relation, key)`` from the node it was read from.  Version 0 of a node is its state when
+the program first reached it (a shallow snapshot); the last version is its state when the
+call returned.  Algorithm 1 searches these edges for the guard and mock nodes.
+
+Values are matched to nodes by identity for everything that has identity worth keeping
+(tensors, containers, objects, functions); immutable values (numbers, strings, dtypes,
+tuples of those) are guarded by value where they are read and need no node afterwards,
+since everything computed from them is determined by the guard.
+"""
+from __future__ import annotations
+
+import enum
+import types
+
+import torch
+
+# Relations of an edge (how the child is reached from its parent).
+ARG, KWARG, CONST = "arg", "kwarg", "const"   # from SN #0
+ATTR = "attr"       # parent.name, read from the instance __dict__ (or a module's dicts)
+DICT = "dict"       # parent.__dict__[name]: a class attribute read raw
+ITEM = "item"       # parent[key] of a list, tuple or dict
+CELL = "cell"       # parent.cell_contents
+
+
+_MODULE_DICTS = ("_parameters", "_buffers", "_modules")
+
+
+class Kind(enum.Enum):
+    """How a node is guarded and snapshotted."""
+
+    VALUE = "value"      # immutable: type and value
+    TENSOR = "tensor"    # metadata: type, dtype, device, shape, stride, requires_grad
+    STATIC = "static"    # identity: functions, classes, modules, nn.Modules
+    LIST = "list"
+    TUPLE = "tuple"
+    DICT = "dict"
+    SET = "set"
+    OBJECT = "object"    # an instance of a Python class: type, then its attributes
+    CELL = "cell"
+    OPAQUE = "opaque"    # something else (a C object): identity
+
+
+_SCALARS = (int, float, bool, complex, str, bytes, type(None), type(Ellipsis), type(NotImplemented),
+            torch.dtype, torch.device, torch.layout, torch.memory_format, range)
+_STATIC = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
+           types.WrapperDescriptorType, types.ModuleType, type, torch.nn.Module,
+           types.MethodWrapperType, types.ClassMethodDescriptorType, types.GetSetDescriptorType,
+           staticmethod, classmethod, property)
+
+
+def is_immutable(v) -> bool:
+    """Values equal by value for every purpose: guarded by value, rebuilt as constants."""
+    if isinstance(v, _SCALARS):
+        return True
+    tv = type(v)
+    if tv is tuple or tv is frozenset or tv is torch.Size:
+        return all(is_immutable(x) for x in v)
+    if tv is slice:
+        return is_immutable(v.start) and is_immutable(v.stop) and is_immutable(v.step)
+    return isinstance(v, enum.Enum)
+
+
+def kind_of(v) -> Kind:
+    if is_immutable(v):
+        return Kind.VALUE
+    if isinstance(v, torch.Tensor):
+        return Kind.TENSOR
+    if isinstance(v, _STATIC):
+        return Kind.STATIC
+    tv = type(v)
+    if isinstance(v, list):
+        return Kind.LIST
+    if isinstance(v, tuple):
+        return Kind.TUPLE
+    if isinstance(v, dict):
+        return Kind.DICT
+    if isinstance(v, (set, frozenset)):
+        return Kind.SET
+    if tv is types.CellType:
+        return Kind.CELL
+    if hasattr(v, "__dict__") and type(getattr(v, "__dict__", None)) is dict:
+        return Kind.OBJECT
+    return Kind.OPAQUE
+
+
+def state_of(v, kind: Kind):
+    """A shallow snapshot: what the object holds, compared by identity later."""
+    if kind is Kind.LIST or kind is Kind.TUPLE or kind is Kind.SET:
+        return tuple(v)
+    if kind is Kind.DICT:
+        return dict(dict.items(v))
+    if kind is Kind.CELL:
+        try:
+            return (v.cell_contents,)
+        except ValueError:
+            return ()
+    if kind is Kind.OBJECT or (kind is Kind.STATIC and isinstance(v, torch.nn.Module)):
+        return dict(v.__dict__)
+    return None
+
+
+def same_state(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    if len(a) != len(b):
+        return False
+    if type(a) is dict:
+        return all(k1 == k2 and v1 is v2 for (k1, v1), (k2, v2) in zip(a.items(), b.items()))
+    return all(x is y for x, y in zip(a, b))
+
+
+class ShadowVersion:
+    """One state of a node: the references it holds, ``(relation, key) -> node id``."""
+
+    __slots__ = ("refs",)
+
+    def __init__(self, refs=None):
+        self.refs = dict(refs) if refs else {}
+
+
+class ShadowNode:
+    """A runtime value the program reached from outside, with its update history."""
+
+    __slots__ = ("id", "value", "kind", "parent", "rel", "key", "versions", "children", "read",
+                 "struct", "snapshot", "aliases", "absent", "distinct", "changed")
+
+    def __init__(self, nid, value, parent, rel, key):
+        self.id = nid
+        self.value = value
+        self.kind = kind_of(value) if nid else Kind.OPAQUE
+        self.parent, self.rel, self.key = parent, rel, key
+        self.versions = [ShadowVersion()]
+        self.children = {}        # (rel, key) -> node: every edge, read or not
+        self.read = False         # read by the program (so its value is guarded)
+        self.struct = False       # its length / keys were read
+        self.snapshot = state_of(value, self.kind)
+        self.aliases = []         # other (parent, rel, key) paths that reached this object
+        self.absent = []          # (rel, key) the program found missing
+        self.distinct = []        # nodes the program saw to be different objects (``is``)
+        self.changed = False      # its final state differs from version 0
+
+    def __repr__(self):
+        return f"SN#{self.id}<{self.kind.value} {type(self.value).__name__}>"
+
+
+class RefGraph:
+    """All ShadowNodes of one monitor run; SN #0 is the external world."""
+
+    def __init__(self):
+        self.nodes = [ShadowNode(0, None, None, None, None)]
+        self.by_id = {}           # id(value) -> node, for values with identity
+
+    @property
+    def sn0(self) -> ShadowNode:
+        return self.nodes[0]
+
+    def get_node_by_id(self, nid: int) -> ShadowNode:
+        return self.nodes[nid]
+
+    def node_of(self, value) -> ShadowNode | None:
+        """The node of a value with identity, if the program reached it from outside."""
+        return self.by_id.get(id(value))
+
+    def child(self, parent: ShadowNode, rel: str, key, value, *, read: bool = True) -> ShadowNode | None:
+        """The node of ``value`` reached from ``parent`` by ``(rel, key)``, made if new."""
+        edge = (rel, key)
+        node = parent.children.get(edge)
+        if node is None:
+            known = None if is_immutable(value) else self.by_id.get(id(value))
+            if known is not None:
+                # A second path to one object: the guard checks both reach the same one.
+                if known.parent is not parent or (known.rel, known.key) != edge:
+                    known.aliases.append((parent, rel, key))
+                parent.children[edge] = known
+                node = known
+            else:
+                node = ShadowNode(len(self.nodes), value, parent, rel, key)
+                self.nodes.append(node)
+                parent.children[edge] = node
+                if node.kind is not Kind.VALUE:
+                    self.by_id[id(value)] = node
+                if isinstance(value, torch.nn.Module):
+                    # Module.__setattr__ writes these natively: snapshot them now.
+                    for name in _MODULE_DICTS:
+                        self.child(node, ATTR, name, value.__dict__[name], read=False)
+        if read:
+            parent.versions[0].refs[edge] = node.id
+            node.read = True
+        return node
+
+    def root(self, rel: str, key, value, *, read: bool = False) -> ShadowNode:
+        """A node reached directly from SN #0 (an argument, or an object of the callable's)."""
+        return self.child(self.sn0, rel, key, value, read=read)
+
+    def const(self, value) -> ShadowNode:
+        """The node of an object the record refers to by identity (a globals dict, a cell)."""
+        node = self.by_id.get(id(value))
+        if node is None or node.parent is not self.sn0 or node.rel != CONST:
+            node = self.child(self.sn0, CONST, id(value), value, read=False)
+        return node
+
+    # ------------------------------------------------------------------ final state
+    def finish(self) -> None:
+        """Add a last version to every node whose state changed (paper: InPlace)."""
+        for node in self.nodes[1:]:
+            if node.snapshot is None:
+                continue
+            now = state_of(node.value, node.kind)
+            if not same_state(now, node.snapshot):
+                node.changed = True
+                node.versions.append(ShadowVersion(self._refs_of(node, now)))
+
+    def _refs_of(self, node, state):
+        refs = {}
+        if node.kind in (Kind.LIST, Kind.TUPLE):
+            for i, v in enumerate(state):
+                n = self.node_of(v)
+                if n is not None:
+                    refs[(ITEM, i)] = n.id
+        elif type(state) is dict:
+            for k, v in state.items():
+                n = self.node_of(v)
+                if n is not None:
+                    refs[(ITEM if node.kind is Kind.DICT else ATTR, k)] = n.id
+        return refs
+
+    # ------------------------------------------------------------------ Algorithm 1
+    def search(self, version: int, src: ShadowNode | None = None) -> list[ShadowNode]:
+        """Nodes reachable from ``src`` (SN #0) through the refs of one version."""
+        src = src or self.sn0
+        result, seen, queue = [src], {src.id}, [src]
+        while queue:
+            cur = queue.pop(0)
+            vs = cur.versions
+            refs = vs[version].refs if -len(vs) <= version < len(vs) else {}
+            for nid in refs.values():
+                if nid not in seen:
+                    seen.add(nid)
+                    node = self.nodes[nid]
+                    queue.append(node)
+                    result.append(node)
+        return result
+
+    def guard_nodes(self) -> list[ShadowNode]:
+        """GetGuardNodes: what the run read from the initial state."""
+        return self.search(0)
+
+    def mock_nodes(self) -> list[ShadowNode]:
+        """GetMockNodes, part 2: pre-existing nodes updated in place.  (Part 1, new objects
+        reachable in the last version, is built by the mock generator as it writes the
+        values these updates store and the return value.)  Unlike the paper we also keep
+        nodes reached only to snapshot them (an nn.Module's ``_modules``), since native
+        code such as ``Module.__setattr__`` writes them without the program reading them."""
+        return [n for n in self.nodes[1:] if n.changed]

@@ -1,0 +1,497 @@
+"""RefGraph update rules (paper §5.3): an observer of the monitor that turns each execution
+state into ShadowNodes, reference edges and versions, and detects dynamic operations.
+
+Reads from a node make child nodes (lazily, paper §4.1); structural reads (iteration,
+``len``, unpacking) expand a container into all its elements; writes add versions; native
+calls follow their annotation (Figure 12): unannotated or impure natives are dynamic.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+import torch
+
+from magpy import annotations as ann
+from magpy.errors import GraphBreak
+from magpy.monitor import Observer
+from magpy.monitor.interpreter import _descriptor_names, _python_descriptors
+from magpy.monitor.protocols import py_method
+from magpy.refgraph.graph import ATTR, CELL, DICT, ITEM, Kind, RefGraph, ShadowVersion, is_immutable
+
+_MISSING = object()
+_HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: a class defined in Python (its attributes can change)
+_MODULE_DICTS = ("_parameters", "_buffers", "_modules")
+_CONTAINERS = (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.SET)
+# Python methods of torch.nn containers that native operators call (m[i], len(m)): their
+# result is one of the module's submodules / parameters, so they are relations, not dynamic.
+_NN_ELEMENT_DUNDERS = {
+    (torch.nn.ModuleList, "__getitem__"): "_modules", (torch.nn.Sequential, "__getitem__"): "_modules",
+    (torch.nn.ModuleDict, "__getitem__"): "_modules", (torch.nn.ParameterList, "__getitem__"): "_parameters",
+    (torch.nn.ParameterDict, "__getitem__"): "_parameters",
+}
+_NN_STRUCT_DUNDERS = {"__len__", "__iter__", "__contains__", "__bool__"}
+
+
+class Breaker:
+    """The first dynamic operation of a run, where the user's code did it."""
+
+    def __init__(self):
+        self.brk: GraphBreak | None = None
+        self.internal: BaseException | None = None   # magpy's own failure, if any
+        self.monitor = None
+
+    def fail(self, exc: BaseException) -> None:
+        """magpy's machinery failed: stop recording; the program itself runs on unharmed."""
+        if self.internal is None:
+            self.internal = exc
+            self("internal error in magpy's capture")
+
+    def __call__(self, reason: str) -> None:
+        if self.brk is not None:
+            return
+        innermost = f = self.monitor.current if self.monitor is not None else None
+        # Report the innermost frame that is the user's (not torch's own Python code).
+        while f is not None and hasattr(f, "info") and _is_library_file(f.code.co_filename):
+            f = f.back
+        if f is None or not hasattr(f, "info"):
+            f = innermost
+        self.brk = GraphBreak(reason, f.code.co_filename, f.f_lineno) if f is not None else GraphBreak(reason)
+
+
+def _is_library_file(filename: str) -> bool:
+    return "/torch/" in filename
+
+
+class RefGraphBuilder(Observer):
+    """Updates a :class:`RefGraph` from the monitor's execution states."""
+
+    def __init__(self, graph: RefGraph, breaker: Breaker):
+        self.g = graph
+        self.dynamic = breaker
+        self.new_cells: set[int] = set()
+        self.new_functions: set[int] = set()   # functions the run created (closures, lambdas)
+        self._keep = []
+
+    # ------------------------------------------------------------------ events
+    # Observer events run inside the monitored program: an error here must never surface as
+    # the program's own exception, so each event stops recording instead.
+    def on_enter(self, frame):
+        if self.dynamic.brk is None:
+            try:
+                self._enter(frame)
+            except Exception as e:  # noqa: BLE001
+                self.dynamic.fail(e)
+
+    def on_instruction(self, frame, ins, inputs, outputs):
+        if self.dynamic.brk is None:
+            rule = _RULES.get(ins.opname)
+            if rule is not None:
+                try:
+                    rule(self, frame, ins, inputs, outputs)
+                except Exception as e:  # noqa: BLE001
+                    self.dynamic.fail(e)
+
+    def on_call(self, frame, callee, args, kwargs, result, entered):
+        if not entered and self.dynamic.brk is None:
+            try:
+                self._native_call(callee, args, kwargs, result)
+            except Exception as e:  # noqa: BLE001
+                self.dynamic.fail(e)
+
+    def _enter(self, frame):
+        self.g.const(frame.globals)
+        fn = frame.fn
+        if fn is not None and fn.__closure__:
+            for cell in fn.__closure__:
+                if id(cell) not in self.new_cells:
+                    self.g.const(cell)
+
+    def _native_call(self, callee, args, kwargs, result):
+        a, bound = ann.lookup(callee)
+        if a is None:
+            if isinstance(getattr(callee, "__self__", None), torch.Tensor) or _is_tensor_method(callee):
+                return  # a tensor method: __torch_function__ saw it
+            self.dynamic(f"call to native {_describe(callee)} (no magpy annotation)")
+            return
+        if not a.pure:
+            self.dynamic(f"call to impure native {_describe(callee)}")
+            return
+        full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
+        for i, v in enumerate(full):
+            self.read_value(v, a.read_kind(i), callee)
+        if kwargs:
+            for v in kwargs.values():
+                self.read_value(v, a.read_kind(len(full)), callee)
+        if a.relation is not None:
+            _RELATIONS[a.relation](self, full, result)
+        for i in a.inplace:
+            if i < len(full):
+                self.write(full[i])
+
+    # ------------------------------------------------------------------ reads
+    def node(self, v):
+        return None if is_immutable(v) else self.g.node_of(v)
+
+    def read_value(self, v, kind, what=None):
+        """A native looked at ``v`` with ValueRead ``kind``."""
+        if kind == ann.NONE or kind == ann.TYPE:
+            return
+        node = self.node(v)
+        if node is None:
+            return
+        if node.kind is Kind.OBJECT and kind == ann.DEEP:
+            self.dynamic(f"native {_describe(what)} reads an object of Python class "
+                         f"{type(v).__qualname__}")
+            return
+        self.expand(node, deep=kind == ann.DEEP)
+
+    def expand(self, node, deep=False, _seen=None):
+        """The program read a container's structure: guard it, and every element is read."""
+        if node.kind not in _CONTAINERS:
+            return
+        if _seen is None:
+            _seen = set()
+        if node.id in _seen:
+            return
+        _seen.add(node.id)
+        node.struct = True
+        snap = node.snapshot
+        items = snap.items() if node.kind is Kind.DICT else enumerate(snap)
+        if node.kind is Kind.SET:
+            if not all(is_immutable(x) for x in snap):
+                self.dynamic("a set of objects read as a whole")
+            return
+        for k, v in items:
+            child = self.g.child(node, ITEM, k, v)
+            if deep and child is not None and child.kind is Kind.OBJECT:
+                self.dynamic(f"a native reads an object of Python class {type(v).__qualname__}")
+                return
+            if deep:
+                self.expand(child, True, _seen)
+
+    def read_item(self, node, key, value):
+        """``value = container[key]`` on a node: a read of version 0 unless written since."""
+        snap = node.snapshot
+        if node.kind is Kind.DICT:
+            try:
+                if snap.get(key, _MISSING) is value:
+                    self.g.child(node, ITEM, key, value)
+            except TypeError:
+                pass
+            return
+        if node.kind not in (Kind.LIST, Kind.TUPLE):
+            return
+        if type(key) is slice:
+            self.expand(node)
+            return
+        if not isinstance(key, int):
+            return
+        i = key if key >= 0 else len(snap) + key
+        if key < 0:
+            node.struct = True
+        if 0 <= i < len(snap) and snap[i] is value:
+            self.g.child(node, ITEM, i, value)
+            return
+        for j, v in enumerate(snap):  # the element moved since (insert, pop ...)
+            if v is value:
+                node.struct = True
+                self.g.child(node, ITEM, j, value)
+                return
+
+    def read_attr(self, obj, name, value):
+        """``value = obj.name`` where ``obj`` may be a node."""
+        node = self.node(obj)
+        if node is None or node.kind is Kind.TENSOR or node.kind is Kind.VALUE:
+            return
+        tp = type(obj)
+        if isinstance(obj, types.ModuleType):
+            if not ann.is_builtin_module_attr(obj):
+                self.g.child(node, ATTR, name, value)
+            return
+        names = _descriptor_names.get(tp)
+        if names is None:
+            names = _descriptor_names[tp] = _python_descriptors(tp)
+        if name in names:
+            return  # a property or Python descriptor: the monitor entered it
+        if isinstance(obj, type):
+            self._class_attr(obj, name, value)
+            return
+        d = getattr(obj, "__dict__", None)
+        snap = node.snapshot if type(node.snapshot) is dict else None
+        if type(d) is dict and (name in d or (snap is not None and name in snap)):
+            if snap is not None and snap.get(name, _MISSING) is value:
+                self.g.child(node, ATTR, name, value)
+            return
+        if isinstance(obj, torch.nn.Module):
+            for dname in _MODULE_DICTS:
+                store = d[dname]
+                if name in store:
+                    dnode = self.g.child(node, ATTR, dname, store)
+                    self.read_item(dnode, name, value)
+                    return
+        for klass in tp.__mro__:
+            if name in klass.__dict__:
+                if type(d) is dict:
+                    node.absent.append((ATTR, name))
+                self._class_attr(klass, name, klass.__dict__[name], raw=True)
+                return
+
+    def _class_attr(self, klass, name, value, raw=False):
+        if not klass.__flags__ & _HEAPTYPE or _is_library_file(
+                getattr(sys.modules.get(klass.__module__), "__file__", None) or ""):
+            return  # C types cannot change; torch's classes are assumed not to be monkeypatched
+        cnode = self.g.const(klass)
+        if raw:
+            self.g.child(cnode, DICT, name, value)
+        elif name in klass.__dict__ and klass.__dict__[name] is value:
+            self.g.child(cnode, DICT, name, value)
+        else:
+            self.g.child(cnode, ATTR, name, value)
+
+    def python_dunder(self, obj, name):
+        """A native operator on ``obj`` runs its Python ``name`` method, unmonitored."""
+        node = self.node(obj)
+        if node is None:
+            return False
+        fn = py_method(type(obj), name)
+        if fn is None:
+            return False
+        if isinstance(obj, torch.nn.Module):
+            if name in _NN_STRUCT_DUNDERS:
+                for dname in ("_modules", "_parameters"):
+                    self.expand(self.g.child(node, ATTR, dname, obj.__dict__[dname]))
+                return True
+            for klass in type(obj).__mro__:
+                dname = _NN_ELEMENT_DUNDERS.get((klass, name))
+                if dname is not None:
+                    return True
+        self.dynamic(f"{type(obj).__qualname__}.{name} (a Python method) called by a native operation")
+        return True
+
+    # ------------------------------------------------------------------ writes
+    def write(self, obj):
+        node = self.node(obj)
+        if node is not None:
+            node.versions.append(ShadowVersion(node.versions[-1].refs))
+
+
+# --------------------------------------------------------------------------- instruction rules
+def _load_global(b, frame, ins, inputs, outputs):
+    value = outputs[-1]
+    name = ins.argval
+    g = frame.globals
+    gnode = b.g.const(g)
+    if name in g:
+        b.g.child(gnode, ITEM, name, value)
+    else:
+        gnode.absent.append((ITEM, name))
+        gnode.versions[0].refs.setdefault(("absent", name), gnode.id)
+        b.g.child(b.g.const(frame.builtins), ITEM, name, value)
+
+
+def _load_deref(b, frame, ins, inputs, outputs):
+    cell = frame.locals[ins.arg]
+    if type(cell) is types.CellType and id(cell) not in b.new_cells:
+        b.g.child(b.g.const(cell), CELL, None, outputs[-1])
+
+
+def _make_cell(b, frame, ins, inputs, outputs):
+    cell = frame.locals[ins.arg]
+    b.new_cells.add(id(cell))
+    b._keep.append(cell)
+
+
+def _make_function(b, frame, ins, inputs, outputs):
+    b.new_functions.add(id(outputs[0]))
+    b._keep.append(outputs[0])
+
+
+def _store_deref(b, frame, ins, inputs, outputs):
+    cell = frame.locals[ins.arg]
+    if id(cell) not in b.new_cells:
+        b.write(b.g.const(cell).value)
+
+
+def _load_attr(b, frame, ins, inputs, outputs):
+    b.read_attr(inputs[0], ins.argval, outputs[-1])
+
+
+def _binary_subscr(b, frame, ins, inputs, outputs):
+    container, key = inputs
+    node = b.node(container)
+    if node is None:
+        return
+    if node.kind in _CONTAINERS:
+        b.read_item(node, key, outputs[0])
+    elif b.python_dunder(container, "__getitem__") and isinstance(container, torch.nn.Module):
+        for klass in type(container).__mro__:
+            dname = _NN_ELEMENT_DUNDERS.get((klass, "__getitem__"))
+            if dname is not None:
+                dnode = b.g.child(node, ATTR, dname, container.__dict__[dname])
+                b.expand(dnode)
+                return
+
+
+def _store_attr(b, frame, ins, inputs, outputs):
+    b.write(inputs[1])
+
+
+def _store_subscr(b, frame, ins, inputs, outputs):
+    b.python_dunder(inputs[1], "__setitem__")
+    b.write(inputs[1])
+
+
+def _delete_subscr(b, frame, ins, inputs, outputs):
+    b.python_dunder(inputs[0], "__delitem__")
+    b.write(inputs[0])
+
+
+def _delete_attr(b, frame, ins, inputs, outputs):
+    b.write(inputs[0])
+
+
+def _store_global(b, frame, ins, inputs, outputs):
+    b.write(frame.globals)
+
+
+def _struct_read(position, dunder=None):
+    def rule(b, frame, ins, inputs, outputs):
+        v = inputs[position]
+        node = b.node(v)
+        if node is None:
+            return
+        if node.kind in _CONTAINERS:
+            b.expand(node)
+        elif dunder is not None:
+            for d in dunder:
+                if b.python_dunder(v, d):
+                    return
+    return rule
+
+
+def _deep_read(b, frame, ins, inputs, outputs):
+    for v in inputs:
+        node = b.node(v)
+        if node is not None and node.kind in _CONTAINERS:
+            b.expand(node, deep=True)
+
+
+def _binary_op(b, frame, ins, inputs, outputs):
+    for v in inputs:
+        node = b.node(v)
+        if node is not None and node.kind in _CONTAINERS:
+            b.expand(node, deep=True)
+        elif node is not None and node.kind is Kind.OBJECT:
+            b.python_dunder(v, "__" + _op_dunder(ins) + "__")
+
+
+def _op_dunder(ins):
+    return {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}.get(ins.argval, "add")
+
+
+def _is_op(b, frame, ins, inputs, outputs):
+    a, c = inputs
+    na, nc = b.node(a), b.node(c)
+    if na is not None and nc is not None and na is not nc:
+        na.distinct.append(nc)
+
+
+def _format_value(b, frame, ins, inputs, outputs):
+    v = inputs[0]
+    node = b.node(v)
+    if node is None:
+        return
+    if node.kind in _CONTAINERS:
+        b.expand(node, deep=True)
+    elif node.kind is Kind.OBJECT:
+        for d in ("__format__", "__str__", "__repr__"):
+            if b.python_dunder(v, d):
+                return
+
+
+_TRUTH = _struct_read(0, ("__bool__", "__len__"))
+_RULES = {
+    "LOAD_GLOBAL": _load_global, "LOAD_DEREF": _load_deref, "LOAD_CLASSDEREF": _load_deref,
+    "MAKE_CELL": _make_cell, "MAKE_FUNCTION": _make_function, "STORE_DEREF": _store_deref, "DELETE_DEREF": _store_deref,
+    "LOAD_ATTR": _load_attr, "LOAD_METHOD": _load_attr,
+    "BINARY_SUBSCR": _binary_subscr, "STORE_SUBSCR": _store_subscr, "DELETE_SUBSCR": _delete_subscr,
+    "STORE_ATTR": _store_attr, "DELETE_ATTR": _delete_attr,
+    "STORE_GLOBAL": _store_global, "DELETE_GLOBAL": _store_global,
+    "GET_ITER": _struct_read(0), "UNPACK_SEQUENCE": _struct_read(0), "UNPACK_EX": _struct_read(0),
+    "LIST_EXTEND": _struct_read(1), "SET_UPDATE": _struct_read(1), "DICT_UPDATE": _struct_read(1),
+    "DICT_MERGE": _struct_read(1), "CONTAINS_OP": _struct_read(1, ("__contains__",)),
+    "POP_JUMP_FORWARD_IF_TRUE": _TRUTH, "POP_JUMP_FORWARD_IF_FALSE": _TRUTH,
+    "POP_JUMP_BACKWARD_IF_TRUE": _TRUTH, "POP_JUMP_BACKWARD_IF_FALSE": _TRUTH,
+    "JUMP_IF_TRUE_OR_POP": _TRUTH, "JUMP_IF_FALSE_OR_POP": _TRUTH, "UNARY_NOT": _TRUTH,
+    "COMPARE_OP": _binary_op, "BINARY_OP": _binary_op, "IS_OP": _is_op,
+    "FORMAT_VALUE": _format_value, "BUILD_STRING": _deep_read,
+}
+
+
+# --------------------------------------------------------------------------- native relations
+def _rel_attr(b, args, result):
+    if len(args) >= 2 and type(args[1]) is str:
+        obj, name = args[0], args[1]
+        d = getattr(obj, "__dict__", None)
+        if len(args) == 3 and result is args[2] and not hasattr(type(obj), name) and (
+                type(d) is not dict or name not in d):
+            node = b.node(obj)
+            if node is not None and node.kind is Kind.OBJECT:
+                node.absent.append((ATTR, name))  # getattr(obj, name, default) took the default
+            return
+        b.read_attr(obj, name, result)
+
+
+def _rel_hasattr(b, args, result):
+    obj, name = args[0], args[1]
+    node = b.node(obj)
+    if node is None or type(name) is not str:
+        return
+    if result:
+        try:
+            b.read_attr(obj, name, getattr(obj, name))
+        except Exception:  # noqa: BLE001 - the attribute vanished; the guard will miss
+            pass
+    elif node.kind is Kind.OBJECT:
+        node.absent.append((ATTR, name))
+    elif node.kind is not Kind.STATIC:
+        b.dynamic(f"hasattr on {type(obj).__qualname__}")
+
+
+def _rel_element(b, args, result):
+    if not args:
+        return
+    node = b.node(args[0])
+    if node is None or node.kind not in _CONTAINERS:
+        return
+    if node.kind is Kind.DICT and len(args) >= 2:
+        if args[1] in node.snapshot:
+            b.read_item(node, args[1], result)
+        else:
+            node.absent.append((ITEM, args[1]))
+        return
+    snap = node.snapshot
+    for k, v in (snap.items() if node.kind is Kind.DICT else enumerate(snap)):
+        if v is result:
+            b.read_item(node, k, result)
+            return
+    b.expand(node)
+
+
+_RELATIONS = {"attr": _rel_attr, "hasattr": _rel_hasattr, "element": _rel_element}
+
+
+def _is_tensor_method(callee):
+    owner = getattr(callee, "__objclass__", None)
+    return isinstance(owner, type) and issubclass(owner, torch._C.TensorBase)
+
+
+def _describe(callee) -> str:
+    name = getattr(callee, "__qualname__", None) or getattr(callee, "__name__", None) or type(callee).__name__
+    mod = getattr(callee, "__module__", None)
+    owner = getattr(callee, "__self__", None)
+    if owner is not None and not isinstance(owner, types.ModuleType):
+        return f"{type(owner).__qualname__}.{getattr(callee, '__name__', name)}"
+    return f"{mod}.{name}" if mod and mod != "builtins" else name
+
