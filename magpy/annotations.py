@@ -19,11 +19,13 @@ returns tensors becomes a graph node).  ``annotate()`` adds a user's own entry.
 from __future__ import annotations
 
 import collections
+import contextvars
 import dataclasses
 import functools
 import itertools
 import math
 import operator
+import sys
 import types
 from typing import Callable
 
@@ -79,8 +81,11 @@ FUNCTIONS: dict[Callable, Annotation] = {
     max: ELEMENT, min: ELEMENT,
     setattr: Annotation(reads=(NONE, DEEP, NONE), inplace=(0,)),
     delattr: Annotation(reads=(NONE, DEEP), inplace=(0,)),
-    vars: IMPURE, id: IMPURE, print: IMPURE, input: IMPURE, open: IMPURE, globals: IMPURE,
+    # id() is used for identity memos (inspect.unwrap); its value is assumed not to leak.
+    id: Annotation(reads=NONE),
+    vars: IMPURE, print: IMPURE, input: IMPURE, open: IMPURE, globals: IMPURE,
     dir: Annotation(reads=TYPE),
+    sys.getrecursionlimit: PURE,
     operator.setitem: _inplace(NONE, DEEP, NONE), operator.delitem: _inplace(NONE, DEEP),
     operator.getitem: Annotation(reads=(NONE, DEEP), relation="element"),
     operator.attrgetter: PURE, operator.itemgetter: PURE, operator.methodcaller: PURE,
@@ -89,12 +94,13 @@ FUNCTIONS: dict[Callable, Annotation] = {
 
 # Whole modules of pure functions of their arguments' values (math.sqrt, operator.add ...).
 PURE_MODULES = frozenset({"math", "cmath", "_operator", "operator", "itertools", "_functools",
-                          "functools", "string", "_string", "keyword", "numbers", "copyreg"})
+                          "functools", "string", "_string", "keyword", "numbers", "copyreg", "inspect"})
 
 # Module functions that are not pure although their module is.
 IMPURE_IN_PURE_MODULES = frozenset({"setitem", "delitem", "iadd", "iconcat", "iand", "ior", "ixor",
                                     "isub", "imul", "imatmul", "itruediv", "ifloordiv", "imod",
-                                    "ipow", "ilshift", "irshift"})
+                                    "ipow", "ilshift", "irshift", "currentframe", "stack", "trace",
+                                    "getouterframes", "getinnerframes", "getframeinfo"})
 
 # --------------------------------------------------------------------------- methods by (type, name)
 _DICT_METHODS = {
@@ -143,6 +149,9 @@ METHODS: dict[tuple[type, str], Annotation] = {
     (object, "__new__"): Annotation(reads=TYPE),
     (object, "__init_subclass__"): Annotation(reads=NONE),
     (type, "mro"): PURE, (type, "__subclasses__"): IMPURE,
+    (contextvars.ContextVar, "get"): Annotation(reads=NONE, relation="contextvar"),
+    (contextvars.ContextVar, "set"): _inplace(NONE, NONE),
+    (contextvars.ContextVar, "reset"): _inplace(NONE, NONE),
 }
 
 # Types whose methods are all pure functions of immutable values (str.join, int.bit_length).

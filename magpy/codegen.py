@@ -24,7 +24,7 @@ from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
 
 from magpy.errors import CaptureError
 from magpy.monitor.protocols import NULL, type_lookup
-from magpy.refgraph.graph import ARG, ATTR, CELL, CONST, DICT, ITEM, KWARG, Kind, RefGraph, is_immutable
+from magpy.refgraph.graph import ARG, ATTR, CELL, CONST, DICT, ITEM, KWARG, VAR, Kind, RefGraph, is_immutable
 
 _LITERAL = (int, str, bool, type(None), bytes)
 _OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
@@ -167,6 +167,8 @@ class _GuardWriter:
             return f"{p}[{self.literal(key)}]"
         if rel == CELL:
             return f"{p}.cell_contents"
+        if rel == VAR:
+            return f"{p}.get()"
         raise CaptureError(f"no path step for relation {rel!r}")
 
     def checks(self, node) -> list[str]:
@@ -293,6 +295,8 @@ class _MockWriter:
                 self.lines.append(f"    {v}.cell_contents = {self.expr(node.value.cell_contents)}")
             except ValueError:
                 self.lines.append(f"    del {v}.cell_contents")
+        elif k is Kind.CONTEXTVAR:
+            self.lines.append(f"    {v}.set({self.expr(node.value.get(None))})")
         elif k is Kind.SET:
             self.read_all(node)
             self.lines.append(f"    {v}.clear(); {v}.update([{', '.join(self.expr(x) for x in node.value)}])")

@@ -38,7 +38,7 @@ def _native_module(name: str) -> bool:
     # torch's own Python code runs natively (its tensor operations reach __torch_function__),
     # except nn.Module code, whose attribute reads are the program's reads.
     return (name == "torch" or name.startswith("torch.")) and not name.startswith("torch.nn.modules") \
-        or name.startswith("magpy.")
+        or name.startswith("magpy.") or name == "inspect"
 
 
 @functools.lru_cache(maxsize=None)
@@ -46,10 +46,30 @@ def _cached_native_module(name: str) -> bool:
     return _native_module(name)
 
 
-def record_policy():
-    """The call policy of a recording run: the default one, plus torch kept native."""
+def _compiling(monitor, args, kwargs):
+    return True
+
+
+def _is_compiling_functions():
+    import torch._dynamo
+    return {torch.compiler.is_compiling, torch._dynamo.is_compiling, torch._utils.is_compiling}
+
+
+@functools.lru_cache(maxsize=1)
+def _base_policy():
     policy = shared_default_policy().copy()
     policy.native_module = _cached_native_module
+    # Libraries ask torch.compiler.is_compiling() to choose their graph-friendly code paths
+    # (transformers skips data-dependent mask checks): a recording run is a compilation.
+    for fn in _is_compiling_functions():
+        policy.add_intrinsic(fn, _compiling)
+    return policy
+
+
+def record_policy():
+    """The call policy of a recording run: the default one, torch kept native, and the
+    functions users annotated run natively."""
+    policy = _base_policy().copy()
     for fn in annotations.user_annotated():
         policy.run_natively(fn)
     return policy

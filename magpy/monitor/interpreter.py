@@ -186,13 +186,13 @@ class Monitor:
         ``shadows`` is ``(positional shadows, keyword shadows)`` for entered frames.
         """
         t = type(callee)
+        intrinsic = self.policy.intrinsics.get(id(callee))
+        if intrinsic is not None:
+            return self._intrinsic(callee, intrinsic, args, kwargs)
         if t is FunctionType:
             if self.policy.runs_natively(callee):
                 return self.call_native(callee, args, kwargs)
             return self.enter(callee, args, kwargs, shadows)
-        intrinsic = self.policy.intrinsics.get(id(callee))
-        if intrinsic is not None:
-            return self._intrinsic(callee, intrinsic, args, kwargs)
         dispatch = _DISPATCH.get(t)
         if dispatch is not None:
             return dispatch(self, callee, args, kwargs, shadows)

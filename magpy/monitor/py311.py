@@ -24,6 +24,7 @@ from magpy.monitor.protocols import (
     function_str,
     lookup_special,
     not_iterable,
+    py_method,
     set_context,
     tp_name,
 )
@@ -256,23 +257,48 @@ def DELETE_ATTR(f, name):
     delattr(f.stack.pop(), name)
 
 
+# Subscripting an instance of a Python class runs its Python __getitem__ (__setitem__,
+# __delitem__): enter it, so its reads and writes are monitored like any other call.
+_NATIVE_SUBSCR = frozenset({list, tuple, dict, str, bytes, range})
+
+
+def _subscr_method(f, obj, name):
+    tp = type(obj)
+    if tp in _NATIVE_SUBSCR or isinstance(obj, type):
+        return None
+    fn = py_method(tp, name)
+    return None if fn is None or f.monitor.policy.runs_natively(fn) else fn
+
+
 def BINARY_SUBSCR(f, arg):
     s = f.stack
     key = s.pop()
-    s[-1] = s[-1][key]
+    container = s[-1]
+    fn = _subscr_method(f, container, "__getitem__")
+    s[-1] = container[key] if fn is None else f.monitor.call(fn, (container, key), None)
 
 
 def STORE_SUBSCR(f, arg):
     s = f.stack
     key = s.pop()
     container = s.pop()
-    container[key] = s.pop()
+    value = s.pop()
+    fn = _subscr_method(f, container, "__setitem__")
+    if fn is None:
+        container[key] = value
+    else:
+        f.monitor.call(fn, (container, key, value), None)
 
 
 def DELETE_SUBSCR(f, arg):
     s = f.stack
     key = s.pop()
-    del s.pop()[key]
+    container = s.pop()
+    fn = _subscr_method(f, container, "__delitem__")
+    if fn is None:
+        del container[key]
+    else:
+        f.monitor.call(fn, (container, key), None)
 
 
 # --------------------------------------------------------------------------- operators

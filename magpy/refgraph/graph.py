@@ -14,6 +14,7 @@ since everything computed from them is determined by the guard.
 """
 from __future__ import annotations
 
+import contextvars
 import enum
 import types
 
@@ -25,9 +26,11 @@ ATTR = "attr"       # parent.name, read from the instance __dict__ (or a module'
 DICT = "dict"       # parent.__dict__[name]: a class attribute read raw
 ITEM = "item"       # parent[key] of a list, tuple or dict
 CELL = "cell"       # parent.cell_contents
+VAR = "var"         # parent.get(): the value of a contextvars.ContextVar
 
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
+_UNSET = object()   # a ContextVar without a value
 
 
 class Kind(enum.Enum):
@@ -42,6 +45,7 @@ class Kind(enum.Enum):
     SET = "set"
     OBJECT = "object"    # an instance of a Python class: type, then its attributes
     CELL = "cell"
+    CONTEXTVAR = "contextvar"
     OPAQUE = "opaque"    # something else (a C object): identity
 
 
@@ -83,6 +87,8 @@ def kind_of(v) -> Kind:
         return Kind.SET
     if tv is types.CellType:
         return Kind.CELL
+    if tv is contextvars.ContextVar:
+        return Kind.CONTEXTVAR
     if hasattr(v, "__dict__") and type(getattr(v, "__dict__", None)) is dict:
         return Kind.OBJECT
     return Kind.OPAQUE
@@ -99,6 +105,8 @@ def state_of(v, kind: Kind):
             return (v.cell_contents,)
         except ValueError:
             return ()
+    if kind is Kind.CONTEXTVAR:
+        return (v.get(_UNSET),)
     if kind is Kind.OBJECT or (kind is Kind.STATIC and isinstance(v, torch.nn.Module)):
         return dict(v.__dict__)
     return None

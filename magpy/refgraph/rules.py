@@ -17,19 +17,13 @@ from magpy.errors import GraphBreak
 from magpy.monitor import Observer
 from magpy.monitor.interpreter import _descriptor_names, _python_descriptors
 from magpy.monitor.protocols import py_method
-from magpy.refgraph.graph import ATTR, CELL, DICT, ITEM, Kind, RefGraph, ShadowVersion, is_immutable
+from magpy.refgraph.graph import ATTR, CELL, DICT, ITEM, VAR, Kind, RefGraph, ShadowVersion, is_immutable
 
 _MISSING = object()
 _HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: a class defined in Python (its attributes can change)
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 _CONTAINERS = (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.SET)
-# Python methods of torch.nn containers that native operators call (m[i], len(m)): their
-# result is one of the module's submodules / parameters, so they are relations, not dynamic.
-_NN_ELEMENT_DUNDERS = {
-    (torch.nn.ModuleList, "__getitem__"): "_modules", (torch.nn.Sequential, "__getitem__"): "_modules",
-    (torch.nn.ModuleDict, "__getitem__"): "_modules", (torch.nn.ParameterList, "__getitem__"): "_parameters",
-    (torch.nn.ParameterDict, "__getitem__"): "_parameters",
-}
+_ENTERED_DUNDERS = {"__getitem__", "__setitem__", "__delitem__"}   # the monitor runs these
 _NN_STRUCT_DUNDERS = {"__len__", "__iter__", "__contains__", "__bool__"}
 
 
@@ -255,17 +249,13 @@ class RefGraphBuilder(Observer):
         if node is None:
             return False
         fn = py_method(type(obj), name)
-        if fn is None:
-            return False
-        if isinstance(obj, torch.nn.Module):
-            if name in _NN_STRUCT_DUNDERS:
-                for dname in ("_modules", "_parameters"):
-                    self.expand(self.g.child(node, ATTR, dname, obj.__dict__[dname]))
-                return True
-            for klass in type(obj).__mro__:
-                dname = _NN_ELEMENT_DUNDERS.get((klass, name))
-                if dname is not None:
-                    return True
+        if fn is None or (name in _ENTERED_DUNDERS and not self.dynamic.monitor.policy.runs_natively(fn)):
+            return False  # native, or a Python method the monitor entered
+        if isinstance(obj, torch.nn.Module) and name in _NN_STRUCT_DUNDERS:
+            # len(), bool(), `in` on ModuleList & co. read the container's structure.
+            for dname in ("_modules", "_parameters"):
+                self.expand(self.g.child(node, ATTR, dname, obj.__dict__[dname]))
+            return True
         self.dynamic(f"{type(obj).__qualname__}.{name} (a Python method) called by a native operation")
         return True
 
@@ -320,17 +310,10 @@ def _load_attr(b, frame, ins, inputs, outputs):
 def _binary_subscr(b, frame, ins, inputs, outputs):
     container, key = inputs
     node = b.node(container)
-    if node is None:
-        return
-    if node.kind in _CONTAINERS:
+    if node is not None and node.kind in _CONTAINERS:
         b.read_item(node, key, outputs[0])
-    elif b.python_dunder(container, "__getitem__") and isinstance(container, torch.nn.Module):
-        for klass in type(container).__mro__:
-            dname = _NN_ELEMENT_DUNDERS.get((klass, "__getitem__"))
-            if dname is not None:
-                dnode = b.g.child(node, ATTR, dname, container.__dict__[dname])
-                b.expand(dnode)
-                return
+    elif node is not None:
+        b.python_dunder(container, "__getitem__")
 
 
 def _store_attr(b, frame, ins, inputs, outputs):
@@ -446,8 +429,8 @@ def _rel_attr(b, args, result):
 def _rel_hasattr(b, args, result):
     obj, name = args[0], args[1]
     node = b.node(obj)
-    if node is None or type(name) is not str:
-        return
+    if node is None or type(name) is not str or node.kind is Kind.TENSOR:
+        return  # a tensor's attributes come from its type
     if result:
         try:
             b.read_attr(obj, name, getattr(obj, name))
@@ -479,7 +462,14 @@ def _rel_element(b, args, result):
     b.expand(node)
 
 
-_RELATIONS = {"attr": _rel_attr, "hasattr": _rel_hasattr, "element": _rel_element}
+def _rel_contextvar(b, args, result):
+    node = b.node(args[0])
+    if node is not None and node.kind is Kind.CONTEXTVAR and node.snapshot[0] is result:
+        b.g.child(node, VAR, None, result)
+
+
+_RELATIONS = {"attr": _rel_attr, "hasattr": _rel_hasattr, "element": _rel_element,
+              "contextvar": _rel_contextvar}
 
 
 def _is_tensor_method(callee):
