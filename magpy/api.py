@@ -57,7 +57,7 @@ def compile(fn: Callable | None = None, *, backend: str | Callable = "inductor",
     if fn is None:
         return functools.partial(compile, backend=backend, fullgraph=fullgraph)
     if not callable(fn):
-        raise TypeError(f"magpy.compile needs a function, method or nn.Module, got {type(fn).__name__}")
+        raise TypeError(f"magpy.compile needs a callable (function, method or nn.Module), got {type(fn).__name__}")
     if not bytecode.SUPPORTED:
         raise UnsupportedPythonError(unsupported_python_message())
     resolved = backends.resolve(backend)

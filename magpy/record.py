@@ -7,7 +7,10 @@ dynamic operation, which is what decided that it would be met).
 """
 from __future__ import annotations
 
+import dis
 import functools
+import inspect
+import types
 import warnings
 from dataclasses import dataclass
 
@@ -86,10 +89,11 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=()) -> tuple[object, R
     brk = Breaker()
     builder = RefGraphBuilder(g, brk)
     recorder = OpRecorder(g, brk)
+    used = _used_parameters(fn)
     for i, a in enumerate(args):
-        g.root(ARG, i, a, read=True)
+        g.root(ARG, i, a, read=used is None or i >= len(used[0]) or used[0][i])
     for k, v in kwargs.items():
-        g.root(KWARG, k, v, read=True)
+        g.root(KWARG, k, v, read=used is None or used[1].get(k, True))
     for obj in roots:
         g.const(obj)
     mon = Monitor([builder], policy=record_policy())
@@ -102,6 +106,27 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=()) -> tuple[object, R
         return result, _make_record(g, recorder, builder, brk, result, args, kwargs, backend)
     except CaptureError as e:
         return result, _capture_failed(e)
+
+
+def _used_parameters(fn):
+    """Which positional parameters / keywords of a plain function its code ever reads (an
+    argument it never looks at needs no guard, paper §4.1); None when that is not known."""
+    offset = 0
+    if isinstance(fn, types.MethodType):
+        fn, offset = fn.__func__, 1
+    if type(fn) is not types.FunctionType:
+        return None
+    code = fn.__code__
+    if {"locals", "vars", "_getframe", "currentframe"} & set(code.co_names):
+        return None
+    loaded = {ins.argval for ins in dis.get_instructions(code)
+              if ins.opname in ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_CLASSDEREF")}
+    loaded |= set(code.co_cellvars)
+    params = code.co_varnames[offset:code.co_argcount]
+    if code.co_flags & inspect.CO_VARARGS:
+        return None
+    return [name in loaded for name in params], {
+        name: name in loaded for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]}
 
 
 def _make_record(g, recorder, builder, brk, result, args, kwargs, backend) -> Record:

@@ -104,10 +104,10 @@ class RefGraphBuilder(Observer):
     def _native_call(self, callee, args, kwargs, result):
         a, bound = ann.lookup(callee)
         if a is None:
-            if isinstance(getattr(callee, "__self__", None), torch.Tensor) or _is_tensor_method(callee):
-                return  # a tensor method: __torch_function__ saw it
-            self.dynamic(f"call to native {_describe(callee)} (no magpy annotation)")
-            return
+            if not (isinstance(getattr(callee, "__self__", None), torch.Tensor) or _is_tensor_method(callee)):
+                self.dynamic(f"call to native {_describe(callee)} (no magpy annotation)")
+                return
+            a = ann.PURE  # a tensor method: recorded by __torch_function__; its arguments are read
         if not a.pure:
             self.dynamic(f"call to impure native {_describe(callee)}")
             return
@@ -360,6 +360,14 @@ def _deep_read(b, frame, ins, inputs, outputs):
             b.expand(node, deep=True)
 
 
+def _call_ex(b, frame, ins, inputs, outputs):
+    # f(*args, **kwargs): the argument containers are unpacked, element by element.
+    for v in inputs:
+        node = b.node(v)
+        if node is not None and node.kind in _CONTAINERS:
+            b.expand(node)
+
+
 def _binary_op(b, frame, ins, inputs, outputs):
     for v in inputs:
         node = b.node(v)
@@ -408,7 +416,7 @@ _RULES = {
     "POP_JUMP_BACKWARD_IF_TRUE": _TRUTH, "POP_JUMP_BACKWARD_IF_FALSE": _TRUTH,
     "JUMP_IF_TRUE_OR_POP": _TRUTH, "JUMP_IF_FALSE_OR_POP": _TRUTH, "UNARY_NOT": _TRUTH,
     "COMPARE_OP": _binary_op, "BINARY_OP": _binary_op, "IS_OP": _is_op,
-    "FORMAT_VALUE": _format_value, "BUILD_STRING": _deep_read,
+    "FORMAT_VALUE": _format_value, "CALL_FUNCTION_EX": _call_ex, "BUILD_STRING": _deep_read,
 }
 
 
