@@ -57,7 +57,8 @@ def compile(fn: Callable | None = None, *, backend: str | Callable = "inductor",
     if fn is None:
         return functools.partial(compile, backend=backend, fullgraph=fullgraph)
     if not callable(fn):
-        raise TypeError(f"magpy.compile needs a callable (function, method or nn.Module), got {type(fn).__name__}")
+        raise TypeError("magpy.compile needs a callable (function, method or nn.Module), "
+                        f"got {type(fn).__name__}")
     if not bytecode.SUPPORTED:
         raise UnsupportedPythonError(unsupported_python_message())
     resolved = backends.resolve(backend)
@@ -93,7 +94,7 @@ def _roots(fn) -> tuple:
 
 def stats(compiled) -> Stats:
     """Counters of a compiled callable: monitor runs, mock runs, eager runs, graphs, records."""
-    cache = compiled._magpy_cache if isinstance(compiled, CompiledModule) else getattr(compiled, "_magpy_cache", None)
+    cache = getattr(compiled, "_magpy_cache", None)
     if cache is None:
         raise TypeError("magpy.stats needs a callable returned by magpy.compile")
     return cache.stats

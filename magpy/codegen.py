@@ -139,9 +139,10 @@ class _GuardWriter:
             tg = TensorGuards(*[n.value for n in tensors], tensor_check_names=[_var(n) for n in tensors],
                               dynamic_dims_sizes=[list(n.value.size()) for n in tensors],
                               dynamic_dims_strides=[list(n.value.stride()) for n in tensors])
-            lines.append(f"    if not {self.names.const(tg, 'TENSORS')}.check({', '.join(_var(n) for n in tensors)}):"
-                         " return None")
-        lines.append(f"    if not {self.names.const(GlobalStateGuard(), 'GLOBAL_STATE')}.check(): return None")
+            names = ", ".join(_var(n) for n in tensors)
+            lines.append(f"    if not {self.names.const(tg, 'TENSORS')}.check({names}): return None")
+        state = self.names.const(GlobalStateGuard(), "GLOBAL_STATE")   # grad mode, autocast ...
+        lines.append(f"    if not {state}.check(): return None")
         lines.append(f"    return ({', '.join(env)}{',' if len(env) == 1 else ''})")
         lines += ["  except Exception:", "    return None"]
         return lines
@@ -350,7 +351,8 @@ class _MockWriter:
         i = self._out_index.get(id(t))
         if i is None:
             if self.rec.produced(t) is None:
-                raise CaptureError(f"the call leaves behind a tensor of unknown origin (shape {tuple(t.shape)})")
+                raise CaptureError("the call leaves behind a tensor of unknown origin "
+                                   f"(shape {tuple(t.shape)})")
             i = self._out_index[id(t)] = len(self.outputs)
             self.outputs.append(t)
         return f"out[{i}]"
@@ -403,7 +405,8 @@ class _MockWriter:
         dictitems = rv[4] if len(rv) > 4 else None
         if fn is copyreg.__newobj__:
             cls, *rest = args
-            call = f"{self.names.const(cls)}.__new__({self.names.const(cls)}{''.join(', ' + self.expr(a) for a in rest)})"
+            k = self.names.const(cls)
+            call = f"{k}.__new__({k}{''.join(', ' + self.expr(a) for a in rest)})"
         else:
             call = f"{self.names.const(fn)}({', '.join(self.expr(a) for a in args)})"
         name = self.bind(v, call)

@@ -404,7 +404,8 @@ def _format_value(b, frame, ins, inputs, outputs):
 _TRUTH = _struct_read(0, ("__bool__", "__len__"))
 _RULES = {
     "LOAD_GLOBAL": _load_global, "LOAD_DEREF": _load_deref, "LOAD_CLASSDEREF": _load_deref,
-    "MAKE_CELL": _make_cell, "MAKE_FUNCTION": _make_function, "STORE_DEREF": _store_deref, "DELETE_DEREF": _store_deref,
+    "MAKE_CELL": _make_cell, "MAKE_FUNCTION": _make_function,
+    "STORE_DEREF": _store_deref, "DELETE_DEREF": _store_deref,
     "LOAD_ATTR": _load_attr, "LOAD_METHOD": _load_attr,
     "BINARY_SUBSCR": _binary_subscr, "STORE_SUBSCR": _store_subscr, "DELETE_SUBSCR": _delete_subscr,
     "STORE_ATTR": _store_attr, "DELETE_ATTR": _delete_attr,

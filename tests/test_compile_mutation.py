@@ -1,0 +1,605 @@
+"""Adversarial mutations: state changed between calls must never be served by a stale record.
+
+Between two calls of a compiled program we change, from outside, something the program reads:
+globals, object attributes, closure cells, list elements and lengths, dict entries and keys,
+submodules, parameters (replaced, or updated in place by an optimizer), ``training``, grad mode,
+argument aliasing.  Then programs that mutate external state themselves.  Every call must return
+what eager returns and leave the same state behind (see ``tests/compile_harness.py``).
+
+Where a change alters the graph's structure (a reduction dim, a branch, a list length, a dict's
+keys, a module's type, ``training``, aliasing, a dtype) the call after it must be a recording
+run (``MONITOR``); where a mock that reloads its inputs from their paths is also correct (a new
+tensor at the same place, a float that may be lifted into the graph) we accept either (``ANY``).
+
+The module-level globals below are defaults only: every program runs over a private namespace
+(``isolated``), so the two copies of a case never share a global.
+"""
+import torch
+import torch.nn as nn
+
+from tests.compile_harness import (
+    ANY,
+    MOCK,
+    MONITOR,
+    Step,
+    after,
+    again,
+    check_compiled,
+    first,
+    fresh,
+    fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
+    globals_view,
+    isolated,
+    standard,
+)
+
+SCALE = 2.0
+DIM = 1
+W = torch.ones(3, 4)
+LOG = []
+CACHE = {}
+
+
+def x34(state=None):
+    return (torch.randn(3, 4),)
+
+
+# ----------------------------------------------------------------------------- globals
+
+def scale_by_global(x):
+    return x * SCALE
+
+
+def sum_over_global_dim(x):
+    return x.sum(DIM)
+
+
+def mul_global_tensor(x):
+    return x * W
+
+
+def test_global_scalar_changed():
+    def set_scale(ns):
+        ns["SCALE"] = 3.0
+
+    def restore_scale(ns):
+        ns["SCALE"] = 2.0
+
+    check_compiled(lambda: isolated(scale_by_global, SCALE=2.0), standard(x34) + [
+        after(set_scale, expect=ANY),
+        again(),
+        after(restore_scale, expect=MOCK),
+    ], observe=globals_view("SCALE"))
+
+
+def test_global_int_used_as_dim_changed():
+    def set_dim(ns):
+        ns["DIM"] = 0
+
+    def restore_dim(ns):
+        ns["DIM"] = 1
+
+    check_compiled(lambda: isolated(sum_over_global_dim, DIM=1), standard(x34) + [
+        after(set_dim, expect=MONITOR),
+        again(),
+        after(restore_dim, expect=MOCK),
+    ], observe=globals_view("DIM"), expect_records=2)
+
+
+def test_global_tensor_replaced():
+    def replace_w(ns):
+        ns["W"] = torch.randn(3, 4)
+
+    def replace_w_float64(ns):
+        ns["W"] = torch.randn(3, 4, dtype=torch.float64)
+
+    check_compiled(lambda: isolated(mul_global_tensor, W=torch.randn(3, 4)), standard(x34) + [
+        after(replace_w, expect=ANY),
+        again(),
+        after(replace_w_float64, expect=MONITOR),
+        again(),
+    ], observe=globals_view("W"))
+
+
+def test_global_tensor_updated_in_place():
+    def bump_w(ns):
+        ns["W"].mul_(-2.0)
+
+    check_compiled(lambda: isolated(mul_global_tensor, W=torch.randn(3, 4)), standard(x34) + [
+        after(bump_w, expect=MOCK),
+        again(),
+    ], observe=globals_view("W"))
+
+
+# ----------------------------------------------------------------------------- attributes
+
+class Cfg:
+    def __init__(self):
+        self.dim = 1
+        self.offset = torch.randn(1)
+
+
+def reduce_with_cfg(x, cfg):
+    return x.sum(cfg.dim) + cfg.offset
+
+
+def _cfg_build():
+    return reduce_with_cfg, {"cfg": Cfg()}
+
+
+def _cfg_args(s):
+    return torch.randn(3, 4), s["cfg"]
+
+
+def test_object_attribute_changed():
+    def set_dim(s):
+        s["cfg"].dim = 0
+
+    def new_offset(s):
+        s["cfg"].offset = torch.randn(1)
+
+    check_compiled(_cfg_build, standard(_cfg_args) + [
+        after(set_dim, expect=MONITOR),
+        again(),
+        after(new_offset, expect=ANY),
+        again(),
+    ])
+
+
+def test_object_attribute_deleted_and_added_back():
+    def drop_dim(s):
+        del s["cfg"].dim          # now the program raises AttributeError, eagerly and compiled
+
+    def add_dim(s):
+        s["cfg"].dim = 1
+
+    check_compiled(_cfg_build, standard(_cfg_args) + [
+        after(drop_dim, expect=None),
+        after(add_dim, expect=MOCK),
+    ])
+
+
+# ----------------------------------------------------------------------------- closures
+
+def _closure_rebinding_build():
+    dim = 1
+
+    def reduce(x):
+        return x.sum(dim)
+
+    def set_dim(v):
+        nonlocal dim
+        dim = v
+
+    return reduce, {"fn": reduce, "set_dim": set_dim}
+
+
+def _cells(s):
+    return [c.cell_contents for c in s["fn"].__closure__]
+
+
+def test_closure_nonlocal_rebinding():
+    check_compiled(_closure_rebinding_build, standard(x34) + [
+        after(lambda s: s["set_dim"](0), name="nonlocal dim = 0", expect=MONITOR),
+        again(),
+        after(lambda s: s["set_dim"](1), name="nonlocal dim = 1", expect=MOCK),
+    ], observe=_cells)
+
+
+def _closure_cell_content_build():
+    conf = {"dim": 1, "scale": torch.ones(1)}
+
+    def reduce(x):
+        return x.sum(conf["dim"]) * conf["scale"]
+
+    return reduce, {"fn": reduce, "conf": conf}
+
+
+def test_closure_mutable_cell_content():
+    def set_dim(s):
+        s["conf"]["dim"] = 0
+
+    def new_scale(s):
+        s["conf"]["scale"] = torch.full((1,), 3.0)
+
+    check_compiled(_closure_cell_content_build, standard(x34) + [
+        after(set_dim, expect=MONITOR),
+        again(),
+        after(new_scale, expect=ANY),
+        again(),
+    ], observe=_cells)
+
+
+# ----------------------------------------------------------------------------- lists
+
+def permute_by(x, dims):
+    return x.permute(*dims) * 2
+
+
+def mul_pair(xs):
+    return xs[0] * xs[1]
+
+
+def sum_all(xs):
+    out = xs[0]
+    for t in xs[1:]:
+        out = out + t
+    return out
+
+
+def test_list_element_changed():
+    def swap(s):
+        s["dims"][0], s["dims"][1] = s["dims"][1], s["dims"][0]
+
+    args = lambda s: (torch.randn(3, 4), s["dims"])   # noqa: E731
+    check_compiled(lambda: (permute_by, {"dims": [0, 1]}), standard(args) + [
+        after(swap, expect=MONITOR),
+        again(),
+        after(swap, expect=MOCK),
+    ])
+
+
+def test_list_tensor_element_replaced():
+    def replace(s):
+        s["xs"][1] = torch.randn(3, 4)
+
+    check_compiled(lambda: (mul_pair, {"xs": [torch.randn(3, 4), torch.randn(3, 4)]}), [
+        first(lambda s: (s["xs"],)),
+        again(),
+        after(replace, expect=ANY),
+        again(),
+    ])
+
+
+def test_list_length_changed():
+    def append(s):
+        s["xs"].append(torch.randn(2))
+
+    def pop(s):
+        s["xs"].pop()
+
+    check_compiled(lambda: (sum_all, {"xs": [torch.randn(2), torch.randn(2)]}), [
+        first(lambda s: (s["xs"],)),
+        again(),
+        after(append, expect=MONITOR),
+        again(),
+        after(pop, expect=MOCK),
+    ], expect_records=2)
+
+
+# ----------------------------------------------------------------------------- dicts
+
+def reduce_with_dict(x, d):
+    return x.sum(d["dim"]) * d["w"]
+
+
+def maybe_bias(x, d):
+    if "bias" in d:
+        x = x + d["bias"]
+    return x * 2
+
+
+def test_dict_entry_changed():
+    def set_dim(s):
+        s["d"]["dim"] = 0
+
+    def new_w(s):
+        s["d"]["w"] = torch.randn(1)
+
+    check_compiled(lambda: (reduce_with_dict, {"d": {"dim": 1, "w": torch.randn(1)}}),
+                   standard(lambda s: (torch.randn(3, 4), s["d"])) + [
+                       after(set_dim, expect=MONITOR),
+                       again(),
+                       after(new_w, expect=ANY),
+                       again(),
+                   ])
+
+
+def test_dict_key_added_and_removed():
+    def add_bias(s):
+        s["d"]["bias"] = torch.randn(4)
+
+    def remove_bias(s):
+        del s["d"]["bias"]
+
+    check_compiled(lambda: (maybe_bias, {"d": {}}), standard(lambda s: (torch.randn(3, 4), s["d"])) + [
+        after(add_bias, expect=MONITOR),
+        again(),
+        after(remove_bias, expect=MOCK),
+    ], expect_records=2)
+
+
+# ----------------------------------------------------------------------------- modules
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.lin(x))
+
+
+def _net_build():
+    net = Net()
+    return net, net
+
+
+def _net_opt_build():
+    net = Net()
+    return net, {"net": net, "opt": torch.optim.SGD(net.parameters(), lr=0.5)}
+
+
+def test_submodule_replaced_by_other_type():
+    def to_tanh(net):
+        net.act = nn.Tanh()
+
+    check_compiled(_net_build, standard(x34) + [
+        after(to_tanh, expect=MONITOR),
+        again(),
+    ])
+
+
+def test_submodule_replaced_by_same_type_new_weights():
+    def new_lin(net):
+        net.lin = nn.Linear(4, 3)
+
+    check_compiled(_net_build, standard(x34) + [
+        after(new_lin, expect=ANY),
+        again(),
+    ])
+
+
+def test_parameter_replaced():
+    def new_weight(net):
+        net.lin.weight = nn.Parameter(torch.randn(3, 4))
+
+    check_compiled(_net_build, standard(x34) + [
+        after(new_weight, expect=ANY),
+        again(),
+    ])
+
+
+def test_parameter_updated_in_place_by_sgd_step():
+    def sgd_step(s):
+        s["opt"].zero_grad()
+        s["net"](torch.randn(5, 4)).pow(2).sum().backward()
+        s["opt"].step()
+
+    check_compiled(_net_opt_build, [
+        first(lambda s: (torch.randn(3, 4),)),
+        again(),
+        after(sgd_step, expect=ANY),
+        again(),
+        after(sgd_step, expect=ANY),
+    ], observe=lambda s: s["net"])
+
+
+class BNNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.bn(self.lin(x)).relu()
+
+
+def test_train_eval_toggle_batchnorm():
+    def build():
+        net = BNNet().eval()
+        return net, net
+
+    def train(net):
+        net.train()
+
+    def eval_(net):
+        net.eval()
+
+    # train mode: batch statistics and in-place running_mean/running_var/num_batches_tracked
+    # updates (the observed state is the whole module, buffers included)
+    check_compiled(build, standard(lambda n: (torch.randn(5, 4),)) + [
+        after(train, expect=MONITOR),
+        again(),
+        fresh(lambda n: (torch.randn(5, 4),), seed=2),
+        after(eval_, expect=MOCK),
+    ], expect_records=2)
+
+
+class TrainBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(p=0.0)
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        out = self.drop(self.lin(x))
+        if self.training:
+            out = out + 1.0
+        return out
+
+
+def test_train_eval_toggle_training_branch():
+    def build():
+        net = TrainBranch()
+        return net, net
+
+    check_compiled(build, standard(x34) + [
+        after(lambda n: n.eval(), name="eval()", expect=MONITOR),
+        again(),
+        after(lambda n: n.train(), name="train()", expect=MOCK),
+    ])
+
+
+def test_grad_mode_toggled():
+    # the output's requires_grad must follow the grad mode of the call
+    check_compiled(_net_build, standard(x34) + [
+        again(ctx=torch.no_grad, name="under no_grad", expect=ANY),
+        again(ctx=torch.no_grad, name="under no_grad again", expect=MOCK),
+        again(name="grad mode back on", expect=MOCK),
+    ])
+
+
+# ----------------------------------------------------------------------------- aliasing
+
+def move_first(x, a, b):
+    a[0] = a[0] + x
+    return b[0] * 2
+
+
+def add_then_read(a, b):
+    a.add_(1)
+    return b * 2
+
+
+def _lists_build():
+    return move_first, {"l1": [torch.randn(3)], "l2": [torch.randn(3)]}
+
+
+def test_alias_same_list_vs_different_lists():
+    distinct = lambda s: (torch.randn(3), s["l1"], s["l2"])   # noqa: E731
+    aliased = lambda s: (torch.randn(3), s["l1"], s["l1"])    # noqa: E731
+    check_compiled(_lists_build, [
+        first(distinct),
+        again(),
+        Step("the same list twice", aliased, expect=MONITOR),
+        again(),
+        Step("two different lists again", distinct, seed=4, expect=MOCK),
+    ], expect_records=2)
+
+
+def test_alias_same_tensor_vs_different_tensors():
+    distinct = lambda s: (s["t1"], s["t2"])   # noqa: E731
+    aliased = lambda s: (s["t1"], s["t1"])    # noqa: E731
+    check_compiled(lambda: (add_then_read, {"t1": torch.randn(3), "t2": torch.randn(3)}), [
+        first(distinct),
+        again(),
+        Step("the same tensor twice", aliased, expect=MONITOR),
+        again(),
+        Step("two different tensors again", distinct, expect=MOCK),
+    ], expect_records=2)
+
+
+# ----------------------------------------------------------------------------- programs that mutate
+
+def append_to_global_log(x):
+    LOG.append(x.sum())
+    return x * 2
+
+
+def write_global_cache(x):
+    CACHE["last"] = x * 3
+    return x + 1
+
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * self.calls
+
+
+class Recorder:
+    def __init__(self):
+        self.hist = None
+
+    def record(self, x):
+        self.hist = [x * 2]
+        return x + 1
+
+
+def add_in_place(x):
+    x.add_(1)
+    return x
+
+
+def _hold(key, get):
+    """A mutation that keeps a reference to what the program wrote last time."""
+    def hold(s):
+        s[key] = get(s)
+    hold.__name__ = f"hold {key}"
+    return hold
+
+
+def test_program_appends_to_global_list():
+    def build():
+        fn, ns = isolated(append_to_global_log, LOG=[])
+        return fn, ns
+
+    check_compiled(build, [first(x34), again(expect=ANY), again(expect=ANY), fresh(x34, expect=ANY)],
+                   observe=globals_view("LOG"))
+
+
+def test_program_writes_dict_entry():
+    def build():
+        fn, ns = isolated(write_global_cache, CACHE={})
+        return fn, ns
+
+    def observe(ns):
+        return {"CACHE": ns["CACHE"], "held": ns.get("held"),
+                "held is current": ns.get("held") is ns["CACHE"].get("last")}
+
+    check_compiled(build, [
+        first(x34),
+        after(_hold("held", lambda ns: ns["CACHE"]["last"]), expect=ANY),
+        fresh(x34, expect=ANY),
+    ], observe=observe)
+
+
+def test_program_increments_counter_attribute():
+    def build():
+        c = Counter()
+        return c, c
+
+    check_compiled(build, [first(x34), again(expect=ANY), again(expect=ANY), fresh(x34, expect=ANY)])
+
+
+def test_program_updates_argument_in_place():
+    check_compiled(lambda: (add_in_place, {"x": torch.zeros(3)}), [
+        first(lambda s: (s["x"],)),
+        again(),
+        again(),
+        fresh(lambda s: (torch.randn(3),)),
+    ])
+
+
+def test_program_replaces_attribute_with_new_list():
+    def build():
+        r = Recorder()
+        return r.record, {"r": r}
+
+    def observe(s):
+        held = s.get("held")
+        return {"r": s["r"], "held": held, "held is current": held is s["r"].hist,
+                "held[0] is current[0]": held is not None and held[0] is s["r"].hist[0]}
+
+    check_compiled(build, [
+        first(x34),
+        after(_hold("held", lambda s: s["r"].hist), expect=ANY),
+        again(expect=MOCK),
+        fresh(x34, expect=MOCK),
+    ], observe=observe)
+
+
+def affine(x):
+    return x * 2 + 1
+
+
+def test_argument_dtype_changed():
+    check_compiled(lambda: (affine, None), standard(x34) + [
+        Step("float64 argument", lambda s: (torch.randn(3, 4, dtype=torch.float64),), expect=MONITOR),
+        Step("int64 argument", lambda s: (torch.arange(12).reshape(3, 4),), expect=MONITOR),
+        Step("float32 argument again", x34, seed=5, expect=MOCK),
+    ], expect_records=3)
+
+
+def test_argument_that_makes_the_program_raise():
+    # float64 input into a float32 Linear: the same exception (type and message) as eager
+    check_compiled(_net_build, standard(x34) + [
+        Step("float64 argument", lambda s: (torch.randn(3, 4, dtype=torch.float64),), expect=None),
+        Step("float32 argument again", x34, seed=5, expect=MOCK),
+    ])
