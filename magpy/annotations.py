@@ -185,6 +185,19 @@ TORCH_DYNAMIC = frozenset({
 })
 
 
+def is_tensor_method(func) -> bool:
+    """A Tensor method: bound to a tensor, a C ``TensorBase`` descriptor, or a Python
+    ``torch.Tensor`` function."""
+    if isinstance(getattr(func, "__self__", None), torch.Tensor):
+        return True
+    owner = getattr(func, "__objclass__", None)
+    if isinstance(owner, type) and issubclass(owner, torch._C.TensorBase):
+        return True
+    qual = getattr(func, "__qualname__", "")
+    name = getattr(func, "__name__", "")
+    return qual.startswith(("TensorBase.", "Tensor.")) and hasattr(torch.Tensor, name)
+
+
 def torch_name(func) -> str:
     """The name an override-dispatched torch callable is classified by."""
     owner = getattr(func, "__self__", None)
@@ -246,8 +259,7 @@ def lookup(callee) -> tuple[Annotation | None, bool]:
         if owner is None or type(owner) is types.ModuleType or _is_pybind(owner):
             return _module_function(callee), False
         if isinstance(owner, type) and t is types.BuiltinFunctionType:
-            return _owner_entry(owner, callee.__name__) or (PURE if issubclass(owner, IMMUTABLE_METHOD_OWNERS)
-                                                            else None), False
+            return _owner_entry(owner, callee.__name__), False
         return _owner_entry(type(owner), callee.__name__), True
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType):
         return _owner_entry(callee.__objclass__, callee.__name__), False

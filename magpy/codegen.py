@@ -36,7 +36,6 @@ class Generated:
     mock_source: str | None
     namespace: dict
     graph_outputs: list = field(default_factory=list)   # tensors, in graph output order
-    n_inputs: int = 0
 
 
 class _Names:
@@ -44,8 +43,7 @@ class _Names:
 
     def __init__(self, ns):
         self.ns = ns
-        self._ids = {}
-        self._keep = []
+        self._ids = {}   # the namespace keeps each constant alive, so ids stay unique
 
     def const(self, value, hint="K") -> str:
         name = self._ids.get(id(value))
@@ -53,7 +51,6 @@ class _Names:
             name = f"{hint}{len(self._ids)}"
             self._ids[id(value)] = name
             self.ns[name] = value
-            self._keep.append(value)
         return name
 
 
@@ -84,7 +81,7 @@ def generate(refgraph: RefGraph, recorder, result, nargs: int, kwarg_names: tupl
         elif recorder.op_count:
             head.append(f"    GRAPH({', '.join(_var(sn) for sn in inputs)})")
         mock_src = "\n".join(head + mock_lines)
-    return Generated(guard_src, mock_src, ns, outputs, len(inputs))
+    return Generated(guard_src, mock_src, ns, outputs)
 
 
 def compile_source(src: str, ns: dict, name: str, tag: str):
@@ -212,9 +209,10 @@ class _GuardWriter:
             return [f"type({v}) is float", f"{v} != {v}"]
         if t in (int, str, float, bytes) and (t is not float or math.isfinite(value)):
             return [f"type({v}) is {t.__name__}", f"{v} == {value!r}"]
-        if t in (torch.dtype, torch.device, torch.layout, torch.memory_format) or isinstance(value, type):
-            return [f"{v} == {self.names.const(value)}"] if t is torch.device else [
-                f"{v} is {self.names.const(value)}"]
+        if t is torch.device:
+            return [f"{v} == {self.names.const(value)}"]
+        if t in (torch.dtype, torch.layout, torch.memory_format):
+            return [f"{v} is {self.names.const(value)}"]
         return [f"SAME({v}, {self.names.const(value)})"]
 
     def literal(self, key) -> str:

@@ -24,7 +24,6 @@ from torch.utils import _pytree as pytree
 from magpy import annotations as ann
 from magpy.refgraph.graph import RefGraph, is_immutable
 
-_TENSOR_METHOD_OWNERS = (torch._C.TensorBase, torch.Tensor)
 _EMBEDDABLE = (int, float, bool, complex, str, type(None), type(Ellipsis), torch.dtype, torch.device,
                torch.layout, torch.memory_format, slice, torch.Size)
 
@@ -76,7 +75,7 @@ class OpRecorder(TorchFunctionMode):
         owner = getattr(func, "__self__", None)
         if type(owner).__name__ == "getset_descriptor":
             node = self.graph.call_function(getattr, (fargs[0], name))
-        elif _is_tensor_method(func) and args and isinstance(args[0], torch.Tensor):
+        elif ann.is_tensor_method(func) and args and isinstance(args[0], torch.Tensor):
             node = self.graph.call_method(name, fargs, fkwargs)
         else:
             node = self.graph.call_function(func, fargs, fkwargs)
@@ -150,14 +149,6 @@ def _is_impure(node: fx.Node) -> bool:
         name = getattr(node.target, "__name__", "")
         return name.endswith("_") and not name.endswith("__") or node.target is torch._C._set_grad_enabled
     return node.op in ("placeholder", "output")
-
-
-def _is_tensor_method(func) -> bool:
-    owner = getattr(func, "__objclass__", None)
-    if isinstance(owner, type) and issubclass(owner, torch._C.TensorBase):
-        return True
-    qual = getattr(func, "__qualname__", "")
-    return qual.startswith(("TensorBase.", "Tensor.")) and hasattr(torch.Tensor, func.__name__)
 
 
 def _qualname(func) -> str:

@@ -37,16 +37,12 @@ class Record:
     op_count: int
 
 
+@functools.lru_cache(maxsize=None)
 def _native_module(name: str) -> bool:
     # torch's own Python code runs natively (its tensor operations reach __torch_function__),
     # except nn.Module code, whose attribute reads are the program's reads.
     return (name == "torch" or name.startswith("torch.")) and not name.startswith("torch.nn.modules") \
         or name.startswith("magpy.") or name == "inspect"
-
-
-@functools.lru_cache(maxsize=None)
-def _cached_native_module(name: str) -> bool:
-    return _native_module(name)
 
 
 def _compiling(monitor, args, kwargs):
@@ -61,7 +57,7 @@ def _is_compiling_functions():
 @functools.lru_cache(maxsize=1)
 def _base_policy():
     policy = shared_default_policy().copy()
-    policy.native_module = _cached_native_module
+    policy.native_module = _native_module
     # Libraries ask torch.compiler.is_compiling() to choose their graph-friendly code paths
     # (transformers skips data-dependent mask checks): a recording run is a compilation.
     for fn in _is_compiling_functions():

@@ -14,6 +14,7 @@ since everything computed from them is determined by the guard.
 """
 from __future__ import annotations
 
+import collections
 import contextvars
 import enum
 import types
@@ -241,9 +242,9 @@ class RefGraph:
     def search(self, version: int, src: ShadowNode | None = None) -> list[ShadowNode]:
         """Nodes reachable from ``src`` (SN #0) through the refs of one version."""
         src = src or self.sn0
-        result, seen, queue = [src], {src.id}, [src]
+        result, seen, queue = [src], {src.id}, collections.deque([src])
         while queue:
-            cur = queue.pop(0)
+            cur = queue.popleft()
             vs = cur.versions
             refs = vs[version].refs if -len(vs) <= version < len(vs) else {}
             for nid in refs.values():

@@ -104,7 +104,7 @@ class RefGraphBuilder(Observer):
     def _native_call(self, callee, args, kwargs, result):
         a, bound = ann.lookup(callee)
         if a is None:
-            if not (isinstance(getattr(callee, "__self__", None), torch.Tensor) or _is_tensor_method(callee)):
+            if not ann.is_tensor_method(callee):
                 self.dynamic(f"call to native {_describe(callee)} (no magpy annotation)")
                 return
             a = ann.PURE  # a tensor method: recorded by __torch_function__; its arguments are read
@@ -276,7 +276,6 @@ def _load_global(b, frame, ins, inputs, outputs):
         b.g.child(gnode, ITEM, name, value)
     else:
         gnode.absent.append((ITEM, name))
-        gnode.versions[0].refs.setdefault(("absent", name), gnode.id)
         b.g.child(b.g.const(frame.builtins), ITEM, name, value)
 
 
@@ -353,19 +352,14 @@ def _struct_read(position, dunder=None):
     return rule
 
 
-def _deep_read(b, frame, ins, inputs, outputs):
-    for v in inputs:
-        node = b.node(v)
-        if node is not None and node.kind in _CONTAINERS:
-            b.expand(node, deep=True)
-
-
-def _call_ex(b, frame, ins, inputs, outputs):
-    # f(*args, **kwargs): the argument containers are unpacked, element by element.
-    for v in inputs:
-        node = b.node(v)
-        if node is not None and node.kind in _CONTAINERS:
-            b.expand(node)
+def _expand_inputs(deep):
+    """Every container input is read: element by element, or (``deep``) all the way down."""
+    def rule(b, frame, ins, inputs, outputs):
+        for v in inputs:
+            node = b.node(v)
+            if node is not None and node.kind in _CONTAINERS:
+                b.expand(node, deep=deep)
+    return rule
 
 
 def _binary_op(b, frame, ins, inputs, outputs):
@@ -417,7 +411,8 @@ _RULES = {
     "POP_JUMP_BACKWARD_IF_TRUE": _TRUTH, "POP_JUMP_BACKWARD_IF_FALSE": _TRUTH,
     "JUMP_IF_TRUE_OR_POP": _TRUTH, "JUMP_IF_FALSE_OR_POP": _TRUTH, "UNARY_NOT": _TRUTH,
     "COMPARE_OP": _binary_op, "BINARY_OP": _binary_op, "IS_OP": _is_op,
-    "FORMAT_VALUE": _format_value, "CALL_FUNCTION_EX": _call_ex, "BUILD_STRING": _deep_read,
+    "FORMAT_VALUE": _format_value, "BUILD_STRING": _expand_inputs(True),
+    "CALL_FUNCTION_EX": _expand_inputs(False),
 }
 
 
@@ -479,11 +474,6 @@ def _rel_contextvar(b, args, result):
 
 _RELATIONS = {"attr": _rel_attr, "hasattr": _rel_hasattr, "element": _rel_element,
               "contextvar": _rel_contextvar}
-
-
-def _is_tensor_method(callee):
-    owner = getattr(callee, "__objclass__", None)
-    return isinstance(owner, type) and issubclass(owner, torch._C.TensorBase)
 
 
 def _describe(callee) -> str:
