@@ -22,6 +22,7 @@ import torch.nn as nn
 
 from tests.compile_harness import (
     ANY,
+    EAGER,
     MOCK,
     MONITOR,
     Step,
@@ -218,6 +219,36 @@ def test_object_attribute_changed():
         again(),
     ])
 
+
+
+class PyScale:
+    """Multiplies through Python operator methods, which CPython calls from native code."""
+
+    def __init__(self):
+        self.k = 2.0
+
+    def __mul__(self, x):
+        return x * self.k
+
+    __rmul__ = __mul__
+
+
+def scale_by_operator(x, s):
+    return s * x
+
+
+def test_operator_method_reading_a_changed_attribute():
+    # s * x runs PyScale.__mul__ natively: its read of s.k is invisible, so the call must run
+    # eagerly (never a mock that bakes in the old k).
+    def set_k(s):
+        s["s"].k = 5.0
+
+    args = lambda s: (torch.randn(3, 4), s["s"])   # noqa: E731
+    check_compiled(lambda: (scale_by_operator, {"s": PyScale()}), [
+        first(args, expect=MONITOR),
+        again(expect=EAGER),
+        after(set_k, expect=EAGER),
+    ], fullgraph=False)
 
 def test_object_attribute_deleted_and_added_back():
     def drop_dim(s):

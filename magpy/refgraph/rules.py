@@ -368,11 +368,27 @@ def _binary_op(b, frame, ins, inputs, outputs):
         if node is not None and node.kind in _CONTAINERS:
             b.expand(node, deep=True)
         elif node is not None and node.kind is Kind.OBJECT:
-            b.python_dunder(v, "__" + _op_dunder(ins) + "__")
+            for name in _op_dunders(ins):
+                if b.python_dunder(v, name):
+                    return
 
 
-def _op_dunder(ins):
-    return {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}.get(ins.argval, "add")
+_COMPARE = {"==": ("eq", "eq"), "!=": ("ne", "ne"), "<": ("lt", "gt"), "<=": ("le", "ge"),
+            ">": ("gt", "lt"), ">=": ("ge", "le")}
+_BINARY = {"+": "add", "-": "sub", "*": "mul", "@": "matmul", "/": "truediv", "//": "floordiv", "%": "mod",
+           "**": "pow", "<<": "lshift", ">>": "rshift", "&": "and", "|": "or", "^": "xor"}
+
+
+def _op_dunders(ins):
+    """The Python methods an operator may call on either operand (forward, reflected, in-place)."""
+    if ins.opname == "COMPARE_OP":
+        return [f"__{n}__" for n in _COMPARE.get(ins.argval, ())]
+    sym = ins.argrepr
+    inplace = sym.endswith("=")   # BINARY_OP's in-place forms: "+=", "//=" ...
+    op = _BINARY.get(sym[:-1] if inplace else sym)
+    if op is None:
+        return []
+    return [f"__{op}__", f"__r{op}__"] + ([f"__i{op}__"] if inplace else [])
 
 
 def _is_op(b, frame, ins, inputs, outputs):
