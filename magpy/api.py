@@ -87,9 +87,7 @@ def _roots(fn) -> tuple:
     # Objects the compiled callable itself holds: reads from them are reads of SN #0.
     if isinstance(fn, types.MethodType):
         return (fn.__self__,)
-    if isinstance(fn, torch.nn.Module) or isinstance(fn, types.FunctionType):
-        return (fn,)
-    return ()
+    return (fn,)   # a function, an nn.Module, an object with __call__
 
 
 def stats(compiled) -> Stats:

@@ -213,7 +213,8 @@ class _GuardWriter:
             return [f"{v} == {self.names.const(value)}"]
         if t in (torch.dtype, torch.layout, torch.memory_format):
             return [f"{v} is {self.names.const(value)}"]
-        return [f"SAME({v}, {self.names.const(value)})"]
+        c = self.names.const(value)
+        return [f"({v} is {c} or SAME({v}, {c}))"]   # the same tuple object is the common case
 
     def literal(self, key) -> str:
         if type(key) in _LITERAL or (type(key) is float and math.isfinite(key)):
@@ -231,7 +232,9 @@ def _plain_attr(obj, name) -> bool:
     if type_lookup(tp, "__getattribute__") is not _OBJECT_GETATTRIBUTE:
         return False
     raw = type_lookup(tp, name)
-    return raw is NULL or type_lookup(type(raw), "__set__") is NULL or isinstance(obj, type)
+    # C getset/member descriptors (``fn.__defaults__``, slots) run no Python code.
+    return raw is NULL or type_lookup(type(raw), "__set__") is NULL or isinstance(obj, type) \
+        or type(raw) in (types.GetSetDescriptorType, types.MemberDescriptorType)
 
 
 def same_value(a, b) -> bool:

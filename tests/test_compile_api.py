@@ -160,8 +160,6 @@ class CallableScaler:
         return x * self.w
 
 
-@pytest.mark.xfail(
-    strict=True, reason='known bug (issue 3): a callable instance is not a root object of the record')
 def test_compile_callable_instance():
     def build():
         obj = CallableScaler()

@@ -144,8 +144,6 @@ def sum_default_dim(x, dims=[1]):   # noqa: B006 - the mutable default is the po
     return x.sum(dims[0])
 
 
-@pytest.mark.xfail(
-    strict=True, reason='known bug (issue 3): defaults read through fn.__defaults__ are not guarded')
 def test_mutable_default_argument_changed():
     def build():
         fn, _ = isolated(sum_default_dim)
@@ -169,8 +167,6 @@ def sum_dim_default(x, dim=1):
     return x.sum(dim)
 
 
-@pytest.mark.xfail(
-    strict=True, reason='known bug (issue 3): defaults read through fn.__defaults__ are not guarded')
 def test_default_argument_value_replaced():
     def build():
         fn, _ = isolated(sum_dim_default)
@@ -293,8 +289,6 @@ def test_class_attribute_changed():
     ], observe=lambda s: (s["obj"], s["cls"].factor))
 
 
-@pytest.mark.xfail(
-    strict=True, reason='known bug (issue 3): class attribute guard misses earlier MRO classes')
 def test_subclass_attribute_shadows_base_class_attribute():
     # factor is first found on the base class; setting it on the instance's own class shadows it
     check_compiled(_scaled_build(define_factor=False), standard(x34) + [

@@ -149,9 +149,12 @@ class ShadowNode:
         self.struct = False       # its length / keys were read
         self.snapshot = state_of(value, self.kind)
         self.aliases = []         # other (parent, rel, key) paths that reached this object
-        self.absent = []          # (rel, key) the program found missing
+        self.absent = {}          # (rel, key) the program found missing, as an ordered set
         self.distinct = []        # nodes the program saw to be different objects (``is``)
         self.changed = False      # its final state differs from version 0
+
+    def mark_absent(self, rel: str, key) -> None:
+        self.absent[(rel, key)] = None
 
     def __repr__(self):
         return f"SN#{self.id}<{self.kind.value} {type(self.value).__name__}>"

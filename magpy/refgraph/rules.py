@@ -96,10 +96,39 @@ class RefGraphBuilder(Observer):
     def _enter(self, frame):
         self.g.const(frame.globals)
         fn = frame.fn
-        if fn is not None and fn.__closure__:
+        if fn is None:
+            return
+        if fn.__closure__:
             for cell in fn.__closure__:
                 if id(cell) not in self.new_cells:
                     self.g.const(cell)
+        if (fn.__defaults__ or fn.__kwdefaults__) and id(fn) not in self.new_functions:
+            self._defaults(fn, frame.locals)
+
+    def _defaults(self, fn, local):
+        # Parameters bound from defaults read the function's __defaults__ / __kwdefaults__,
+        # which the program may replace or (for mutable defaults) change between calls.
+        code = fn.__code__
+        fnode = self.node(fn) or self.g.const(fn)
+        d = fn.__defaults__
+        if d:
+            first = code.co_argcount - len(d)
+            self._read_defaults(fnode, "__defaults__", d,
+                                [j for j, v in enumerate(d) if local[first + j] is v])
+        kd = fn.__kwdefaults__
+        if kd:
+            start = code.co_argcount
+            names = code.co_varnames[start:start + code.co_kwonlyargcount]
+            self._read_defaults(fnode, "__kwdefaults__", kd,
+                                [n for i, n in enumerate(names) if n in kd and local[start + i] is kd[n]])
+
+    def _read_defaults(self, fnode, name, defaults, used):
+        if not used:
+            return
+        dnode = self.g.child(fnode, ATTR, name, defaults)
+        if dnode.kind is not Kind.VALUE:   # a tuple of immutables is guarded whole, by value
+            for key in used:
+                self.g.child(dnode, ITEM, key, defaults[key])
 
     def _native_call(self, callee, args, kwargs, result):
         a, bound = ann.lookup(callee)
@@ -224,17 +253,26 @@ class RefGraphBuilder(Observer):
                     dnode = self.g.child(node, ATTR, dname, store)
                     self.read_item(dnode, name, value)
                     return
-        for klass in tp.__mro__:
+        for i, klass in enumerate(tp.__mro__):
             if name in klass.__dict__:
                 if type(d) is dict:
-                    node.absent.append((ATTR, name))
+                    node.mark_absent(ATTR, name)
+                for before in tp.__mro__[:i]:
+                    # Found on a base class: a class earlier in the MRO could gain it.
+                    if self._mutable_class(before):
+                        self.g.const(before).mark_absent(ATTR, name)
                 self._class_attr(klass, name, klass.__dict__[name], raw=True)
                 return
 
+    @staticmethod
+    def _mutable_class(klass) -> bool:
+        # C types cannot change; torch's classes are assumed not to be monkeypatched.
+        return bool(klass.__flags__ & _HEAPTYPE) and not _is_library_file(
+            getattr(sys.modules.get(klass.__module__), "__file__", None) or "")
+
     def _class_attr(self, klass, name, value, raw=False):
-        if not klass.__flags__ & _HEAPTYPE or _is_library_file(
-                getattr(sys.modules.get(klass.__module__), "__file__", None) or ""):
-            return  # C types cannot change; torch's classes are assumed not to be monkeypatched
+        if not self._mutable_class(klass):
+            return
         cnode = self.g.const(klass)
         if raw:
             self.g.child(cnode, DICT, name, value)
@@ -275,7 +313,7 @@ def _load_global(b, frame, ins, inputs, outputs):
     if name in g:
         b.g.child(gnode, ITEM, name, value)
     else:
-        gnode.absent.append((ITEM, name))
+        gnode.mark_absent(ITEM, name)
         b.g.child(b.g.const(frame.builtins), ITEM, name, value)
 
 
@@ -441,7 +479,7 @@ def _rel_attr(b, args, result):
                 type(d) is not dict or name not in d):
             node = b.node(obj)
             if node is not None and node.kind is Kind.OBJECT:
-                node.absent.append((ATTR, name))  # getattr(obj, name, default) took the default
+                node.mark_absent(ATTR, name)  # getattr(obj, name, default) took the default
             return
         b.read_attr(obj, name, result)
 
@@ -457,7 +495,7 @@ def _rel_hasattr(b, args, result):
         except Exception:  # noqa: BLE001 - the attribute vanished; the guard will miss
             pass
     elif node.kind is Kind.OBJECT:
-        node.absent.append((ATTR, name))
+        node.mark_absent(ATTR, name)
     elif node.kind is not Kind.STATIC:
         b.dynamic(f"hasattr on {type(obj).__qualname__}")
 
@@ -472,7 +510,7 @@ def _rel_element(b, args, result):
         if args[1] in node.snapshot:
             b.read_item(node, args[1], result)
         else:
-            node.absent.append((ITEM, args[1]))
+            node.mark_absent(ITEM, args[1])
         return
     snap = node.snapshot
     for k, v in (snap.items() if node.kind is Kind.DICT else enumerate(snap)):
