@@ -41,7 +41,7 @@ class RecordCache:
     def __call__(self, args: tuple, kwargs: dict):
         records = self.records
         for i, rec in enumerate(records):
-            env = rec.guard(args, kwargs)
+            env = rec.match(args, kwargs)
             if env is not None:
                 if i:
                     records.insert(0, records.pop(i))

@@ -14,11 +14,14 @@ class Config:
     ``on_capture_error``: ``"fallback"`` runs a call eagerly when magpy's own capture
     machinery fails on it (and remembers why); ``"raise"`` raises :class:`CaptureError`.
     ``on_backend_error``: the same choice when a backend fails to compile a graph.
+    ``verify_fast_guard``: debugging aid (magpy's tests turn it on): whenever the full guard
+    passes and stamps a fast guard, check that the fast guard passes too with the same values.
     """
 
     cache_size_limit: int = 8
     on_capture_error: str = "fallback"
     on_backend_error: str = "fallback"
+    verify_fast_guard: bool = False
 
     def __setattr__(self, name, value):
         if name not in {f.name for f in dataclasses.fields(self)}:

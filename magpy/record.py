@@ -28,13 +28,51 @@ from magpy.refgraph.graph import ARG, KWARG
 
 @dataclass
 class Record:
-    guard: object
+    guard: object                  # (args, kwargs) -> (env, stamp) | None
     mock: object | None            # None: run the call eagerly
     graph: torch.fx.GraphModule | None
     guard_source: str
     mock_source: str | None
     graph_break: GraphBreak | None
     op_count: int
+    make_fast: object = None       # stamp -> fast guard (args, kwargs) -> env | None
+    fast_source: str | None = None
+    fast: object = None            # the fast guard of the last stamp
+    misses: int = 0                # fast guard misses in a row that the full guard passed
+
+    def match(self, args: tuple, kwargs: dict):
+        """The mock's environment if this record covers the call, else None."""
+        fast = self.fast
+        if fast is not None:
+            env = fast(args, kwargs)
+            if env is not None:
+                if config.verify_fast_guard:
+                    hit = self.guard(args, kwargs)
+                    _verify_fast(self, env, hit and hit[0], "the fast guard passed, the full guard")
+                self.misses = 0
+                return env
+        hit = self.guard(args, kwargs)
+        if hit is None:
+            return None
+        env, stamp = hit
+        if self.make_fast is not None:
+            self.misses += 1
+            # A program that changes the state it reads on every call never hits the fast
+            # guard: stop stamping for it.
+            self.fast = self.make_fast(*stamp) if self.misses <= _MAX_FAST_MISSES else None
+            if config.verify_fast_guard and self.fast is not None:
+                _verify_fast(self, env, self.fast(args, kwargs), "a fresh stamp's fast guard")
+        return env
+
+
+_MAX_FAST_MISSES = 4
+
+
+def _verify_fast(rec: Record, env, other, what: str) -> None:
+    # Debug mode (tests): the fast and the full guard must agree, on the same values.
+    if other is None or len(other) != len(env) or any(a is not b for a, b in zip(other, env)):
+        raise AssertionError(f"magpy: {what} disagrees ({'failed' if other is None else 'other values'}):"
+                             f"\n{rec.fast_source}\n{rec.guard_source}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -131,15 +169,19 @@ def _make_record(g, recorder, builder, brk, result, args, kwargs, backend) -> Re
         g.finish()
     gen = generate(g, recorder, result, len(args), tuple(kwargs), broken, builder.new_functions)
     guard = compile_source(gen.guard_source, gen.namespace, "guard", f"guard {id(gen):x}")
+    make_fast = None
+    if gen.fast_source is not None:
+        make_fast = compile_source(gen.fast_source, gen.namespace, "make_fast", f"fast guard {id(gen):x}")
+    fast = (make_fast, gen.fast_source)
     if broken:
-        return Record(guard, None, None, gen.guard_source, None, brk.brk, recorder.op_count)
+        return Record(guard, None, None, gen.guard_source, None, brk.brk, recorder.op_count, *fast)
     gm = None
     if recorder.op_count:
         gm = recorder.finish([recorder.nodes[id(t)] for t in gen.graph_outputs])
         example = [sn.value for sn, _ in recorder.inputs]
         gen.namespace["GRAPH"] = _compile_graph(backend, gm, example)
     mock = compile_source(gen.mock_source, gen.namespace, "mock", f"mock {id(gen):x}")
-    return Record(guard, mock, gm, gen.guard_source, gen.mock_source, None, recorder.op_count)
+    return Record(guard, mock, gm, gen.guard_source, gen.mock_source, None, recorder.op_count, *fast)
 
 
 def _compile_graph(backend, gm, example):

@@ -2,8 +2,25 @@
 
 Everything that depends on the CPython version's instruction set lives in one module per
 version (``py311`` today); the rest of the monitor only uses this module's names.
+``DICT_VERSION`` is the other interpreter detail magpy relies on: a function giving a
+dict's version tag, which changes on every change of its contents (PEP 509), or None.
 """
 import sys
+
+
+def _dict_version():
+    # ma_version_tag exists up to 3.13 (deprecated since 3.12): trust it on 3.11 only.
+    try:
+        from torch._C._dynamo.guards import dict_version
+    except ImportError:  # pragma: no cover - torch without dynamo's guard helpers
+        return None
+    d = {}
+    before = dict_version(d)
+    d[0] = 0
+    return dict_version if dict_version(d) != before else None
+
+
+DICT_VERSION = _dict_version() if sys.version_info[:2] == (3, 11) else None
 
 if sys.version_info[:2] == (3, 11):
     from magpy.monitor.py311 import HANDLERS, NEVER_EXECUTED, binder_code, decode, pops  # noqa: F401

@@ -100,7 +100,7 @@ def state_of(v, kind: Kind):
     if kind is Kind.LIST or kind is Kind.TUPLE or kind is Kind.SET:
         return tuple(v)
     if kind is Kind.DICT:
-        return dict(dict.items(v))
+        return dict_items(v)
     if kind is Kind.CELL:
         try:
             return (v.cell_contents,)
@@ -111,6 +111,13 @@ def state_of(v, kind: Kind):
     if kind is Kind.OBJECT or (kind is Kind.STATIC and isinstance(v, torch.nn.Module)):
         return dict(v.__dict__)
     return None
+
+
+def dict_items(d) -> dict:
+    """A dict's entries in its iteration order, without running Python overrides of ``items``
+    (an OrderedDict's order is its own, not that of the dict underneath)."""
+    items = collections.OrderedDict.items if isinstance(d, collections.OrderedDict) else dict.items
+    return dict(items(d))
 
 
 def same_state(a, b) -> bool:
