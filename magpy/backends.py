@@ -1,10 +1,17 @@
 """Backends: graph compilers that turn a recorded ``torch.fx.GraphModule`` into a callable.
 
 A backend is ``(gm, example_inputs) -> callable``; the callable takes the graph inputs
-positionally and returns the graph outputs as a sequence.  Names map to built-in ones.
+positionally and returns the graph outputs as a sequence.  magpy's own names are "eager",
+"inductor", "torchscript" and "onnxrt"; any other name that ``torch.compile`` knows
+(``torch._dynamo.list_backends(exclude_tags=())``, e.g. "aot_eager") is looked up there.
 """
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
+import logging
+import warnings
 from typing import Callable
 
 import torch
@@ -19,11 +26,97 @@ def _eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
 
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-    from torch._inductor.compile_fx import compile_fx
+    with _quiet(categories=(DeprecationWarning,)):   # inductor's imports use deprecated torch.jit APIs
+        from torch._inductor.compile_fx import compile_fx
     return compile_fx(gm, example_inputs)
 
 
-BACKENDS: dict[str, Backend] = {"eager": _eager, "inductor": _inductor}
+def _torchscript(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    """Scripted (traced if scripting fails) and, for graphs recorded without grad, frozen."""
+    with _quiet():   # TorchScript's deprecation notices are about magpy's choice, not the user's code
+        try:
+            module = torch.jit.script(gm)
+        except Exception:  # noqa: BLE001 - fx code TorchScript cannot compile: trace it instead
+            if any(n.target is torch._C._set_grad_enabled for n in gm.graph.nodes):
+                raise BackendError("torchscript: the graph switches grad mode, which tracing cannot keep, "
+                                   "and it could not be scripted") from None
+            with torch.no_grad():
+                module = torch.jit.trace(gm, tuple(example_inputs), check_trace=False)
+        if not torch.is_grad_enabled():
+            # The record's guard pins grad mode, so this graph only ever runs without grad.
+            module = torch.jit.freeze(module.eval())
+    return module
+
+
+def _onnxrt(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    """Exported to ONNX (torch.onnx, dynamo exporter) and run by ONNX Runtime on the CPU."""
+    import onnxruntime
+
+    needs_grad = any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+    if torch.is_grad_enabled() and needs_grad:
+        raise BackendError("onnxrt runs inference only; this graph needs autograd "
+                           "(use it under torch.no_grad(), or another backend)")
+    buffer = io.BytesIO()
+    with _quiet(logging.getLogger("torch.onnx")):
+        program = torch.onnx.export(gm.eval(), tuple(example_inputs), dynamo=True, external_data=False,
+                                    verbose=False)
+    program.save(buffer)
+    session = onnxruntime.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    if len(names) != len(example_inputs):
+        raise BackendError(f"onnxrt: the exported model has {len(names)} inputs, the graph "
+                           f"{len(example_inputs)} (inputs that are not tensors are not supported)")
+    run = session.run
+
+    def call(*inputs):
+        outs = run(None, {n: t.detach().numpy() for n, t in zip(names, inputs)})
+        return tuple(torch.from_numpy(o) for o in outs)
+
+    return call
+
+
+@contextlib.contextmanager
+def _quiet(logger: logging.Logger | None = None,
+           categories: tuple = (DeprecationWarning, UserWarning, FutureWarning)):
+    # The exporters' and TorchScript's notices concern magpy's use of them, not the program.
+    level = logger.level if logger is not None else None
+    if logger is not None:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            for category in categories:
+                warnings.simplefilter("ignore", category)
+            yield
+    finally:
+        if logger is not None:
+            logger.setLevel(level)
+
+
+BACKENDS: dict[str, Backend] = {"eager": _eager, "inductor": _inductor, "torchscript": _torchscript,
+                                "onnxrt": _onnxrt}
+
+# Backends that need packages magpy does not depend on: name -> (modules, install command).
+OPTIONAL: dict[str, tuple[tuple[str, ...], str]] = {
+    "onnxrt": (("onnxruntime", "onnxscript", "onnx"), "pip install 'magpy[onnxrt]'"),
+}
+
+
+def torch_backends() -> list[str]:
+    """The backend names ``torch.compile`` knows (its registry, debug ones included)."""
+    import torch._dynamo
+    return torch._dynamo.list_backends(exclude_tags=())
+
+
+def available() -> list[str]:
+    """The backend names :func:`resolve` accepts on this machine (torch's test-only ones left out)."""
+    mine = [name for name in BACKENDS if not _missing(name)]
+    return mine + [name for name in torch_backends()
+                   if name not in BACKENDS and "TESTING_ONLY" not in name and "minifier" not in name]
+
+
+def _missing(name: str) -> list[str]:
+    modules, _ = OPTIONAL.get(name, ((), ""))
+    return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
 def resolve(backend: str | Backend) -> tuple[str, Backend]:
@@ -34,7 +127,14 @@ def resolve(backend: str | Backend) -> tuple[str, Backend]:
         raise TypeError(f"backend must be a name or a callable (gm, example_inputs) -> callable, "
                         f"not {type(backend).__name__}")
     fn = BACKENDS.get(backend)
-    if fn is None:
-        raise BackendError(f"unknown backend {backend!r}; available: {', '.join(sorted(BACKENDS))}, "
-                           "or any callable (gm, example_inputs) -> callable")
-    return backend, fn
+    if fn is not None:
+        missing = _missing(backend)
+        if missing:
+            raise BackendError(f"backend {backend!r} needs {', '.join(missing)}, which is not installed: "
+                               f"{OPTIONAL[backend][1]}")
+        return backend, fn
+    if backend in torch_backends():
+        from torch._dynamo.backends.registry import lookup_backend
+        return backend, lookup_backend(backend)
+    raise BackendError(f"unknown backend {backend!r}; available: {', '.join(available())}, "
+                       "or any callable (gm, example_inputs) -> callable")

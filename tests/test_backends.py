@@ -1,0 +1,156 @@
+"""Backends by name and by callable: each compiles real models that then match eager; bad
+names, missing optional packages and failing backends give clear errors or a warned fallback."""
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import magpy
+from benchmarks.models import MODELS
+from magpy import backends
+from tests.test_compile_models import _close, _fresh
+
+
+def recording_backend(gm, example_inputs):
+    recording_backend.graphs.append(gm)
+    return gm.forward
+
+
+recording_backend.graphs = []
+NAMED = ["eager", "inductor", "torchscript", "onnxrt", "aot_eager"]
+
+
+class SmallCNN(nn.Module):
+    """Conv, batch norm, a residual add, pooling and a classifier: the ops every backend needs."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.block = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8))
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(x + self.block(x))
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def check_backend(model, args, kwargs, backend):
+    """First call, repeated call, fresh inputs: all match eager, one graph, no fallback."""
+    compiled = magpy.compile(model, backend=backend, fullgraph=True)
+    fresh_args, fresh_kwargs = _fresh(args, kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)   # a backend fallback warns: fail on it
+        with torch.no_grad():
+            for a, k in [(args, kwargs), (args, kwargs), (fresh_args, fresh_kwargs)]:
+                assert _close(compiled(*a, **k), model(*a, **k))
+    stats = magpy.stats(compiled)
+    assert (stats.monitor_runs, stats.mock_runs, stats.eager_runs, stats.graph_count) == (1, 2, 0, 1)
+
+
+@pytest.mark.parametrize("backend", NAMED + [recording_backend], ids=str)
+def test_backend_matches_eager_on_a_cnn(backend):
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    check_backend(model, (torch.randn(1, 3, 16, 16),), {}, backend)
+
+
+@pytest.mark.parametrize("backend", NAMED)
+def test_backend_matches_eager_on_bert(backend):
+    torch.manual_seed(0)
+    model, args, kwargs = MODELS["bert"]("test")
+    check_backend(model, args, kwargs, backend)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torchscript", "onnxrt", "aot_eager"])
+@pytest.mark.parametrize("name", ["resnet50", "deberta_v2"])
+def test_backend_matches_eager_on_more_models(name, backend):
+    torch.manual_seed(0)
+    model, args, kwargs = MODELS[name]("test")
+    check_backend(model, args, kwargs, backend)
+
+
+def test_callable_backend_receives_the_graph():
+    recording_backend.graphs.clear()
+    torch.manual_seed(0)
+    check_backend(SmallCNN().eval(), (torch.randn(1, 3, 16, 16),), {}, recording_backend)
+    assert len(recording_backend.graphs) == 1
+    assert isinstance(recording_backend.graphs[0], torch.fx.GraphModule)
+
+
+@pytest.mark.parametrize("backend", ["torchscript", "aot_eager"])
+def test_backend_gradients_match_eager(backend):
+    torch.manual_seed(0)
+    model = SmallCNN().train()
+    x = torch.randn(2, 3, 8, 8)
+    compiled = magpy.compile(model, backend=backend, fullgraph=True)
+    for _ in range(2):   # recording run, then the compiled graph
+        model.zero_grad()
+        model(x).sum().backward()
+        expected = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        compiled(x).sum().backward()
+        for got, want in zip([p.grad for p in model.parameters()], expected):
+            assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+    assert magpy.stats(compiled).mock_runs == 1
+
+
+def test_onnxrt_with_autograd_falls_back_with_a_warning():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    compiled = magpy.compile(model, backend="onnxrt")
+    with pytest.warns(RuntimeWarning, match="backend 'onnxrt' failed.*inference only"):
+        out = compiled(x)
+    assert torch.equal(out, model(x))
+    compiled(x).sum().backward()
+    assert model.weight.grad is not None
+
+
+def test_unknown_backend_lists_what_is_available():
+    with pytest.raises(magpy.BackendError) as info:
+        magpy.compile(SmallCNN(), backend="no-such-backend")
+    msg = str(info.value)
+    assert "unknown backend 'no-such-backend'" in msg
+    for name in ["eager", "inductor", "torchscript", "onnxrt", "aot_eager", "any callable"]:
+        assert name in msg
+    assert "TESTING_ONLY" not in msg
+
+
+def test_missing_optional_package_says_how_to_install(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    with pytest.raises(magpy.BackendError, match=r"needs onnxruntime.*pip install 'magpy\[onnxrt\]'"):
+        magpy.compile(SmallCNN(), backend="onnxrt")
+    assert "onnxrt" not in backends.available()
+
+
+def test_torch_compile_backend_names_are_accepted():
+    name, fn = backends.resolve("aot_eager")
+    assert name == "aot_eager" and callable(fn)
+
+
+def test_failing_named_backend_falls_back_or_raises():
+    # torch registers a backend that always fails to compile: magpy warns and runs the graph
+    # eagerly, or raises when configured to.
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    x = torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        compiled = magpy.compile(model, backend="relu_compile_error_TESTING_ONLY")
+        with pytest.warns(RuntimeWarning, match="relu_compile_error_TESTING_ONLY.*running the graph eagerly"):
+            assert torch.equal(compiled(x), model(x))
+        assert torch.equal(compiled(x), model(x))
+        magpy.config.on_backend_error = "raise"
+        try:
+            magpy.reset()
+            with pytest.raises(magpy.BackendError, match="relu_compile_error_TESTING_ONLY"):
+                compiled(x)
+        finally:
+            magpy.config.on_backend_error = "fallback"
