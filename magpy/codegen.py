@@ -221,6 +221,12 @@ class _GuardWriter:
 
     def kept_checks(self, node, plan) -> list[str]:
         """Checks on a known object that its identity and unchanged dicts do not imply."""
+        if node.kind is Kind.OBJECT and node.read:
+            # ``obj.__class__ = Other`` changes neither the object nor its dict.
+            return self.read_checks(node) + self._kept_shape_checks(node, plan)
+        return self._kept_shape_checks(node, plan)
+
+    def _kept_shape_checks(self, node, plan) -> list[str]:
         if node.id in plan.versioned_ids:
             value = node.value
             if isinstance(value, collections.OrderedDict) and node.struct and len(node.snapshot) > 1:

@@ -204,3 +204,27 @@ def test_fast_guard_is_used_and_skips_unchanged_dicts():
     # The fast guard loads nothing from the modules: only the argument is loaded.
     body = rec.fast_source.split("def fast", 1)[1]
     assert "_modules" not in body and "_parameters" not in body
+
+
+class Doubler:
+    def __init__(self):
+        self.k = 2.0
+
+    def apply(self, x):
+        return x * self.k
+
+
+class Tripler(Doubler):
+    def apply(self, x):
+        return x * self.k * 1.5
+
+
+def test_object_class_reassigned():
+    def build():
+        obj = Doubler()
+        return (lambda x: obj.apply(x)), obj
+
+    def swap_class(obj):
+        obj.__class__ = Tripler
+
+    check_compiled(build, standard(x8) + warm() + [after(swap_class), again()])
