@@ -46,7 +46,8 @@ def build_mlp():
     return model.eval(), (torch.randn(8, 64),), {}
 
 
-BUILDERS = {"mlp": build_mlp, "resnet50": lambda: MODELS["resnet50"]("test")}
+BUILDERS = {"mlp": build_mlp, "resnet50": lambda: MODELS["resnet50"]("test"),
+            "bert": lambda: MODELS["bert"]("test")}
 
 
 def compile_with(name, model, backend="eager"):
@@ -195,7 +196,8 @@ def report(rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="mlp,resnet50", help="comma-separated: " + ",".join(BUILDERS))
+    parser.add_argument("--models", default="mlp,resnet50,bert",
+                        help="comma-separated: " + ",".join(BUILDERS))
     parser.add_argument("--quick", action="store_true", help="3 repeats of ~0.2 s instead of 7 of ~0.4 s")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch.set_num_threads (default 1: overhead is single-threaded Python, and one "
@@ -212,7 +214,8 @@ def main():
 
     print(f"torch {torch.__version__}, magpy {magpy.__version__}, threads {torch.get_num_threads()}, "
           f"backend 'eager', median of {repeats} x ~{target_s} s per variant\n"
-          "mlp: 3 x Linear(64, 64) + ReLU, batch 8; resnet50: the zoo's 'test' size (width 8, 64x64 image)\n")
+          "mlp: 3 x Linear(64, 64) + ReLU, batch 8; resnet50 / bert: the zoo's 'test' sizes\n"
+          "(ResNet-50 at width 8 on a 64x64 image; BERT with 2 layers, hidden 32, 16 tokens)\n")
     rows = []
     for name in names:
         for grad in (False,) if opts.no_grad_only else (False, True):

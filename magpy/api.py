@@ -114,6 +114,7 @@ class Explanation:
     guard_source: str
     mock_source: str | None
     result: Any = None
+    fast_guard_source: str | None = None   # the stamped fast form of the guard (see codegen)
 
     def __str__(self) -> str:
         out = [f"graphs: {self.graph_count}, tensor operations: {self.op_count}, "
@@ -123,6 +124,8 @@ class Explanation:
         for i, gm in enumerate(self.graphs):
             out.append(f"--- graph {i} ---\n{gm.code.strip()}")
         out.append(f"--- guard ---\n{self.guard_source}")
+        if self.fast_guard_source:
+            out.append(f"--- fast guard ---\n{self.fast_guard_source}")
         if self.mock_source:
             out.append(f"--- mock ---\n{self.mock_source}")
         return "\n".join(out)
@@ -141,4 +144,5 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
         return Explanation(0, [], 0, [GraphBreak("capture failed")], "", None, result)
     graphs = [rec.graph] if rec.graph is not None and rec.mock is not None else []
     breaks = [rec.graph_break] if rec.graph_break is not None else []
-    return Explanation(len(graphs), graphs, rec.op_count, breaks, rec.guard_source, rec.mock_source, result)
+    return Explanation(len(graphs), graphs, rec.op_count, breaks, rec.guard_source, rec.mock_source, result,
+                       rec.fast_source)

@@ -404,11 +404,12 @@ def test_explain_reports_graph_guard_and_mock():
     ops = [n for n in exp.graphs[0].graph.nodes if n.op in ("call_function", "call_method", "call_module")]
     assert exp.op_count == len(ops) == 3
     assert exp.break_reasons == []
-    for src in (exp.guard_source, exp.mock_source):
+    for src in (exp.guard_source, exp.mock_source, exp.fast_guard_source):
         assert isinstance(src, str) and src.strip()
         compile(src, "<generated>", "exec")          # generated Python must parse
     text = str(exp)
     assert exp.guard_source.strip() in text and exp.mock_source.strip() in text
+    assert exp.fast_guard_source.strip() in text
     assert re.search(r"graph(s|[ _]?count)\W*1\b|\b1 graphs?\b", text, re.IGNORECASE), text
 
 

@@ -6,7 +6,7 @@ import torch
 import magpy
 from benchmarks.models import MODELS
 
-FAST = ["resnet50", "densenet121", "bert", "deberta_v2", "align"]
+FAST = ["resnet50", "densenet121", "bert", "deberta_v2", "align", "resnet101", "monodepth", "tridentnet"]
 
 
 def _close(a, b):
@@ -61,3 +61,18 @@ def test_resnet_gradients_match_eager():
         x.grad = None
         assert all(torch.allclose(g, e, atol=1e-5, rtol=1e-4) for g, e in zip(got, expected))
     assert magpy.stats(compiled).mock_runs == 1
+
+
+def test_quantized_resnet_breaks_on_float_of_a_tensor():
+    # QuantMeasure.forward calls float() on its running-range buffers: a value read of a
+    # tensor, so the call runs eagerly and the reason names the user's line.
+    torch.manual_seed(0)
+    model, args, kwargs = MODELS["quantized"]("test")
+    compiled = magpy.compile(model, backend="eager")
+    with torch.no_grad():
+        for _ in range(2):
+            assert _close(compiled(*args, **kwargs), model(*args, **kwargs))
+    stats = magpy.stats(compiled)
+    assert (stats.monitor_runs, stats.eager_runs, stats.graph_count) == (1, 1, 0)
+    assert "reads tensor data into Python" in stats.break_reasons[0]
+    assert "quantized.py" in stats.break_reasons[0]
