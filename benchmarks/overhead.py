@@ -35,6 +35,7 @@ import torch.nn as nn  # noqa: E402
 
 import magpy  # noqa: E402
 from benchmarks.models import MODELS  # noqa: E402
+from benchmarks.run import compare  # noqa: E402
 
 VARIANTS = ("eager", "torch.compile", "magpy")
 
@@ -128,7 +129,7 @@ def bench_model(name, grad, repeats, target_s):
         for v, c in compiled.items():
             # The first call compiles (never timed); the second is the kind of call that is timed.
             outs = [c(*args, **kwargs) for _ in range(2)]
-            row["allclose"][v] = all(torch.allclose(o, expected, rtol=1e-4, atol=1e-5) for o in outs)
+            row["allclose"][v] = all(compare(expected, o, rtol=1e-4, atol=1e-5).ok for o in outs)
             fns[v] = (lambda c: lambda: c(*args, **kwargs))(c)
         fns.update({k: f for k, f in graph_fns.items() if f is not None})
         us, counts = measure(fns, repeats, target_s)
