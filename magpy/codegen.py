@@ -354,13 +354,10 @@ class _FastPlan:
     versioned: list   # nodes whose dict's version it checks
     stamped: list     # known and pinned nodes, in load order: the full guard's stamp
 
-    @property
-    def anchored(self) -> set:
-        return self.known | self.pinned
-
-    @property
-    def versioned_ids(self) -> set:
-        return {n.id for n in self.versioned}
+    def __post_init__(self):
+        # Asked once per guard node while writing: computed once.
+        self.anchored = self.known | self.pinned
+        self.versioned_ids = {n.id for n in self.versioned}
 
 
 def _fast_plan(g: RefGraph, nodes: list) -> _FastPlan:
