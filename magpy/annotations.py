@@ -5,7 +5,10 @@ Every entry is data.  For a native (C-implemented, or kept-native library) calle
 - ``pure`` (PureClosure): same result for the same arguments, no effect outside them.
 - ``reads`` (ValueRead): how much of each argument's value the callee looks at —
   ``NONE`` (keeps a reference only), ``TYPE`` (only its type), ``STRUCT`` (a container's
-  length and elements, one level), ``DEEP`` (everything reachable).
+  length and elements, one level), ``DEEP`` (everything reachable), ``ALL`` (everything
+  reachable through objects' attributes too: copying), ``OPERAND`` (an
+  operator's operand: containers everything reachable; an object's Python special methods
+  were entered by the monitor, which saw their reads).
 - ``inplace`` (InPlace): argument positions the callee may modify.
 - ``relation`` (Relation): how the result relates to the arguments, when it is not a new
   value: ``"attr"`` (``getattr(obj, name)``), ``"hasattr"``, ``"element"`` (one of the
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import copy
 import dataclasses
 import functools
 import itertools
@@ -31,7 +35,9 @@ from typing import Callable
 
 import torch
 
-NONE, TYPE, STRUCT, DEEP = "none", "type", "struct", "deep"
+from magpy.monitor import operators
+
+NONE, TYPE, STRUCT, DEEP, ALL, OPERAND = "none", "type", "struct", "deep", "all", "operand"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +76,7 @@ FUNCTIONS: dict[Callable, Annotation] = {
                                  itertools.accumulate, itertools.starmap, itertools.zip_longest,
                                  itertools.count, itertools.combinations, itertools.permutations,
                                  map, filter)},
-    **{f: PURE for f in (abs, all, any, ascii, bin, bool, bytes, chr, complex, divmod, float, format,
-                         hash, hex, int, oct, ord, pow, range, repr, round, slice,
+    **{f: PURE for f in (all, any, ascii, bin, bytes, chr, complex, divmod, float, format, hex, int, oct, ord, pow, range, repr, round, slice,
                          sorted, str, sum, object, super, property, staticmethod, classmethod,
                          functools.partial, functools.reduce, functools.cmp_to_key, math.prod,
                          math.fsum, math.isclose)},
@@ -89,7 +94,14 @@ FUNCTIONS: dict[Callable, Annotation] = {
     operator.setitem: _inplace(NONE, DEEP, NONE), operator.delitem: _inplace(NONE, DEEP),
     operator.getitem: Annotation(reads=(NONE, DEEP), relation="element"),
     operator.attrgetter: PURE, operator.itemgetter: PURE, operator.methodcaller: PURE,
-    operator.iadd: _inplace(STRUCT, STRUCT), operator.iconcat: _inplace(STRUCT, STRUCT),
+    operator.iconcat: _inplace(STRUCT, STRUCT),
+    # Copying is pure: the copy is a new object built from everything the original holds.
+    copy.deepcopy: Annotation(reads=(ALL, NONE)), copy.copy: Annotation(reads=ALL),
+    # Operators the monitor dispatches itself (magpy.monitor.operators).
+    **{f: Annotation(reads=OPERAND) for f in (bool, abs, hash, operator.abs, operator.contains,
+                                               operator.truth, operator.not_, *operators.UNARY.values(),
+                                               *operators.COMPARE_OPS, *(b[3] for b in operators.BINARY))},
+    **{f: Annotation(reads=OPERAND, inplace=(0,)) for f in operators.INPLACE},
 }
 
 # Whole modules of pure functions of their arguments' values (math.sqrt, operator.add ...).
@@ -165,6 +177,11 @@ TORCH_IMPURE = frozenset({"manual_seed", "seed", "initial_seed", "get_rng_state"
                           "synchronize", "set_num_threads", "use_deterministic_algorithms",
                           "checkpoint", "register_hook"})
 
+# Grad-mode switches (``no_grad``, ``enable_grad``, ``set_grad_enabled`` as context managers and
+# decorators) that reach ``__torch_function__``: graph state, recorded into the graph as grad-mode
+# nodes before the next operation, not dynamic operations.
+TORCH_GRAD_MODE = frozenset({"_set_grad_enabled"})
+
 # Tensor methods/attributes whose result comes from metadata only (no data read, no node).
 TORCH_METADATA = frozenset({
     "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "is_contiguous",
@@ -227,9 +244,10 @@ def annotate(fn: Callable | None = None, *, pure: bool = True, reads: str | tupl
     return register if fn is None else register(fn)
 
 
-def user_annotated() -> list[Callable]:
-    """Functions annotated with :func:`annotate` (the record policy runs them natively)."""
-    return [f for f, _ in _USER.values()]
+def native_functions() -> list[Callable]:
+    """Python functions that run natively under their annotation (the record policy keeps
+    the monitor out of them): the users' (:func:`annotate`) and the table's own."""
+    return [f for f, _ in _USER.values()] + [f for f in FUNCTIONS if type(f) is types.FunctionType]
 
 
 def _owner_entry(owner_type, name):

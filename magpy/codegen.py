@@ -309,6 +309,8 @@ class _GuardWriter:
         v = _var(node)
         out = [f"{self._step(parent, rel, key, node.value)} is {v}" for parent, rel, key in node.aliases]
         out += [f"{v} is not {_var(other)}" for other in node.distinct if other.id in self.needed]
+            elif k is Kind.OBJECT:
+                out.append(f"tuple({v}.__dict__) == {self.literal(tuple(snap))}")
         return out
 
     def value_check(self, v, value) -> list[str]:

@@ -41,8 +41,9 @@ class OpRecorder(TorchFunctionMode):
         self._placeholders: dict[int, fx.Node] = {}
         self._keep: list = []
         self.op_count = 0
-        self._grad = torch.is_grad_enabled()
-        self.initial_grad = self._grad
+        self._grad = torch.is_grad_enabled()          # grad mode where the graph is now
+        self._inference = torch.is_inference_mode_enabled()
+        self._entered: list = []                      # (inference-mode context node, grad mode before)
 
     # ------------------------------------------------------------------ interception
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -50,6 +51,8 @@ class OpRecorder(TorchFunctionMode):
         if self.dynamic.brk is not None:
             return func(*args, **kwargs)
         name = ann.torch_name(func)
+        if name in ann.TORCH_GRAD_MODE:
+            return func(*args, **kwargs)   # graph state: _sync_modes records it where it matters
         if name in ann.TORCH_DYNAMIC:
             self.dynamic(f"{_qualname(func)} reads tensor data into Python")
             return func(*args, **kwargs)
@@ -70,7 +73,7 @@ class OpRecorder(TorchFunctionMode):
 
     # ------------------------------------------------------------------ recording
     def _record(self, func, name, args, kwargs, out):
-        self._sync_grad_mode()
+        self._sync_modes()
         fargs, fkwargs = pytree.tree_map(self._arg, (tuple(args), dict(kwargs)))
         owner = getattr(func, "__self__", None)
         if type(owner).__name__ == "getset_descriptor":
@@ -114,9 +117,20 @@ class OpRecorder(TorchFunctionMode):
         self.nodes[id(t)] = ph
         return ph
 
-    def _sync_grad_mode(self):
-        # Grad mode switched by the program (``with torch.no_grad():``) becomes graph nodes,
-        # as Dynamo does, so the compiled graph records autograd exactly where eager did.
+    def _sync_modes(self):
+        # Grad and inference mode switched by the program (``with torch.no_grad():``,
+        # ``torch.inference_mode()``) become graph nodes, as Dynamo does, so the compiled graph
+        # records autograd (and makes inference tensors) exactly where eager did.
+        inference = torch.is_inference_mode_enabled()
+        if inference != self._inference:
+            if inference:
+                ctx = self.graph.call_function(_enter_inference_mode, (True,))
+                self._entered.append((ctx, self._grad))
+                self._grad = False
+            elif self._entered:
+                ctx, self._grad = self._entered.pop()
+                self.graph.call_function(_exit_inference_mode, (ctx,))
+            self._inference = inference
         now = torch.is_grad_enabled()
         if now != self._grad:
             self.graph.call_function(torch._C._set_grad_enabled, (now,))
@@ -128,9 +142,8 @@ class OpRecorder(TorchFunctionMode):
         return None if node is None or node.op == "placeholder" else node
 
     def finish(self, outputs: list[fx.Node]) -> fx.GraphModule:
-        """Close the graph with ``outputs`` and restore the caller's grad mode at its end."""
-        if self._grad != torch.is_grad_enabled():
-            self.graph.call_function(torch._C._set_grad_enabled, (torch.is_grad_enabled(),))
+        """Close the graph with ``outputs``, leaving grad and inference mode as the run did."""
+        self._sync_modes()
         self.graph.output(tuple(outputs))
         self.graph.eliminate_dead_code(_is_impure)
         gm = fx.GraphModule(torch.nn.Module(), self.graph)
@@ -147,8 +160,13 @@ def _is_impure(node: fx.Node) -> bool:
         return node.target.endswith("_") or node.target == "__setitem__"
     if node.op == "call_function":
         name = getattr(node.target, "__name__", "")
-        return name.endswith("_") and not name.endswith("__") or node.target is torch._C._set_grad_enabled
+        return name.endswith("_") and not name.endswith("__") or node.target in _MODE_SWITCHES
     return node.op in ("placeholder", "output")
+
+
+_enter_inference_mode = torch.autograd.grad_mode._enter_inference_mode
+_exit_inference_mode = torch.autograd.grad_mode._exit_inference_mode
+_MODE_SWITCHES = (torch._C._set_grad_enabled, _enter_inference_mode, _exit_inference_mode)
 
 
 def _qualname(func) -> str:

@@ -100,14 +100,16 @@ def _base_policy():
     # (transformers skips data-dependent mask checks): a recording run is a compilation.
     for fn in _is_compiling_functions():
         policy.add_intrinsic(fn, _compiling)
+    # Module attribute reads (submodules, parameters) are modelled by the RefGraph rules.
+    policy.run_natively(torch.nn.Module.__getattr__)
     return policy
 
 
 def record_policy():
     """The call policy of a recording run: the default one, torch kept native, and the
-    functions users annotated run natively."""
+    annotated Python functions (users' and the table's, e.g. ``copy.deepcopy``) run natively."""
     policy = _base_policy().copy()
-    for fn in annotations.user_annotated():
+    for fn in annotations.native_functions():
         policy.run_natively(fn)
     return policy
 

@@ -21,6 +21,7 @@ FunctionType = types.FunctionType
 _TYPE_CALL = type.__dict__["__call__"]
 _OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
 _descriptor_names = {}
+_attr_hooks = {}
 _default_policy = []
 
 
@@ -293,14 +294,35 @@ class Monitor:
 
     # ------------------------------------------------------------------ protocol steps
     def load_attr(self, obj, name):
-        """``getattr(obj, name)``, entering Python-level descriptors (properties ...)."""
+        """``getattr(obj, name)``, entering Python-level descriptors (properties ...) and a
+        Python ``__getattribute__`` / ``__getattr__`` (``slot_tp_getattr_hook``)."""
         tp = type(obj)
+        hooks = _attr_hooks.get(tp)
+        if hooks is None:
+            hooks = _attr_hooks[tp] = (py_method(tp, "__getattribute__"), py_method(tp, "__getattr__"))
+        getattribute, fallback = hooks
+        if getattribute is not None and not self.policy.runs_natively(getattribute):
+            return self._getattr_hooked(obj, name, getattribute, fallback)
         names = _descriptor_names.get(tp)
         if names is None:
             names = _descriptor_names[tp] = _python_descriptors(tp)
         if name in names:
             return self._descriptor_get(obj, tp, name)
-        return getattr(obj, name)
+        if fallback is None or self.policy.runs_natively(fallback):
+            return getattr(obj, name)
+        return self._getattr_hooked(obj, name, type_lookup(tp, "__getattribute__"), fallback)
+
+    def _getattr_hooked(self, obj, name, getattribute, fallback):
+        """``__getattribute__`` (entered when Python), then ``__getattr__`` on AttributeError."""
+        try:
+            if type(getattribute) is FunctionType:
+                return self.call(getattribute, (obj, name), None)
+            return getattribute(obj, name)
+        except AttributeError:
+            if fallback is None:
+                raise
+        self.propagating = None   # CPython clears the error before calling __getattr__
+        return self.call(fallback, (obj, name), None)
 
     def _descriptor_get(self, obj, tp, name):
         if type_lookup(tp, "__getattribute__") is not _OBJECT_GETATTRIBUTE:

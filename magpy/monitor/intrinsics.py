@@ -13,10 +13,12 @@ import __future__
 import builtins
 import functools
 import itertools
+import operator
 import sys
 import types
 import warnings
 
+from magpy.monitor import operators
 from magpy.monitor.frame import Frame
 from magpy.monitor.policy import CallPolicy
 from magpy.monitor.protocols import NULL, cell_value, py_method
@@ -295,6 +297,39 @@ CALLBACKS = [
                                      itertools.product)),
 ]
 
+def _operator(native, dispatch):
+    """An intrinsic for a builtin that invokes special methods (``len``, ``operator.add``):
+    the monitor's dispatch enters the Python ones."""
+    nargs = dispatch.__code__.co_argcount - 1
+
+    def intrinsic(mon, args, kwargs):
+        if kwargs or len(args) != nargs:
+            return native(*args, **(kwargs or {}))  # CPython's own argument errors
+        return dispatch(mon, *args)
+
+    return intrinsic
+
+
+def _binary_dispatch(index, dispatch):
+    return lambda mon, v, w: dispatch(mon, v, w, index)
+
+
+def _unary_dispatch(name):
+    return lambda mon, v: operators.unary(mon, v, name)
+
+
+OPERATORS = [
+    *((native, _binary_dispatch(i, operators.binary)) for i, (_, _, _, native) in enumerate(operators.BINARY)),
+    *((native, _binary_dispatch(i, operators.inplace)) for i, native in enumerate(operators.INPLACE)),
+    *((native, _binary_dispatch(i, operators.compare)) for i, native in enumerate(operators.COMPARE_OPS)),
+    *((native, _unary_dispatch(name)) for name, native in operators.UNARY.items()),
+    (operator.abs, _unary_dispatch("__abs__")),
+    (operator.contains, operators.contains),
+    (operator.truth, operators.truth), (bool, operators.truth),
+    (operator.not_, lambda mon, v: not operators.truth(mon, v)),
+    (len, operators.length), (hash, operators.hash_of),
+]
+
 FRAME_SENSITIVE = [
     (super, _super),
     (builtins.locals, _bare(builtins.locals, Frame.locals_snapshot)),
@@ -317,6 +352,8 @@ def default_policy() -> CallPolicy:
         policy.add_intrinsic(callee, handler)
     for callee, positions, keywords, min_args, iterables in CALLBACKS:
         policy.add_intrinsic(callee, callback_intrinsic(callee, positions, keywords, min_args, iterables))
+    for callee, dispatch in OPERATORS:
+        policy.add_intrinsic(callee, _operator(callee, dispatch))
     policy.add_method_intrinsic(list, "sort", _list_sort)
     for fn in _monitor_functions():
         policy.run_natively(fn)

@@ -30,7 +30,8 @@ class CallPolicy:
     def runs_natively(self, fn: Callable) -> bool:
         """Is the Python function ``fn`` kept out of the monitor?"""
         rule = self.native_module
-        return id(fn) in self.native or (rule is not None and rule(fn.__module__))
+        # exec() in a namespace without __name__ makes functions whose __module__ is None.
+        return id(fn) in self.native or (rule is not None and rule(fn.__module__ or ""))
 
     def add_intrinsic(self, callee: Callable, handler: Callable) -> None:
         """Handle calls of ``callee`` with ``handler(monitor, args, kwargs)``."""

@@ -12,12 +12,11 @@ the reason.
 """
 import builtins
 import dis
-import operator
 import sys
 import types
 from inspect import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE
 
-from magpy.monitor import generators, nativeops
+from magpy.monitor import generators, nativeops, operators
 from magpy.monitor.protocols import (
     NULL,
     cell_value,
@@ -43,13 +42,6 @@ NAME_ERROR = "name '%s' is not defined"
 CANNOT_CATCH = "catching classes that do not inherit from BaseException is not allowed"
 CANNOT_EXCEPT_STAR_EG = "catching ExceptionGroup with except* is not allowed. Use except instead."
 
-BINARY_OPS = (operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul,
-              operator.mul, operator.mod, operator.or_, operator.pow, operator.rshift,
-              operator.sub, operator.truediv, operator.xor,
-              operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift,
-              operator.imatmul, operator.imul, operator.imod, operator.ior, operator.ipow,
-              operator.irshift, operator.isub, operator.itruediv, operator.ixor)
-COMPARE_OPS = (operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge)
 
 
 def _name_error(name):
@@ -302,32 +294,39 @@ def DELETE_SUBSCR(f, arg):
 
 
 # --------------------------------------------------------------------------- operators
+# Operators run special methods; Python ones are entered (see magpy.monitor.operators).
 def UNARY_POSITIVE(f, arg):
-    f.stack[-1] = +f.stack[-1]
+    f.stack[-1] = operators.unary(f.monitor, f.stack[-1], "__pos__")
 
 
 def UNARY_NEGATIVE(f, arg):
-    f.stack[-1] = -f.stack[-1]
+    f.stack[-1] = operators.unary(f.monitor, f.stack[-1], "__neg__")
 
 
 def UNARY_NOT(f, arg):
-    f.stack[-1] = not f.stack[-1]
+    f.stack[-1] = not operators.truth(f.monitor, f.stack[-1])
 
 
 def UNARY_INVERT(f, arg):
-    f.stack[-1] = ~f.stack[-1]
+    f.stack[-1] = operators.unary(f.monitor, f.stack[-1], "__invert__")
 
 
-def BINARY_OP(f, op):
+_NB_INPLACE = len(operators.BINARY)
+
+
+def BINARY_OP(f, i):
     s = f.stack
     rhs = s.pop()
-    s[-1] = op(s[-1], rhs)
+    if i < _NB_INPLACE:
+        s[-1] = operators.binary(f.monitor, s[-1], rhs, i)
+    else:
+        s[-1] = operators.inplace(f.monitor, s[-1], rhs, i - _NB_INPLACE)
 
 
-def COMPARE_OP(f, op):
+def COMPARE_OP(f, i):
     s = f.stack
     rhs = s.pop()
-    s[-1] = op(s[-1], rhs)
+    s[-1] = operators.compare(f.monitor, s[-1], rhs, i)
 
 
 def IS_OP(f, invert):
@@ -339,7 +338,7 @@ def IS_OP(f, invert):
 def CONTAINS_OP(f, invert):
     s = f.stack
     container = s.pop()
-    s[-1] = (s[-1] in container) ^ bool(invert)
+    s[-1] = operators.contains(f.monitor, container, s[-1]) ^ bool(invert)
 
 
 # --------------------------------------------------------------------------- builders
@@ -535,12 +534,12 @@ JUMP_BACKWARD = JUMP_BACKWARD_NO_INTERRUPT = JUMP_FORWARD
 
 
 def POP_JUMP_FORWARD_IF_TRUE(f, target):
-    if f.stack.pop():
+    if operators.truth(f.monitor, f.stack.pop()):
         f.pc = target
 
 
 def POP_JUMP_FORWARD_IF_FALSE(f, target):
-    if not f.stack.pop():
+    if not operators.truth(f.monitor, f.stack.pop()):
         f.pc = target
 
 
@@ -561,14 +560,14 @@ POP_JUMP_BACKWARD_IF_NOT_NONE = POP_JUMP_FORWARD_IF_NOT_NONE
 
 
 def JUMP_IF_TRUE_OR_POP(f, target):
-    if f.stack[-1]:
+    if operators.truth(f.monitor, f.stack[-1]):
         f.pc = target
     else:
         f.stack.pop()
 
 
 def JUMP_IF_FALSE_OR_POP(f, target):
-    if not f.stack[-1]:
+    if not operators.truth(f.monitor, f.stack[-1]):
         f.pc = target
     else:
         f.stack.pop()
@@ -968,8 +967,6 @@ def _name(ins, code):
 ARG_DECODERS = {
     "LOAD_CONST": lambda ins, code: code.co_consts[ins.arg],
     "LOAD_GLOBAL": lambda ins, code: (code.co_names[ins.arg >> 1], ins.arg & 1),
-    "BINARY_OP": lambda ins, code: BINARY_OPS[ins.arg],
-    "COMPARE_OP": lambda ins, code: COMPARE_OPS[ins.arg],
     "KW_NAMES": lambda ins, code: code.co_consts[ins.arg],
 }
 for _op in dis.hasjrel + dis.hasjabs:

@@ -14,7 +14,7 @@ import torch
 
 from magpy import annotations as ann
 from magpy.errors import GraphBreak
-from magpy.monitor import Observer
+from magpy.monitor import Observer, operators
 from magpy.monitor.interpreter import _descriptor_names, _python_descriptors
 from magpy.monitor.protocols import py_method
 from magpy.refgraph.graph import ATTR, CELL, DICT, ITEM, VAR, Kind, RefGraph, ShadowVersion, is_immutable
@@ -23,8 +23,12 @@ _MISSING = object()
 _HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: a class defined in Python (its attributes can change)
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 _CONTAINERS = (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.SET)
-_ENTERED_DUNDERS = {"__getitem__", "__setitem__", "__delitem__"}   # the monitor runs these
-_NN_STRUCT_DUNDERS = {"__len__", "__iter__", "__contains__", "__bool__"}
+# Special methods the monitor enters when they are Python code (magpy.monitor.operators).
+_ENTERED_DUNDERS = frozenset(
+    {"__getitem__", "__setitem__", "__delitem__", "__contains__", "__bool__", "__len__", "__iter__",
+     "__hash__", *operators.UNARY}
+    | {name for _, op, rop, _ in operators.BINARY for name in (op, rop, "__i" + op[2:])}
+    | {name for _, name, _ in operators.COMPARE})
 
 
 class Breaker:
@@ -163,15 +167,20 @@ class RefGraphBuilder(Observer):
         node = self.node(v)
         if node is None:
             return
+        if kind == ann.OPERAND:
+            if node.kind in _CONTAINERS:
+                self.expand(node, deep=True)
+            return
         if node.kind is Kind.OBJECT and kind == ann.DEEP:
             self.dynamic(f"native {_describe(what)} reads an object of Python class "
                          f"{type(v).__qualname__}")
             return
-        self.expand(node, deep=kind == ann.DEEP)
+        self.expand(node, deep=kind in (ann.DEEP, ann.ALL), objects=kind == ann.ALL)
 
-    def expand(self, node, deep=False, _seen=None):
-        """The program read a container's structure: guard it, and every element is read."""
-        if node.kind not in _CONTAINERS:
+    def expand(self, node, deep=False, _seen=None, objects=False):
+        """The program read a container's structure: guard it, and every element is read.
+        With ``objects``, a Python object's attributes are its elements (a copy reads them all)."""
+        if node.kind not in _CONTAINERS and not (objects and node.kind is Kind.OBJECT):
             return
         if _seen is None:
             _seen = set()
@@ -180,18 +189,19 @@ class RefGraphBuilder(Observer):
         _seen.add(node.id)
         node.struct = True
         snap = node.snapshot
-        items = snap.items() if node.kind is Kind.DICT else enumerate(snap)
+        items = snap.items() if type(snap) is dict else enumerate(snap)
         if node.kind is Kind.SET:
             if not all(is_immutable(x) for x in snap):
                 self.dynamic("a set of objects read as a whole")
             return
+        rel = ATTR if node.kind is Kind.OBJECT else ITEM
         for k, v in items:
-            child = self.g.child(node, ITEM, k, v)
-            if deep and child is not None and child.kind is Kind.OBJECT:
+            child = self.g.child(node, rel, k, v)
+            if deep and not objects and child is not None and child.kind is Kind.OBJECT:
                 self.dynamic(f"a native reads an object of Python class {type(v).__qualname__}")
                 return
             if deep:
-                self.expand(child, True, _seen)
+                self.expand(child, True, _seen, objects)
 
     def read_item(self, node, key, value):
         """``value = container[key]`` on a node: a read of version 0 unless written since."""
@@ -289,11 +299,6 @@ class RefGraphBuilder(Observer):
         fn = py_method(type(obj), name)
         if fn is None or (name in _ENTERED_DUNDERS and not self.dynamic.monitor.policy.runs_natively(fn)):
             return False  # native, or a Python method the monitor entered
-        if isinstance(obj, torch.nn.Module) and name in _NN_STRUCT_DUNDERS:
-            # len(), bool(), `in` on ModuleList & co. read the container's structure.
-            for dname in ("_modules", "_parameters"):
-                self.expand(self.g.child(node, ATTR, dname, obj.__dict__[dname]))
-            return True
         self.dynamic(f"{type(obj).__qualname__}.{name} (a Python method) called by a native operation")
         return True
 

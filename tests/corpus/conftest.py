@@ -9,8 +9,6 @@ import pytest
 
 TRACEBACKS = ("tracebacks of exceptions raised in monitored code show the monitor's frames, "
               "not the program's (frame objects cannot be created from Python)")
-NATIVE_DUNDERS = ("Python special methods called by operators (__eq__, __add__, ...) run natively, "
-                  "so frame introspection inside them sees the monitor's frames")
 NATIVE_CALLBACKS = ("Python code called back by native code outside the intrinsics (re.sub's repl, "
                     "defaultdict's factory, repr() -> __repr__) runs natively and sees the host's "
                     "frames and handled exception")
@@ -19,7 +17,6 @@ KNOWN_LIMITS = {
     "test_language[ex_exception_attributes]": TRACEBACKS,
     "test_language[ex_traceback_frames]": TRACEBACKS,
     "test_calls[xtra_traceback_frames]": TRACEBACKS,
-    "test_calls[xtra_getframe_from_dunders]": NATIVE_DUNDERS,
     "test_calls[frame_exc_info_seen_by_native_dunder]": NATIVE_CALLBACKS,
     "test_calls[frame_getframe_from_c_callbacks]": NATIVE_CALLBACKS,
 }
