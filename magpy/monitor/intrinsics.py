@@ -241,7 +241,10 @@ _NATIVE_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.M
 
 
 def _wrap(mon, fn):
-    return fn if fn is None or isinstance(fn, _NATIVE_CALLABLES) else Callback(mon, fn)
+    # Native callables run natively, unless the monitor handles them (operator.add, len ...).
+    if fn is None or (isinstance(fn, _NATIVE_CALLABLES) and id(fn) not in mon.policy.intrinsics):
+        return fn
+    return Callback(mon, fn)
 
 
 def _iterate(mon, obj):
@@ -260,12 +263,18 @@ def callback_intrinsic(native, positions=(), keywords=(), min_args=0, iterables=
                          for i, a in enumerate(args))
         if len(args) >= min_args:
             args = tuple(_wrap(mon, a) if i in positions else a for i, a in enumerate(args))
+            if native in _TRUTH_FILTERS and args and args[0] is None:
+                # filter(None, ...) tests each item's truth, which may run Python __bool__.
+                args = (Callback(mon, bool),) + args[1:]
         if kwargs:
             kwargs = {k: _wrap(mon, v) if k in keywords else v for k, v in kwargs.items()}
             return native(*args, **kwargs)
         return native(*args)
 
     return intrinsic
+
+
+_TRUTH_FILTERS = (filter, itertools.filterfalse)
 
 
 def _list_sort(mon, args, kwargs):
@@ -292,7 +301,7 @@ CALLBACKS = [
     (itertools.groupby, (1,), ("key",), 0, (0,)),
     (itertools.accumulate, (1,), ("func",), 0, (0,)),
     # Consumers of iterables only: their argument's Python __iter__ must be monitored.
-    *((f, (), (), 0, "*") for f in (enumerate, zip, list, tuple, set, frozenset, sum, any, all,
+    *((f, (), (), 0, "*") for f in (enumerate, zip, list, tuple, set, frozenset,
                                      itertools.chain, itertools.islice, itertools.zip_longest,
                                      itertools.product)),
 ]
@@ -318,16 +327,46 @@ def _unary_dispatch(name):
     return lambda mon, v: operators.unary(mon, v, name)
 
 
+def _sum(mon, args, kwargs):
+    if not 1 <= len(args) + len(kwargs or ()) <= 2 or (kwargs and (len(args) != 1 or set(kwargs) != {"start"})):
+        return sum(*args, **(kwargs or {}))  # CPython's own argument errors
+    start = args[1] if len(args) == 2 else (kwargs or {}).get("start", 0)
+    result = sum((), start)   # rejects str/bytes starts with CPython's message
+    it = mon.get_iter(args[0])
+    while (x := mon.iter_next(it)) is not NULL:
+        result = operators.binary(mon, result, x, 0)
+    return result
+
+
+def _any_all(stop_on: bool):
+    def dispatch(mon, iterable):
+        it = mon.get_iter(iterable)
+        while (x := mon.iter_next(it)) is not NULL:
+            if operators.truth(mon, x) is stop_on:
+                return stop_on
+        return not stop_on
+    return dispatch
+
+
+def _pow(mon, args, kwargs):
+    if kwargs or len(args) != 2:
+        return pow(*args, **(kwargs or {}))   # three-argument pow, argument errors
+    return operators.binary(mon, args[0], args[1], 8)
+
+
 OPERATORS = [
     *((native, _binary_dispatch(i, operators.binary)) for i, (_, _, _, native) in enumerate(operators.BINARY)),
     *((native, _binary_dispatch(i, operators.inplace)) for i, native in enumerate(operators.INPLACE)),
     *((native, _binary_dispatch(i, operators.compare)) for i, native in enumerate(operators.COMPARE_OPS)),
     *((native, _unary_dispatch(name)) for name, native in operators.UNARY.items()),
-    (operator.abs, _unary_dispatch("__abs__")),
+    (operator.abs, _unary_dispatch("__abs__")), (operator.inv, _unary_dispatch("__invert__")),
+    (operator.index, operators.index),
     (operator.contains, operators.contains),
     (operator.truth, operators.truth), (bool, operators.truth),
     (operator.not_, lambda mon, v: not operators.truth(mon, v)),
     (len, operators.length), (hash, operators.hash_of),
+    (any, _any_all(True)), (all, _any_all(False)),
+    (divmod, lambda mon, v, w: operators.binary_row(mon, v, w, operators.DIVMOD)),
 ]
 
 FRAME_SENSITIVE = [
@@ -354,6 +393,8 @@ def default_policy() -> CallPolicy:
         policy.add_intrinsic(callee, callback_intrinsic(callee, positions, keywords, min_args, iterables))
     for callee, dispatch in OPERATORS:
         policy.add_intrinsic(callee, _operator(callee, dispatch))
+    policy.add_intrinsic(sum, _sum)
+    policy.add_intrinsic(pow, _pow)
     policy.add_method_intrinsic(list, "sort", _list_sort)
     for fn in _monitor_functions():
         policy.run_natively(fn)

@@ -18,8 +18,8 @@ Two facts of CPython shape the code:
 - A C type's slot is a C function; calling its slot wrapper (``int.__add__(v, w)`` for the
   left operand, ``int.__radd__(w, v)`` for the right) runs that function on ``(v, w)``.
 
-Sequence types implement ``+``/``*`` as ``sq_concat``/``sq_repeat``, tried after the numeric
-protocol; they are left to CPython (native) whenever they take part in such an operator.
+C sequence types implement ``+``/``*`` as ``sq_concat``/``sq_repeat`` (their ``__add__`` and
+``__mul__`` are wrappers of those), tried only after the numeric protocol gave NotImplemented.
 """
 from __future__ import annotations
 
@@ -28,12 +28,14 @@ import collections
 import operator
 import sys
 import types
+import warnings
 
 from magpy.monitor.protocols import NULL, tp_name, type_lookup
 
 FunctionType = types.FunctionType
 WrapperDescriptorType = types.WrapperDescriptorType
 _HEAPTYPE = 1 << 9
+_METHOD_DESCRIPTOR = 1 << 17   # Py_TPFLAGS_METHOD_DESCRIPTOR: called unbound, self first
 _OBJECT_NE = object.__dict__["__ne__"]
 _GENERIC = "generic"
 
@@ -47,6 +49,7 @@ BINARY = [
     (">>", "__rshift__", "__rrshift__", operator.rshift), ("-", "__sub__", "__rsub__", operator.sub),
     ("/", "__truediv__", "__rtruediv__", operator.truediv), ("^", "__xor__", "__rxor__", operator.xor),
 ]
+DIVMOD = ("divmod()", "__divmod__", "__rdivmod__", divmod)
 INPLACE = [operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift, operator.imatmul,
            operator.imul, operator.imod, operator.ior, operator.ipow, operator.irshift, operator.isub,
            operator.itruediv, operator.ixor]
@@ -60,24 +63,30 @@ EQ = 2
 # unary special methods and the native operation to fall back to
 UNARY = {"__neg__": operator.neg, "__pos__": operator.pos, "__invert__": operator.invert, "__abs__": abs}
 
-_SEQUENCES = (list, tuple, str, bytes, bytearray, collections.deque, array.array, memoryview, range)
-_SEQUENCE_OPS = frozenset({"__add__", "__mul__"})
+# C types whose __add__/__mul__/__rmul__/__iadd__/__imul__ wrap sequence slots, not numeric ones.
+_SEQUENCES = (list, tuple, str, bytes, bytearray, collections.deque, array.array)
+_SEQUENCE_SLOTS = frozenset({"__add__", "__mul__", "__rmul__", "__iadd__", "__imul__"})
+_C_METHODS = (types.WrapperDescriptorType, types.MethodDescriptorType, types.BuiltinFunctionType,
+              types.MethodWrapperType, types.ClassMethodDescriptorType)
 _native_types: set = set()   # C types: their attributes cannot change, so they never have Python methods
 
 
 # --------------------------------------------------------------------------- lookups
 def _entered(mon, tp, name):
-    """The Python function the monitor would enter for ``tp.name``, else None."""
+    """The Python-level special method the monitor would enter for ``tp.name`` (a function,
+    or a staticmethod, classmethod, partialmethod, callable object ...), else None."""
     if tp in _native_types:
         return None
     if not tp.__flags__ & _HEAPTYPE:
         _native_types.add(tp)
         return None
     fn = getattr(tp, name, None)
-    if type(fn) is not FunctionType or mon.policy.runs_natively(fn):
+    if fn is None or type(fn) in _C_METHODS:
         return None
     raw = type_lookup(tp, name)
-    return raw if raw is fn else None
+    if raw is NULL or raw is None or (type(raw) is FunctionType and mon.policy.runs_natively(raw)):
+        return None
+    return raw
 
 
 def invoke(mon, raw, obj, *args):
@@ -88,11 +97,11 @@ def invoke(mon, raw, obj, *args):
         if mon.policy.runs_natively(raw):
             return raw(obj, *args)
         return mon.call(raw, (obj,) + args, None)
+    if type(raw).__flags__ & _METHOD_DESCRIPTOR:
+        return raw(obj, *args)
     get = getattr(type(raw), "__get__", None)
     bound = raw if get is None else get(raw, obj, type(obj))
-    if type(bound) is types.MethodType and type(bound.__func__) is FunctionType:
-        return mon.call(bound, args, None)
-    return bound(*args)
+    return mon.call(bound, args, None)   # a staticmethod, classmethod, partialmethod, callable ...
 
 
 def _call_maybe(mon, obj, name, *args):
@@ -104,10 +113,24 @@ def _call_maybe(mon, obj, name, *args):
 
 
 # --------------------------------------------------------------------------- binary operators
+def _sequence_slot(tp, name):
+    """The wrapper of ``tp``'s sequence slot (``sq_concat``, ``sq_repeat`` ...) named ``name``,
+    or None (a Python method of that name leaves the sequence slot empty)."""
+    raw = type_lookup(tp, name)
+    if type(raw) is WrapperDescriptorType and raw.__objclass__ in _SEQUENCES and name in _SEQUENCE_SLOTS:
+        return raw
+    return None
+
+
+def _number_lookup(tp, name):
+    raw = type_lookup(tp, name)
+    return NULL if raw is not NULL and _sequence_slot(tp, name) is raw else raw
+
+
 def _slot(tp, op, rop):
     """What ``tp``'s numeric slot for ``op`` is: None, the generic Python slot, or a C slot
     identified by its wrapper descriptors."""
-    a, b = type_lookup(tp, op), type_lookup(tp, rop)
+    a, b = _number_lookup(tp, op), _number_lookup(tp, rop)
     if a is NULL and b is NULL:
         return None
     if (a is NULL or type(a) is WrapperDescriptorType) and (b is NULL or type(b) is WrapperDescriptorType):
@@ -174,24 +197,83 @@ def _binary_op1(mon, v, w, op, rop):
     return NotImplemented
 
 
-def _sequence_involved(v, w, op):
-    return op in _SEQUENCE_OPS and (isinstance(v, _SEQUENCES) or isinstance(w, _SEQUENCES))
+def _sequence_fallback(mon, v, w, op, inplace):
+    """What ``PyNumber_Add``/``Multiply`` (and their in-place forms) do once the numeric
+    protocol gave NotImplemented: concatenate or repeat a sequence operand; else NotImplemented."""
+    tp_v, tp_w = type(v), type(w)
+    if op == "__add__":
+        f = (inplace and _sequence_slot(tp_v, "__iadd__")) or _sequence_slot(tp_v, "__add__")
+        return NotImplemented if f is None else f(v, w)
+    if op != "__mul__":
+        return NotImplemented
+    f = (inplace and _sequence_slot(tp_v, "__imul__")) or _sequence_slot(tp_v, "__mul__")
+    if f is not None:
+        return _repeat(mon, f, v, w)
+    if inplace and _has_sequence_methods(v):
+        return NotImplemented   # PyNumber_InPlaceMultiply looks no further than v's sequence methods
+    f = _sequence_slot(tp_w, "__mul__")
+    return NotImplemented if f is None else _repeat(mon, f, w, v)
+
+
+def _repeat_count_entered(mon, tp_v, tp_w, op) -> bool:
+    # seq * n converts n with its __index__, which may be Python.
+    return op == "__mul__" and (_entered(mon, tp_v, "__index__") is not None
+                                or _entered(mon, tp_w, "__index__") is not None)
+
+
+def _has_sequence_methods(v) -> bool:
+    # tp_as_sequence: every Python class has one; of C types, the containers.
+    return bool(type(v).__flags__ & _HEAPTYPE) or isinstance(v, (*_SEQUENCES, dict, set, frozenset))
+
+
+def _repeat(mon, f, seq, n):
+    """``sequence_repeat``: the count through ``__index__``."""
+    if type_lookup(type(n), "__index__") is NULL:
+        raise TypeError(f"can't multiply sequence by non-int of type '{tp_name(type(n))}'")
+    count = index(mon, n)
+    if not -sys.maxsize - 1 <= count <= sys.maxsize:
+        raise OverflowError(f"cannot fit '{tp_name(type(n))}' into an index-sized integer")
+    return f(seq, count)
+
+
+def index(mon, v) -> int:
+    """``_PyNumber_Index``: ``v`` itself for an int, else its ``__index__`` (which must give an int)."""
+    if type(v) is int:
+        return v
+    fn = _entered(mon, type(v), "__index__")
+    if fn is None:
+        return operator.index(v)
+    r = invoke(mon, fn, v)
+    if type(r) is not int:
+        if not isinstance(r, int):
+            raise TypeError(f"__index__ returned non-int (type {tp_name(type(r))})")
+        warnings.warn(f"__index__ returned non-int (type {tp_name(type(r))}).  The ability to return an "
+                      "instance of a strict subclass of int is deprecated, and may be removed in a future "
+                      "version of Python.", DeprecationWarning, stacklevel=1)
+    return r
 
 
 def _unsupported(sym, v, w):
-    if sym in ("**", "**="):
+    if sym == "**":
         sym = "** or pow()"
     return TypeError(f"unsupported operand type(s) for {sym}: '{tp_name(type(v))}' and '{tp_name(type(w))}'")
 
 
 def binary(mon, v, w, index):
     """``v <op> w`` for BINARY_OP's non-in-place ``index``."""
-    sym, op, rop, native = BINARY[index]
+    return binary_row(mon, v, w, BINARY[index])
+
+
+def binary_row(mon, v, w, row):
+    """A binary operator given by its ``(symbol, method, reflected method, native)`` row."""
+    sym, op, rop, native = row
     tp_v, tp_w = type(v), type(w)
-    if (_entered(mon, tp_v, op) is None and (tp_w is tp_v or _entered(mon, tp_w, rop) is None)) \
-            or _sequence_involved(v, w, op):
+    if _entered(mon, tp_v, op) is None and (tp_w is tp_v or _entered(mon, tp_w, rop) is None) \
+            and not _repeat_count_entered(mon, tp_v, tp_w, op):
         return native(v, w)
     x = _binary_op1(mon, v, w, op, rop)
+    if x is NotImplemented:
+        x = _sequence_fallback(mon, v, w, op, False)
     if x is NotImplemented:
         raise _unsupported(sym, v, w)
     return x
@@ -202,15 +284,17 @@ def inplace(mon, v, w, index):
     sym, op, rop, _ = BINARY[index]
     iop = "__i" + op[2:]
     tp_v, tp_w = type(v), type(w)
-    if (_entered(mon, tp_v, iop) is None and _entered(mon, tp_v, op) is None
-            and (tp_w is tp_v or _entered(mon, tp_w, rop) is None)) or _sequence_involved(v, w, op):
+    if _entered(mon, tp_v, iop) is None and _entered(mon, tp_v, op) is None \
+            and (tp_w is tp_v or _entered(mon, tp_w, rop) is None) and not _repeat_count_entered(mon, tp_v, tp_w, op):
         return INPLACE[index](v, w)
-    raw = type_lookup(tp_v, iop)
+    raw = _number_lookup(tp_v, iop)
     if raw is not NULL:
         x = invoke(mon, raw, v, w)
         if x is not NotImplemented:
             return x
     x = _binary_op1(mon, v, w, op, rop)
+    if x is NotImplemented:
+        x = _sequence_fallback(mon, v, w, op, True)
     if x is NotImplemented:
         raise _unsupported(sym + "=", v, w)
     return x
@@ -241,7 +325,7 @@ def compare(mon, v, w, index):
     tp_v, tp_w = type(v), type(w)
     swapped = COMPARE[index][2]
     swapped_index = [c[1] for c in COMPARE].index(swapped)
-    if not _compare_entered(mon, tp_v, index) and (tp_w is tp_v or not _compare_entered(mon, tp_w, swapped_index)):
+    if not _compare_entered(mon, tp_v, index) and not _compare_entered(mon, tp_w, swapped_index):
         return COMPARE_OPS[index](v, w)
     checked_reverse = False
     if tp_v is not tp_w and issubclass(tp_w, tp_v):
@@ -277,7 +361,7 @@ def truth(mon, v) -> bool:
     tp = type(v)
     fn = _entered(mon, tp, "__bool__")
     if fn is not None:
-        r = mon.call(fn, (v,), None)
+        r = invoke(mon, fn, v)
         if type(r) is not bool:
             raise TypeError(f"__bool__ should return bool, returned {tp_name(type(r))}")
         return r
@@ -291,8 +375,7 @@ def length(mon, v) -> int:
     fn = _entered(mon, type(v), "__len__")
     if fn is None:
         return len(v)
-    r = mon.call(fn, (v,), None)
-    n = r if type(r) is int else operator.index(r)
+    n = index(mon, invoke(mon, fn, v))
     if n < 0:
         raise ValueError("__len__() should return >= 0")
     if n > sys.maxsize:
@@ -307,7 +390,7 @@ def contains(mon, container, item) -> bool:
     tp = type(container)
     fn = _entered(mon, tp, "__contains__")
     if fn is not None:
-        return truth(mon, mon.call(fn, (container, item), None))
+        return truth(mon, invoke(mon, fn, container, item))
     raw = type_lookup(tp, "__contains__")
     if raw is None:
         raise TypeError(f"'{tp_name(tp)}' object is not a container")
@@ -354,7 +437,7 @@ def unary(mon, v, name):
     fn = _entered(mon, type(v), name)
     if fn is None:
         return UNARY[name](v)
-    return mon.call(fn, (v,), None)
+    return invoke(mon, fn, v)
 
 
 def hash_of(mon, v) -> int:
@@ -362,8 +445,8 @@ def hash_of(mon, v) -> int:
     fn = _entered(mon, type(v), "__hash__")
     if fn is None:
         return hash(v)
-    r = mon.call(fn, (v,), None)
+    r = invoke(mon, fn, v)
     if not isinstance(r, int):
         raise TypeError("__hash__ method should return an integer")
-    h = r if -sys.maxsize - 1 <= r <= sys.maxsize else int.__hash__(r)
+    h = int.__index__(r) if -sys.maxsize - 1 <= r <= sys.maxsize else int.__hash__(r)
     return -2 if h == -1 else h

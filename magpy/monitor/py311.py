@@ -908,7 +908,7 @@ def END_ASYNC_FOR(f, arg):
 
 # --------------------------------------------------------------------------- pattern matching
 def GET_LEN(f, arg):
-    f.stack.append(len(f.stack[-1]))
+    f.stack.append(operators.length(f.monitor, f.stack[-1]))
 
 
 _TPFLAGS_SEQUENCE = 1 << 5
