@@ -1,7 +1,7 @@
 """End-to-end benchmark: eager vs torch.compile vs magpy on the model zoo.
 
-    python -m benchmarks.run [--models bert,resnet101] [--size bench|test] [--variants ...]
-                             [--quick] [--threads N] [--json PATH] [--warm-cache] [--no-fail]
+    python -m benchmarks.run [--suite default|transformers] [--models bert,resnet101] [--size bench|test]
+                             [--variants ...] [--quick] [--threads N] [--json PATH] [--warm-cache] [--no-fail]
 
 Every model of ``benchmarks.models.MODELS`` (default: all but resnet50, which stays
 selectable) is built once (``torch.manual_seed(0)``; batch size 1, the builders' inputs)
@@ -43,6 +43,16 @@ Per variant:
   dataclasses; the structure and types must match too) is ``allclose`` to a separate eager call
   with rtol = atol = 1e-3 (inductor reorders float math), on the first call and again on a
   later call with the same inputs (after the timed calls).  ``max abs diff`` is over both.
+
+``--suite transformers`` runs the transformers corpus of GitHub issue 9 instead
+(``benchmarks.models.hf_zoo``: 40 architectures with default settings, SDPA attention, at
+test size only) with the variants ``eager``, ``torch.compile`` and ``magpy`` (inductor) by
+default, and writes ``benchmarks/results/run_transformers.json``.  Its text inputs are cut to
+batch size 1 (``hf_zoo.batch_one``: the padded row, so the masking path still runs), and
+outputs are compared after ``hf_zoo.plain`` (a ``DynamicCache`` in ``past_key_values`` is
+compared by its tensors).  magpy runs with ``fullgraph=False`` as in the default suite: a
+model that breaks runs eagerly (graphs 0; the reason is a footnote).
+``python -m benchmarks.transformers_survey`` is the quicker one-graph/correctness view.
 
 On a machine shared with other busy processes, timings with torch's default thread count
 (one OpenMP thread per core) can be 10-50x too slow: each parallel operator waits at a barrier
@@ -86,11 +96,13 @@ import torch._inductor.utils  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 
 import magpy  # noqa: E402
-from benchmarks.models import MODELS  # noqa: E402
+from benchmarks.models import MODELS, hf_zoo  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = REPO / "benchmarks" / "results" / "run.json"
 DEFAULT_MODELS = [m for m in MODELS if m != "resnet50"]
+TRANSFORMERS_JSON = REPO / "benchmarks" / "results" / "run_transformers.json"
+TRANSFORMERS_VARIANTS = ("eager", "torch.compile", "magpy")
 RTOL = ATOL = 1e-3
 NOISY = 1.5   # a median this many times the fastest call gets a "noisy" note
 
@@ -298,8 +310,16 @@ def graph_info(variant: Variant, compiled) -> dict:
     return {"graphs": None, "break_reasons": [], "notes": []}
 
 
+def _identity(out):
+    return out
+
+
 def run_variant(variant: Variant, model, args, kwargs, reference, timing: Timing,
-                cold_cache: bool = True) -> dict:
+                cold_cache: bool = True, normalize=None) -> dict:
+    """Compile, time and check one variant.  ``normalize`` maps outputs (and ``reference``)
+    before they are compared (the transformers suite: ``hf_zoo.plain``)."""
+    normalize = normalize or _identity
+    reference = normalize(reference)
     row = {"variant": variant.name, "compiler": variant.compiler, "backend": variant.backend,
            "compile_s": None, "median_ms": None, "min_ms": None, "max_ms": None, "repeats": 0,
            "speedup": None, "graphs": None, "correct": None, "max_abs_diff": None,
@@ -319,7 +339,7 @@ def run_variant(variant: Variant, model, args, kwargs, reference, timing: Timing
             t0 = time.perf_counter()
             out = compiled(*args, **kwargs)
             row["compile_s"] = time.perf_counter() - t0
-            checks = {"first call": compare(reference, out)}
+            checks = {"first call": compare(reference, normalize(out))}
             del out
             stage = "warm-up / timed calls"
             for _ in range(timing.warmup):
@@ -327,7 +347,7 @@ def run_variant(variant: Variant, model, args, kwargs, reference, timing: Timing
             times = time_calls(lambda: compiled(*args, **kwargs), timing)
             stage = "later call"
             out = compiled(*args, **kwargs)
-            checks["later call"] = compare(reference, out)
+            checks["later call"] = compare(reference, normalize(out))
             del out
         row["repeats"] = len(times)
         row["median_ms"] = statistics.median(times) * 1e3
@@ -369,12 +389,22 @@ def run_variant(variant: Variant, model, args, kwargs, reference, timing: Timing
     return row
 
 
-def run_model(name: str, size: str, variants: list[Variant], timing: Timing, cold_cache: bool) -> list[dict]:
+def build_model(suite: str, name: str, size: str) -> tuple:
+    """``(model, args, kwargs)``: the default zoo at ``size``, or a transformers model at batch 1."""
+    if suite == "transformers":
+        model, args, kwargs = hf_zoo.HF_ZOO[name]()
+        return (model, *hf_zoo.batch_one(args, kwargs))
+    return MODELS[name](size)
+
+
+def run_model(name: str, size: str, variants: list[Variant], timing: Timing, cold_cache: bool,
+              suite: str = "default") -> list[dict]:
     base = {"model": name, "size": size}
+    normalize = hf_zoo.plain if suite == "transformers" else None
     t0 = time.perf_counter()
     try:
         torch.manual_seed(0)
-        model, args, kwargs = MODELS[name](size)
+        model, args, kwargs = build_model(suite, name, size)
     except Exception as e:
         err = f"{type(e).__name__} while building: {_first_line(e)}"
         return [dict(base, variant=v.name, error=err, correct=False, notes=["ERROR"],
@@ -388,7 +418,7 @@ def run_model(name: str, size: str, variants: list[Variant], timing: Timing, col
         for v in variants:
             print(f"  {name}: {v.name} ...", end="", flush=True)
             t1 = time.perf_counter()
-            row = dict(base, **run_variant(v, model, args, kwargs, reference, timing, cold_cache))
+            row = dict(base, **run_variant(v, model, args, kwargs, reference, timing, cold_cache, normalize))
             row["variant_wall_s"] = time.perf_counter() - t1
             rows.append(row)
             print(f" {row['variant_wall_s']:.1f} s" + (f"  {row['error']}" if row["error"] else ""),
@@ -573,12 +603,18 @@ def write_json(path: Path, info: dict, opts: dict, rows: list[dict], complete: b
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                        help="comma-separated, from: " + ",".join(MODELS) + " (default: all but resnet50)")
-    parser.add_argument("--size", default="bench", choices=("test", "bench"))
-    parser.add_argument("--variants", default=",".join(VARIANTS),
+    parser.add_argument("--suite", default="default", choices=("default", "transformers"),
+                        help="default: the model zoo below; transformers: benchmarks.models.hf_zoo "
+                             "(test size, batch 1; variants eager,torch.compile,magpy by default)")
+    parser.add_argument("--models",
+                        help="comma-separated, from: " + ",".join(MODELS) + " (default: all but resnet50); "
+                             "with --suite transformers from: " + ",".join(hf_zoo.HF_ZOO) + " (default: all)")
+    parser.add_argument("--size", choices=("test", "bench"),
+                        help="default suite: bench (default) or test; the transformers suite has test only")
+    parser.add_argument("--variants",
                         help="comma-separated, from: " + ",".join(VARIANTS)
-                        + " (eager is always run: it is the reference)")
+                        + " (default: all; transformers suite: " + ",".join(TRANSFORMERS_VARIANTS)
+                        + "; eager is always run: it is the reference)")
     parser.add_argument("--quick", action="store_true",
                         help=f"{QUICK.warmup} warm-up calls, {QUICK.min_repeats}..{QUICK.max_repeats} timed "
                              f"calls in ~{QUICK.budget_s:g} s (default {FULL.warmup}, "
@@ -588,18 +624,31 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--min-repeats", type=int, help="override the minimum number of timed calls")
     parser.add_argument("--max-repeats", type=int, help="override the maximum number of timed calls")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's default)")
-    parser.add_argument("--json", metavar="PATH", default=str(DEFAULT_JSON),
-                        help="where to write the results (default: %(default)s)")
+    parser.add_argument("--json", metavar="PATH",
+                        help=f"where to write the results (default: {DEFAULT_JSON}; transformers suite: "
+                             f"{TRANSFORMERS_JSON})")
     parser.add_argument("--warm-cache", action="store_true",
                         help="compile with the persistent inductor cache (default: a fresh empty one "
                              "per inductor variant, so compile times are cold and comparable)")
     parser.add_argument("--no-fail", action="store_true",
                         help="exit 0 even if a variant is incorrect or raised")
     opts = parser.parse_args(argv)
+    transformers_suite = opts.suite == "transformers"
+    known = hf_zoo.HF_ZOO if transformers_suite else MODELS
+    if opts.models is None:
+        opts.models = ",".join(hf_zoo.HF_ZOO if transformers_suite else DEFAULT_MODELS)
+    if opts.variants is None:
+        opts.variants = ",".join(TRANSFORMERS_VARIANTS if transformers_suite else VARIANTS)
+    if opts.size is None:
+        opts.size = "test" if transformers_suite else "bench"
+    elif transformers_suite and opts.size != "test":
+        parser.error("--suite transformers has only --size test")
+    if opts.json is None:
+        opts.json = str(TRANSFORMERS_JSON if transformers_suite else DEFAULT_JSON)
     opts.model_list = [m for m in opts.models.split(",") if m]
-    unknown = [m for m in opts.model_list if m not in MODELS]
+    unknown = [m for m in opts.model_list if m not in known]
     if unknown:
-        parser.error(f"unknown models {unknown}; choose from {list(MODELS)}")
+        parser.error(f"unknown models {unknown}; choose from {list(known)}")
     names = [v for v in opts.variants.split(",") if v]
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
@@ -624,14 +673,15 @@ def main(argv=None) -> int:
         torch.set_num_threads(opts.threads)
     start = time.perf_counter()
     info = machine_info()
-    saved = {"models": opts.model_list, "size": opts.size, "variants": [v.name for v in opts.variant_list],
+    saved = {"suite": opts.suite, "models": opts.model_list, "size": opts.size,
+             "variants": [v.name for v in opts.variant_list],
              "quick": opts.quick, "timing": dataclasses.asdict(opts.timing), "threads": opts.threads,
              "cold_cache": not opts.warm_cache, "argv": sys.argv if argv is None else list(argv)}
     json_path = Path(opts.json)
     print(f"torch {info['torch']}, python {info['python']}, transformers {info['transformers']}, "
           f"magpy {info['magpy']}; {info['cpu']}, {info['cpu_count']} cores, threads {info['threads']}")
     t = opts.timing
-    print(f"size {opts.size}, batch 1, no_grad; {t.warmup} warm-up calls, median of "
+    print(f"suite {opts.suite}, size {opts.size}, batch 1, no_grad; {t.warmup} warm-up calls, median of "
           f"{t.min_repeats}..{t.max_repeats} calls in ~{t.budget_s:g} s; inductor cache "
           f"{'warm (persistent)' if opts.warm_cache else 'cold (fresh per variant)'}\n", flush=True)
 
@@ -643,7 +693,8 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     for name in opts.model_list:
         print(f"{name} ({opts.size})", flush=True)
-        rows += run_model(name, opts.size, opts.variant_list, opts.timing, cold_cache=not opts.warm_cache)
+        rows += run_model(name, opts.size, opts.variant_list, opts.timing, cold_cache=not opts.warm_cache,
+                          suite=opts.suite)
         write_json(json_path, info, saved, rows, complete=False, wall_s=time.perf_counter() - start)
     wall = time.perf_counter() - start
     write_json(json_path, info, saved, rows, complete=True, wall_s=wall)
