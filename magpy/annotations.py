@@ -223,6 +223,49 @@ def torch_name(func) -> str:
     return getattr(func, "__name__", "")
 
 
+# --------------------------------------------------------------------------- numpy
+# numpy computes new values from its arguments' values (arrays made inside the call, from
+# guarded Python values, as BigBird's attention plan), except numpy.random (hidden state)
+# and the array methods that write in place.
+NUMPY_INPLACE_METHODS = frozenset({"fill", "sort", "resize", "put", "itemset", "setfield", "setflags",
+                                   "partition", "__setitem__", "__delitem__", "__iadd__", "__isub__",
+                                   "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
+                                   "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
+                                   "__imatmul__"})
+
+
+def is_numpy_module(mod: str | None) -> bool:
+    return bool(mod) and (mod == "numpy" or mod.startswith("numpy."))
+
+
+def _numpy(callee) -> Annotation | None:
+    owner = getattr(callee, "__self__", None)
+    if owner is not None and not isinstance(owner, types.ModuleType) and is_numpy_module(type(owner).__module__):
+        if type(owner).__module__.startswith("numpy.random"):
+            return IMPURE   # np.random.rand is a method of the global RandomState
+        return _inplace(NONE) if getattr(callee, "__name__", "") in NUMPY_INPLACE_METHODS else PURE
+    mod = getattr(callee, "__module__", None)
+    if not isinstance(mod, str):
+        mod = type(callee).__module__   # a ufunc
+    if not is_numpy_module(mod):
+        return None
+    return IMPURE if mod.startswith("numpy.random") else PURE
+
+
+def _torch_op(callee) -> Annotation | None:
+    """``torch.ops.ns.op`` (a packet or one overload, custom ops included): a tensor operation,
+    recorded by ``__torch_function__``; it writes the arguments its schema marks as written."""
+    if isinstance(callee, torch._ops.OpOverloadPacket):
+        schemas = [getattr(callee, name)._schema for name in callee.overloads()]
+    elif isinstance(callee, torch._ops.OpOverload):
+        schemas = [callee._schema]
+    else:
+        return None
+    written = {i for schema in schemas for i, arg in enumerate(schema.arguments)
+               if arg.alias_info is not None and arg.alias_info.is_write}
+    return Annotation(inplace=tuple(sorted(written))) if written else PURE
+
+
 # --------------------------------------------------------------------------- lookup
 _USER: dict[int, tuple[Callable, Annotation]] = {}
 
@@ -272,6 +315,9 @@ def lookup(callee) -> tuple[Annotation | None, bool]:
     if ann is not None:
         return ann, False
     t = type(callee)
+    ann = _numpy(callee) or _torch_op(callee)
+    if ann is not None:
+        return ann, False
     if t is types.BuiltinFunctionType or t is types.MethodWrapperType:
         owner = callee.__self__
         if owner is None or type(owner) is types.ModuleType or _is_pybind(owner):
@@ -283,12 +329,17 @@ def lookup(callee) -> tuple[Annotation | None, bool]:
         return _owner_entry(callee.__objclass__, callee.__name__), False
     if t is functools.partial or t is operator.itemgetter or t is operator.attrgetter:
         return PURE, False
+    if t is _LRU_CACHE_WRAPPER:
+        return PURE, False   # an lru_cache'd function: its result is a function of its arguments
     if isinstance(callee, type):
         # A C class called natively: constructing is pure unless it is a known effectful type.
         return (PURE if _is_library(callee.__module__) else None), False
     if t is types.FunctionType and _is_library(callee.__module__):
         return torch_library_annotation(callee), False
     return None, False
+
+
+_LRU_CACHE_WRAPPER = type(functools.lru_cache(maxsize=None)(len))
 
 
 def _is_pybind(owner) -> bool:

@@ -296,6 +296,8 @@ class _GuardWriter:
                 out.append(f"len({v}) == {len(snap)}")
             elif k is Kind.DICT:
                 out.append(f"tuple({v}) == {self.literal(tuple(snap))}")
+            elif k is Kind.OBJECT:
+                out.append(f"tuple({v}.__dict__) == {self.literal(tuple(snap))}")
             elif k is Kind.SET:
                 out.append(f"{v} == {self.names.const(frozenset(snap))}")
         for rel, key in node.absent:
@@ -309,8 +311,6 @@ class _GuardWriter:
         v = _var(node)
         out = [f"{self._step(parent, rel, key, node.value)} is {v}" for parent, rel, key in node.aliases]
         out += [f"{v} is not {_var(other)}" for other in node.distinct if other.id in self.needed]
-            elif k is Kind.OBJECT:
-                out.append(f"tuple({v}.__dict__) == {self.literal(tuple(snap))}")
         return out
 
     def value_check(self, v, value) -> list[str]:

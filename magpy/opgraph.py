@@ -44,6 +44,7 @@ class OpRecorder(TorchFunctionMode):
         self._grad = torch.is_grad_enabled()          # grad mode where the graph is now
         self._inference = torch.is_inference_mode_enabled()
         self._entered: list = []                      # (inference-mode context node, grad mode before)
+        self._constants: dict[str, torch.Tensor] = {}   # tensors folded into the graph (_fold)
 
     # ------------------------------------------------------------------ interception
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -74,7 +75,13 @@ class OpRecorder(TorchFunctionMode):
     # ------------------------------------------------------------------ recording
     def _record(self, func, name, args, kwargs, out):
         self._sync_modes()
-        fargs, fkwargs = pytree.tree_map(self._arg, (tuple(args), dict(kwargs)))
+        try:
+            fargs, fkwargs = pytree.tree_map(self._arg, (tuple(args), dict(kwargs)))
+        except _Unsupported:
+            if not _made_from_data(args, kwargs, out):
+                raise
+            self._fold(out)
+            return
         owner = getattr(func, "__self__", None)
         if type(owner).__name__ == "getset_descriptor":
             node = self.graph.call_function(getattr, (fargs[0], name))
@@ -92,6 +99,16 @@ class OpRecorder(TorchFunctionMode):
                     self.nodes[id(t)] = self.graph.call_function(operator.getitem, (node, i))
         elif out is not None:
             raise _Unsupported(f"{_qualname(func)} returned {type(out).__name__}")
+
+    def _fold(self, t) -> None:
+        """``t`` was made from Python data computed inside the call (``torch.tensor`` of numpy
+        arrays): that data depends only on guarded values, so ``t`` is a constant of the
+        record, held by the graph module and copied on each run (the program may modify it)."""
+        name = f"_constant{len(self._constants)}"
+        self._constants[name] = t.detach().clone()
+        self._keep.append(t)
+        self.nodes[id(t)] = self.graph.call_method("clone", (self.graph.get_attr(name),))
+        self.op_count += 1
 
     def _arg(self, a):
         if isinstance(a, torch.Tensor):
@@ -146,12 +163,20 @@ class OpRecorder(TorchFunctionMode):
         self._sync_modes()
         self.graph.output(tuple(outputs))
         self.graph.eliminate_dead_code(_is_impure)
-        gm = fx.GraphModule(torch.nn.Module(), self.graph)
-        return gm
+        root = torch.nn.Module()
+        for name, t in self._constants.items():
+            root.register_buffer(name, t)
+        return fx.GraphModule(root, self.graph)
 
 
 class _Unsupported(Exception):
     pass
+
+
+def _made_from_data(args, kwargs, out) -> bool:
+    """A tensor factory given only Python data (no tensors), not needing autograd."""
+    return (isinstance(out, torch.Tensor) and not out.requires_grad
+            and not any(isinstance(a, torch.Tensor) for a in pytree.tree_leaves((args, kwargs))))
 
 
 def _is_impure(node: fx.Node) -> bool:

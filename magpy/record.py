@@ -78,9 +78,13 @@ def _verify_fast(rec: Record, env, other, what: str) -> None:
 @functools.lru_cache(maxsize=None)
 def _native_module(name: str) -> bool:
     # torch's own Python code runs natively (its tensor operations reach __torch_function__),
-    # except nn.Module code, whose attribute reads are the program's reads.
-    return (name == "torch" or name.startswith("torch.")) and not name.startswith("torch.nn.modules") \
-        or name.startswith("magpy.") or name == "inspect"
+    # except nn.Module code and parametrizations (weight_norm ...), whose attribute reads
+    # are the program's reads.
+    return (name == "torch" or name.startswith("torch.")) and not name.startswith(_MONITORED_TORCH) \
+        or name.startswith("magpy.") or name == "inspect" or annotations.is_numpy_module(name)
+
+
+_MONITORED_TORCH = ("torch.nn.modules", "torch.nn.utils.parametriz")
 
 
 def _compiling(monitor, args, kwargs):

@@ -7,6 +7,7 @@ calls follow their annotation (Figure 12): unannotated or impure natives are dyn
 """
 from __future__ import annotations
 
+import array
 import sys
 import types
 
@@ -166,6 +167,10 @@ class RefGraphBuilder(Observer):
             return
         node = self.node(v)
         if node is None:
+            return
+        if node.kind is Kind.OPAQUE and kind != ann.TYPE and isinstance(v, _mutable_opaque()):
+            # Their contents are not guarded (only their identity): a read must not be baked in.
+            self.dynamic(f"native {_describe(what)} reads a {type(v).__qualname__} from outside the call")
             return
         if kind == ann.OPERAND:
             if node.kind in _CONTAINERS:
@@ -533,6 +538,12 @@ def _rel_contextvar(b, args, result):
 
 _RELATIONS = {"attr": _rel_attr, "hasattr": _rel_hasattr, "element": _rel_element,
               "contextvar": _rel_contextvar}
+
+
+def _mutable_opaque() -> tuple:
+    """Mutable C containers whose value the guard cannot check (numpy only if it is loaded)."""
+    np = sys.modules.get("numpy")
+    return (bytearray, array.array) if np is None else (bytearray, array.array, np.ndarray)
 
 
 def _describe(callee) -> str:
