@@ -394,6 +394,8 @@ def contains(mon, container, item) -> bool:
     raw = type_lookup(tp, "__contains__")
     if raw is None:
         raise TypeError(f"'{tp_name(tp)}' object is not a container")
+    if raw is _LIST_CONTAINS or raw is _TUPLE_CONTAINS:
+        return _search_sequence(mon, container, item)
     if raw is not NULL or (_entered(mon, tp, "__iter__") is None and _entered(mon, tp, "__getitem__") is None):
         return item in container
     if type_lookup(tp, "__iter__") is NULL:
@@ -411,6 +413,24 @@ def contains(mon, container, item) -> bool:
             return False
         if equal(mon, x, item):
             return True
+
+
+_LIST_CONTAINS = list.__dict__["__contains__"]
+_TUPLE_CONTAINS = tuple.__dict__["__contains__"]
+
+
+def _search_sequence(mon, seq, item) -> bool:
+    """``list_contains``/``tuple_contains``: ``seq[i] == item`` in order, identity first; native
+    unless a Python ``__eq__`` would run (the item's, or an element's)."""
+    if _compare_entered(mon, type(item), EQ) is False and not any(
+            _compare_entered(mon, t, EQ) for t in {type(x) for x in seq}):
+        return item in seq
+    i = 0
+    while i < len(seq):   # the list may change while __eq__ runs: re-read its length
+        if equal(mon, seq[i], item):
+            return True
+        i += 1
+    return False
 
 
 def _search_by_index(mon, container, item) -> bool:

@@ -9,11 +9,19 @@ import pytest
 
 TRACEBACKS = ("tracebacks of exceptions raised in monitored code show the monitor's frames, "
               "not the program's (frame objects cannot be created from Python)")
+NATIVE_SPECIAL_METHODS = ("Python special methods called by C code other than the operators the monitor "
+                          "dispatches (sorting, list/tuple comparison, list.index/count/remove, dict/set "
+                          "hashing, round/int/float/math.floor, str.join, length hints, "
+                          "operator.methodcaller) run natively and see the monitor's frames")
 NATIVE_CALLBACKS = ("Python code called back by native code outside the intrinsics (re.sub's repl, "
                     "defaultdict's factory, repr() -> __repr__) runs natively and sees the host's "
                     "frames and handled exception")
 
 KNOWN_LIMITS = {
+    **{f"test_dunders[c_callers[{case}]]": NATIVE_SPECIAL_METHODS for case in (
+        "opmod_length_hint", "opmod_methodcaller", "sorted_min_max", "list_sort",
+        "list_contains_index_count_remove", "list_and_tuple_compare", "dict_and_set", "numeric_builtins",
+        "iteration_by_builtins", "dataclass_compares_field_tuples", "constructors_length_hint")},
     "test_language[ex_exception_attributes]": TRACEBACKS,
     "test_language[ex_traceback_frames]": TRACEBACKS,
     "test_calls[xtra_traceback_frames]": TRACEBACKS,
