@@ -104,8 +104,9 @@ def _base_policy():
     # (transformers skips data-dependent mask checks): a recording run is a compilation.
     for fn in _is_compiling_functions():
         policy.add_intrinsic(fn, _compiling)
-    # Module attribute reads (submodules, parameters) are modelled by the RefGraph rules.
-    policy.run_natively(torch.nn.Module.__getattr__)
+    # Module attribute reads and writes (submodules, parameters) are modelled by the RefGraph rules.
+    for fn in (torch.nn.Module.__getattr__, torch.nn.Module.__setattr__, torch.nn.Module.__delattr__):
+        policy.run_natively(fn)
     return policy
 
 

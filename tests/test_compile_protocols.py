@@ -115,6 +115,36 @@ def test_getattribute_and_getattr_reads_are_guarded():
     check_compiled(build, standard(_x) + [after(set_d_model), again(), after(set_width), again()])
 
 
+class AliasedWrites(Aliased):
+    def __init__(self):
+        super().__init__()
+        self.redirect = True
+
+    def __setattr__(self, key, value):
+        if key in super().__getattribute__("attribute_map") and self.redirect:
+            key = super().__getattribute__("attribute_map")[key]
+        super().__setattr__(key, value)
+
+
+def test_setattr_through_a_python_method_is_replayed():
+    def build():
+        cfg = AliasedWrites()
+
+        def forward(x):
+            cfg.hidden = 4           # writes d_model through the Python __setattr__
+            return x * 2
+
+        return forward, {"cfg": cfg}
+
+    def reset(s):
+        s["cfg"].d_model = 1
+
+    def stop_redirecting(s):
+        s["cfg"].redirect = False   # read only inside __setattr__: the write now goes elsewhere
+
+    check_compiled(build, standard(_x) + [after(reset, expect=MOCK), after(stop_redirecting), again()])
+
+
 class Vec:
     def __init__(self, k):
         self.k = k

@@ -72,9 +72,9 @@ _native_types: set = set()   # C types: their attributes cannot change, so they 
 
 
 # --------------------------------------------------------------------------- lookups
-def _entered(mon, tp, name):
-    """The Python-level special method the monitor would enter for ``tp.name`` (a function,
-    or a staticmethod, classmethod, partialmethod, callable object ...), else None."""
+def special(mon, tp, name):
+    """The Python-level special method the monitor enters for ``tp.name`` (a function, or a
+    staticmethod, classmethod, partialmethod, callable object ...), else None (it runs natively)."""
     if tp in _native_types:
         return None
     if not tp.__flags__ & _HEAPTYPE:
@@ -215,10 +215,10 @@ def _sequence_fallback(mon, v, w, op, inplace):
     return NotImplemented if f is None else _repeat(mon, f, w, v)
 
 
-def _repeat_count_entered(mon, tp_v, tp_w, op) -> bool:
+def _repeat_countspecial(mon, tp_v, tp_w, op) -> bool:
     # seq * n converts n with its __index__, which may be Python.
-    return op == "__mul__" and (_entered(mon, tp_v, "__index__") is not None
-                                or _entered(mon, tp_w, "__index__") is not None)
+    return op == "__mul__" and (special(mon, tp_v, "__index__") is not None
+                                or special(mon, tp_w, "__index__") is not None)
 
 
 def _has_sequence_methods(v) -> bool:
@@ -240,7 +240,7 @@ def index(mon, v) -> int:
     """``_PyNumber_Index``: ``v`` itself for an int, else its ``__index__`` (which must give an int)."""
     if type(v) is int:
         return v
-    fn = _entered(mon, type(v), "__index__")
+    fn = special(mon, type(v), "__index__")
     if fn is None:
         return operator.index(v)
     r = invoke(mon, fn, v)
@@ -268,8 +268,8 @@ def binary_row(mon, v, w, row):
     """A binary operator given by its ``(symbol, method, reflected method, native)`` row."""
     sym, op, rop, native = row
     tp_v, tp_w = type(v), type(w)
-    if _entered(mon, tp_v, op) is None and (tp_w is tp_v or _entered(mon, tp_w, rop) is None) \
-            and not _repeat_count_entered(mon, tp_v, tp_w, op):
+    if special(mon, tp_v, op) is None and (tp_w is tp_v or special(mon, tp_w, rop) is None) \
+            and not _repeat_countspecial(mon, tp_v, tp_w, op):
         return native(v, w)
     x = _binary_op1(mon, v, w, op, rop)
     if x is NotImplemented:
@@ -284,8 +284,8 @@ def inplace(mon, v, w, index):
     sym, op, rop, _ = BINARY[index]
     iop = "__i" + op[2:]
     tp_v, tp_w = type(v), type(w)
-    if _entered(mon, tp_v, iop) is None and _entered(mon, tp_v, op) is None \
-            and (tp_w is tp_v or _entered(mon, tp_w, rop) is None) and not _repeat_count_entered(mon, tp_v, tp_w, op):
+    if special(mon, tp_v, iop) is None and special(mon, tp_v, op) is None \
+            and (tp_w is tp_v or special(mon, tp_w, rop) is None) and not _repeat_countspecial(mon, tp_v, tp_w, op):
         return INPLACE[index](v, w)
     raw = _number_lookup(tp_v, iop)
     if raw is not NULL:
@@ -306,7 +306,7 @@ def _richcompare_slot(mon, v, w, index):
     type (every type has one, at least ``object``'s)."""
     name = COMPARE[index][1]
     raw = type_lookup(type(v), name)
-    if raw is _OBJECT_NE and _entered(mon, type(v), "__eq__") is not None:
+    if raw is _OBJECT_NE and special(mon, type(v), "__eq__") is not None:
         # object.__ne__ calls the type's __eq__ and inverts it, unless NotImplemented.
         r = _richcompare_slot(mon, v, w, EQ)
         return r if r is NotImplemented else not truth(mon, r)
@@ -315,9 +315,9 @@ def _richcompare_slot(mon, v, w, index):
     return invoke(mon, raw, v, w)
 
 
-def _compare_entered(mon, tp, index):
+def _comparespecial(mon, tp, index):
     name = COMPARE[index][1]
-    return _entered(mon, tp, name) is not None or (name == "__ne__" and _entered(mon, tp, "__eq__") is not None)
+    return special(mon, tp, name) is not None or (name == "__ne__" and special(mon, tp, "__eq__") is not None)
 
 
 def compare(mon, v, w, index):
@@ -325,7 +325,7 @@ def compare(mon, v, w, index):
     tp_v, tp_w = type(v), type(w)
     swapped = COMPARE[index][2]
     swapped_index = [c[1] for c in COMPARE].index(swapped)
-    if not _compare_entered(mon, tp_v, index) and not _compare_entered(mon, tp_w, swapped_index):
+    if not _comparespecial(mon, tp_v, index) and not _comparespecial(mon, tp_w, swapped_index):
         return COMPARE_OPS[index](v, w)
     checked_reverse = False
     if tp_v is not tp_w and issubclass(tp_w, tp_v):
@@ -359,20 +359,20 @@ def truth(mon, v) -> bool:
     if v is True or v is False or v is None:
         return v is True
     tp = type(v)
-    fn = _entered(mon, tp, "__bool__")
+    fn = special(mon, tp, "__bool__")
     if fn is not None:
         r = invoke(mon, fn, v)
         if type(r) is not bool:
             raise TypeError(f"__bool__ should return bool, returned {tp_name(type(r))}")
         return r
-    if type_lookup(tp, "__bool__") is NULL and _entered(mon, tp, "__len__") is not None:
+    if type_lookup(tp, "__bool__") is NULL and special(mon, tp, "__len__") is not None:
         return length(mon, v) != 0
     return bool(v)
 
 
 def length(mon, v) -> int:
     """``len(v)``: ``__len__``, its result converted as ``slot_sq_length`` does."""
-    fn = _entered(mon, type(v), "__len__")
+    fn = special(mon, type(v), "__len__")
     if fn is None:
         return len(v)
     n = index(mon, invoke(mon, fn, v))
@@ -388,7 +388,7 @@ def contains(mon, container, item) -> bool:
     """``item in container`` (``PySequence_Contains``): ``__contains__``, else a search by
     iteration (``__iter__``, or ``__getitem__`` with 0, 1, 2 ...) comparing with ``==``."""
     tp = type(container)
-    fn = _entered(mon, tp, "__contains__")
+    fn = special(mon, tp, "__contains__")
     if fn is not None:
         return truth(mon, invoke(mon, fn, container, item))
     raw = type_lookup(tp, "__contains__")
@@ -396,7 +396,7 @@ def contains(mon, container, item) -> bool:
         raise TypeError(f"'{tp_name(tp)}' object is not a container")
     if raw is _LIST_CONTAINS or raw is _TUPLE_CONTAINS:
         return _search_sequence(mon, container, item)
-    if raw is not NULL or (_entered(mon, tp, "__iter__") is None and _entered(mon, tp, "__getitem__") is None):
+    if raw is not NULL or (special(mon, tp, "__iter__") is None and special(mon, tp, "__getitem__") is None):
         return item in container
     if type_lookup(tp, "__iter__") is NULL:
         return _search_by_index(mon, container, item)
@@ -422,8 +422,8 @@ _TUPLE_CONTAINS = tuple.__dict__["__contains__"]
 def _search_sequence(mon, seq, item) -> bool:
     """``list_contains``/``tuple_contains``: ``seq[i] == item`` in order, identity first; native
     unless a Python ``__eq__`` would run (the item's, or an element's)."""
-    if _compare_entered(mon, type(item), EQ) is False and not any(
-            _compare_entered(mon, t, EQ) for t in {type(x) for x in seq}):
+    if _comparespecial(mon, type(item), EQ) is False and not any(
+            _comparespecial(mon, t, EQ) for t in {type(x) for x in seq}):
         return item in seq
     i = 0
     while i < len(seq):   # the list may change while __eq__ runs: re-read its length
@@ -454,7 +454,7 @@ def _search_by_index(mon, container, item) -> bool:
 # --------------------------------------------------------------------------- unary, hash
 def unary(mon, v, name):
     """``-v``, ``+v``, ``~v``, ``abs(v)``."""
-    fn = _entered(mon, type(v), name)
+    fn = special(mon, type(v), name)
     if fn is None:
         return UNARY[name](v)
     return invoke(mon, fn, v)
@@ -462,7 +462,7 @@ def unary(mon, v, name):
 
 def hash_of(mon, v) -> int:
     """``hash(v)`` as ``slot_tp_hash`` computes it from a Python ``__hash__``."""
-    fn = _entered(mon, type(v), "__hash__")
+    fn = special(mon, type(v), "__hash__")
     if fn is None:
         return hash(v)
     r = invoke(mon, fn, v)

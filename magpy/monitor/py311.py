@@ -242,11 +242,21 @@ def LOAD_METHOD(f, name):
 def STORE_ATTR(f, name):
     s = f.stack
     obj = s.pop()
-    setattr(obj, name, s.pop())
+    value = s.pop()
+    fn = operators.special(f.monitor, type(obj), "__setattr__")
+    if fn is None:
+        setattr(obj, name, value)
+    else:
+        operators.invoke(f.monitor, fn, obj, name, value)
 
 
 def DELETE_ATTR(f, name):
-    delattr(f.stack.pop(), name)
+    obj = f.stack.pop()
+    fn = operators.special(f.monitor, type(obj), "__delattr__")
+    if fn is None:
+        delattr(obj, name)
+    else:
+        operators.invoke(f.monitor, fn, obj, name)
 
 
 # Subscripting an instance of a Python class runs its Python __getitem__ (__setitem__,
