@@ -1,14 +1,35 @@
 """Records per compiled callable (paper §6.1): most recently matched first, a monitor run on
-a miss, and a limit after which the callable runs eagerly."""
+a miss, and a limit after which the callable runs eagerly.
+
+A record's guard or mock failing at call time is magpy's failure, not the program's.  What
+may fail where, and what the call then does:
+
+- the guard (and the fast guard) only load and compare values, running no program code:
+  nothing has changed, so the call runs eagerly;
+- the mock first runs the compiled graph and builds the new objects, then updates the
+  pre-existing objects in place (plain stores, see ``codegen``).  A failure before the
+  updates has left the program's Python state as it was; the graph may only have updated
+  its tensor inputs in place, which their version counters tell, and only for the inputs the
+  recording run updated (``Record.mutated``).  So if those counters did not move the call
+  runs eagerly, exactly once.  If they moved, or the in-place updates themselves failed,
+  the state is half-updated and running the program again would apply its effects twice:
+  then, and only then, the call raises :class:`CaptureError` whatever
+  ``config.on_capture_error`` says (restoring the tensors would need a copy on every call).
+
+Either way the record is dropped and the callable runs eagerly from then on, with one
+warning (or raises :class:`CaptureError` with ``on_capture_error="raise"``).
+"""
 from __future__ import annotations
 
 import dataclasses
 import warnings
 import weakref
 
+from magpy.codegen import MockCommitError
 from magpy.config import config
-from magpy.errors import GraphBreakError
-from magpy.record import Record, capture
+from magpy.errors import CaptureError, GraphBreakError
+from magpy.record import FastGuardMismatch, Record, capture, machinery_failed
+from magpy.refgraph.graph import tensor_version
 
 _ALL_CACHES: weakref.WeakSet = weakref.WeakSet()
 
@@ -41,16 +62,61 @@ class RecordCache:
     def __call__(self, args: tuple, kwargs: dict):
         records = self.records
         for i, rec in enumerate(records):
-            env = rec.match(args, kwargs)
+            try:
+                env = rec.match(args, kwargs)
+            except FastGuardMismatch:
+                raise   # debugging aid (config.verify_fast_guard): a magpy bug to see
+            except Exception as e:  # noqa: BLE001 - magpy's failure: nothing ran yet
+                return self.failed(rec, "checking a record's guard", e, args, kwargs)
             if env is not None:
                 if i:
                     records.insert(0, records.pop(i))
                 if rec.mock is None:
                     self.stats.eager_runs += 1
                     return self.fn(*args, **kwargs)
-                self.stats.mock_runs += 1
-                return rec.mock(env)
+                return self.run_mock(rec, env, args, kwargs)
         return self.miss(args, kwargs)
+
+    def run_mock(self, rec: Record, env: tuple, args: tuple, kwargs: dict):
+        """The mock's result; if it fails, the eager result when the program's state is as
+        it was (module docstring)."""
+        versions = [tensor_version(env[i]) for i in rec.mutated]   # usually none
+        try:
+            result = rec.mock(env)
+        except MockCommitError as e:
+            cause = e.__cause__
+            raise self.half_done(rec, "the mock failed while updating objects in place", cause) from cause
+        except Exception as e:  # noqa: BLE001 - the mock is magpy's code
+            if versions != [tensor_version(env[i]) for i in rec.mutated]:
+                what = "the compiled graph failed after updating tensors in place"
+                raise self.half_done(rec, what, e) from e
+            return self.failed(rec, "running a record's mock", e, args, kwargs)
+        self.stats.mock_runs += 1
+        return result
+
+    def failed(self, rec: Record, stage: str, err: Exception, args: tuple, kwargs: dict):
+        """magpy's ``stage`` failed on this call before it changed anything: drop the record
+        and run the call (and later ones) eagerly, with one warning, or raise."""
+        self.drop(rec)
+        error = CaptureError(f"magpy failed {stage}: {type(err).__name__}: {err}")
+        error.__cause__ = err
+        machinery_failed(error)
+        self.eager_reason = str(error)
+        self.stats.break_reasons.append(self.eager_reason)
+        self.stats.eager_runs += 1
+        return self.fn(*args, **kwargs)
+
+    def half_done(self, rec: Record, what: str, err: Exception) -> CaptureError:
+        """The error of a mock that failed half way: the call can neither finish nor run again."""
+        self.drop(rec)
+        self.eager_reason = f"{what} ({type(err).__name__}: {err})"
+        self.stats.break_reasons.append(self.eager_reason)
+        return CaptureError(f"magpy: {what} ({type(err).__name__}: {err}); the program's state is partly "
+                            "updated and running the call again would apply those updates twice")
+
+    def drop(self, rec: Record) -> None:
+        self.records.remove(rec)
+        self.stats.records = len(self.records)
 
     def miss(self, args, kwargs):
         if self.eager_reason is None and len(self.records) >= config.cache_size_limit:
@@ -60,10 +126,11 @@ class RecordCache:
             self.stats.eager_runs += 1
             return self.fn(*args, **kwargs)
         self.stats.monitor_runs += 1
-        result, rec = capture(self.fn, args, kwargs, self.backend, self.roots)
+        errors = []
+        result, rec = capture(self.fn, args, kwargs, self.backend, self.roots, errors)
         if rec is None:
-            self.eager_reason = "capture failed"
-            self.stats.break_reasons.append("capture failed (see the warning)")
+            self.eager_reason = str(errors[0])
+            self.stats.break_reasons.append(self.eager_reason)
             return result
         if rec.graph_break is not None:
             self.stats.break_reasons.append(str(rec.graph_break))

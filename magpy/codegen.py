@@ -5,6 +5,8 @@ it: type and value for scalars, metadata for tensors (one ``TensorGuards`` call 
 them), identity for functions, classes and modules, length/keys for containers whose
 structure was read, aliases.  On success it returns the loaded values the mock needs
 (graph inputs first) and its *stamp*, else ``None``.  Guards never call the user's code.
+A value that cannot be loaded any more (a deleted attribute) makes a miss; a NameError is
+the guard's own bug, raised for the cache to fall back on (not a miss forever after).
 
 Big programs read thousands of values (every module of a ResNet, its hooks, its
 hyper-parameters), nearly all through dicts that do not change between calls.  So each
@@ -16,15 +18,25 @@ fails, the full guard decides (and stamps anew).
 
 The mock runs the compiled graph, then reproduces the final program state: pre-existing
 objects that changed are updated in place (so aliases held elsewhere see the change), new
-objects are built, and the return value has the structure eager returned.
+objects are built, and the return value has the structure eager returned.  It does so in two
+phases: first everything that can fail (the graph, building new objects, which may run a
+class's ``__reduce__`` state code), then the in-place updates of pre-existing objects, plain
+stores into their dicts, lists and cells.  So a mock that fails has left the program's Python
+state as it was, and the cache can run the call eagerly instead (see ``cache.py``).
+
+Values are written into generated source as literals only when ``repr`` gives back the same
+value of the same type (ints, strs, bytes, finite floats); everything else (numpy scalars,
+enums, NaN, tuples of those ...) is referenced as a named constant of the namespace.
 """
 from __future__ import annotations
 
 import collections
 import copyreg
 import gc
+import keyword
 import linecache
 import math
+import numbers
 import operator
 import types
 from dataclasses import dataclass, field
@@ -33,7 +45,7 @@ import torch
 from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
 
 from magpy.errors import CaptureError
-from magpy.monitor import bytecode
+from magpy.monitor import bytecode, generators
 from magpy.monitor.protocols import NULL, type_lookup
 from magpy.refgraph.graph import (
     ARG,
@@ -50,10 +62,17 @@ from magpy.refgraph.graph import (
     is_immutable,
 )
 
-_LITERAL = (int, str, bool, type(None), bytes)
+_LITERAL = (int, str, bool, type(None), bytes, float)
+_MAX_LITERAL_BITS = 4096   # repr() refuses ints of more than 4300 digits (sys.set_int_max_str_digits)
 _DICT_GETITEM = dict.__dict__["__getitem__"]
 _DICT_VERSION = bytecode.DICT_VERSION
 _OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
+_TYPE_GETATTRIBUTE = type.__dict__["__getattribute__"]
+
+
+class MockCommitError(Exception):
+    """A mock failed while updating pre-existing objects in place, so the program's state is
+    partly updated; ``__cause__`` is the error."""
 
 
 @dataclass
@@ -63,6 +82,7 @@ class Generated:
     namespace: dict
     graph_outputs: list = field(default_factory=list)   # tensors, in graph output order
     fast_source: str | None = None   # defines make_fast(*stamp) -> fast guard; None: no fast path
+    lone_result: bool = False        # the return value is a new object the final state holds nowhere else
 
 
 class _Names:
@@ -85,13 +105,17 @@ def generate(refgraph: RefGraph, recorder, result, nargs: int, kwarg_names: tupl
              new_functions: set) -> Generated:
     """Guard source (and, unless the run broke, mock source) for one monitor run."""
     ns = {"__builtins__": __builtins__, "SAME": same_value, "DICT_VERSION": _DICT_VERSION,
-          "GET_DICT": operator.attrgetter("__dict__"), "IS": operator.is_, "CLASS_DICT": _class_dict}
+          "GET_DICT": operator.attrgetter("__dict__"), "IS": operator.is_, "CLASS_DICT": _class_dict,
+          "FUNCTION": types.FunctionType, "CELL": types.CellType, "COMMIT_FAILED": MockCommitError}
     names = _Names(ns)
     mock_lines = []
     refs = set()
     outputs = []
+    lone = False
     if not broken:
-        mock_lines = _MockWriter(refgraph, recorder, names, refs, outputs, new_functions).write(result)
+        writer = _MockWriter(refgraph, recorder, names, refs, outputs, new_functions)
+        mock_lines = writer.write(result)
+        lone = writer.lone(result)
     inputs = [sn for sn, _ in recorder.inputs] if not broken else []
     env = [_var(sn) for sn in inputs]
     env += [_var(refgraph.nodes[i]) for i in sorted(refs) if _var(refgraph.nodes[i]) not in env]
@@ -110,7 +134,7 @@ def generate(refgraph: RefGraph, recorder, result, nargs: int, kwarg_names: tupl
         elif recorder.op_count:
             head.append(f"    GRAPH({', '.join(_var(sn) for sn in inputs)})")
         mock_src = "\n".join(head + mock_lines)
-    return Generated(guard_src, mock_src, ns, outputs, fast_src)
+    return Generated(guard_src, mock_src, ns, outputs, fast_src, lone)
 
 
 def compile_source(src: str, ns: dict, name: str, tag: str):
@@ -175,7 +199,7 @@ class _GuardWriter:
         stamp = "()" if plan is None else f"({''.join(_var(n) + ', ' for n in plan.stamped)})"
         full = ["def guard(args, kwargs):", "  try:"]
         full += ["    " + line for line in head + body + tail + [f"return {ret}, {stamp}"]]
-        full += ["  except Exception:", "    return None"]
+        full += ["  except NameError:", "    raise", "  except Exception:", "    return None"]
         fast = None if plan is None else self.write_fast(plan, nodes, head, tail, ret)
         return full, fast
 
@@ -216,7 +240,8 @@ class _GuardWriter:
         out.append("    def fast(args, kwargs):")
         out.append("      try:")
         out += ["        " + line for line in head + body + tail + [f"return {ret}"]]
-        out += ["      except Exception:", "        return None", "    return fast"]
+        out += ["      except NameError:", "        raise", "      except Exception:", "        return None",
+                "    return fast"]
         return out
 
     def kept_checks(self, node, plan) -> list[str]:
@@ -255,9 +280,11 @@ class _GuardWriter:
             return self.names.const(value)
         p = _var(parent)
         if rel == ATTR:
-            if _plain_attr(parent.value, key):
+            if not _plain_attr(parent.value, key):
+                return f"{p}.__dict__[{key!r}]"
+            if key.isidentifier() and not keyword.iskeyword(key):
                 return f"{p}.{key}"
-            return f"{p}.__dict__[{key!r}]"
+            return f"getattr({p}, {key!r})"   # setattr() takes any string: "odd name", "class"
         if rel == DICT:
             return f"{p}.__dict__[{key!r}]"
         if rel == ITEM:
@@ -319,7 +346,7 @@ class _GuardWriter:
             return [f"{v} is {value!r}"]
         if t is float and math.isnan(value):
             return [f"type({v}) is float", f"{v} != {v}"]
-        if t in (int, str, float, bytes) and (t is not float or math.isfinite(value)):
+        if _is_literal(value) and not (t is float and value == 0):   # -0.0 == 0.0: SAME tells them apart
             return [f"type({v}) is {t.__name__}", f"{v} == {value!r}"]
         if t is torch.device:
             return [f"{v} == {self.names.const(value)}"]
@@ -329,11 +356,20 @@ class _GuardWriter:
         return [f"({v} is {c} or SAME({v}, {c}))"]   # the same tuple object is the common case
 
     def literal(self, key) -> str:
-        if type(key) in _LITERAL or (type(key) is float and math.isfinite(key)):
-            return repr(key)
-        if type(key) is tuple and all(type(x) in _LITERAL for x in key):
+        if _is_literal(key) or (type(key) is tuple and all(_is_literal(x) for x in key)):
             return repr(key)
         return self.names.const(key)
+
+
+def _is_literal(v) -> bool:
+    """Is ``repr(v)`` Python source giving back ``v``, of its own type?  (Not for NaN,
+    infinities, numpy scalars, enums: those are named constants of the namespace.)"""
+    t = type(v)
+    if t is float:
+        return math.isfinite(v)
+    if t is int:
+        return v.bit_length() <= _MAX_LITERAL_BITS
+    return t in _LITERAL
 
 
 def _plain_attr(obj, name) -> bool:
@@ -341,11 +377,15 @@ def _plain_attr(obj, name) -> bool:
     tp = type(obj)
     if isinstance(obj, types.ModuleType):
         return True
+    if isinstance(obj, type):
+        # type.__getattribute__ reads the class's MRO dicts and the metaclass's C getsets
+        # (``__name__``, ``__qualname__``); the rules guard Python descriptors of those apart.
+        return type_lookup(tp, "__getattribute__") is _TYPE_GETATTRIBUTE
     if type_lookup(tp, "__getattribute__") is not _OBJECT_GETATTRIBUTE:
         return False
     raw = type_lookup(tp, name)
     # C getset/member descriptors (``fn.__defaults__``, slots) run no Python code.
-    return raw is NULL or type_lookup(type(raw), "__set__") is NULL or isinstance(obj, type) \
+    return raw is NULL or type_lookup(type(raw), "__set__") is NULL \
         or type(raw) in (types.GetSetDescriptorType, types.MemberDescriptorType)
 
 
@@ -439,21 +479,38 @@ def _class_dict(cls) -> dict:
     return gc.get_referents(cls.__dict__)[0]   # the dict behind the mappingproxy
 
 
+_BY_EQUALITY = frozenset({int, str, bytes, bool, type(None)})
+
+
 def same_value(a, b) -> bool:
-    """Equal values of identical types, all the way down (``(1,) != (1.0,)`` here)."""
-    if type(a) is not type(b):
+    """Equal values of identical types, all the way down (``(1,) != (1.0,)`` here); NaN is
+    the same as NaN, and ``-0.0`` is not ``0.0`` (``1 / x`` tells them apart)."""
+    t = type(a)
+    if t is not type(b):
         return False
+    if t in _BY_EQUALITY:
+        return a == b
+    if t is float:
+        return _same_float(a, b)
     if isinstance(a, (tuple, frozenset)) and not isinstance(a, torch.Size):
         if len(a) != len(b):
             return False
         if isinstance(a, frozenset):
             return a == b
         return all(same_value(x, y) for x, y in zip(a, b))
-    if type(a) is slice:
+    if t is slice:
         return same_value((a.start, a.stop, a.step), (b.start, b.stop, b.step))
-    if type(a) is float and math.isnan(a):
-        return math.isnan(b)
+    if isinstance(a, numbers.Complex) and not isinstance(a, numbers.Integral):
+        # floats, complex numbers and numpy's: compare the parts, signs of zeros included
+        ca, cb = complex(a), complex(b)
+        return _same_float(ca.real, cb.real) and _same_float(ca.imag, cb.imag) and bool(a == b or a != a)
     return a == b
+
+
+def _same_float(x: float, y: float) -> bool:
+    if x != x:
+        return y != y
+    return x == y and math.copysign(1.0, x) == math.copysign(1.0, y)
 
 
 # --------------------------------------------------------------------------- mock
@@ -461,16 +518,32 @@ class _MockWriter:
     def __init__(self, g: RefGraph, recorder, names: _Names, refs: set, outputs: list, new_functions):
         self.g, self.rec, self.names, self.refs, self.outputs = g, recorder, names, refs, outputs
         self.new_functions = new_functions
-        self.lines = []
+        self.lines = []        # phase 1: graph outputs, new objects
+        self.commits = []      # phase 2: in-place updates of pre-existing objects
         self._built = {}       # id(new object) -> variable
+        self.shared = set()    # ids of new objects referenced more than once
+        self._cells = []       # (variable, new cell) whose contents are still to be set
         self._out_index = {}
         self._keep = []
 
     def write(self, result):
         for node in self.g.mock_nodes():
             self.update(node)
-        self.lines.append(f"    return {self.expr(result)}")
-        return self.lines
+        ret = self.expr(result)
+        self.fill_cells()
+        commits = []
+        if self.commits:
+            commits = (["    try:"] + ["    " + line for line in self.commits]
+                       + ["    except Exception as e:", "        raise COMMIT_FAILED from e"])
+        return self.lines + commits + [f"    return {ret}"]
+
+    def lone(self, v) -> bool:
+        """Is ``v`` a new object the final state refers to once (the return value itself)?"""
+        return id(v) in self._built and id(v) not in self.shared
+
+    def commit(self, line: str) -> None:
+        """An in-place update: written after everything that can fail (module docstring)."""
+        self.commits.append(line)
 
     def load(self, node) -> str:
         self.refs.add(node.id)
@@ -485,25 +558,25 @@ class _MockWriter:
             now = list(node.value)
             if len(now) >= len(snap) and all(a is b for a, b in zip(now, snap)):
                 added = now[len(snap):]
-                self.lines.append(f"    {v}.extend([{', '.join(self.expr(x) for x in added)}])")
+                self.commit(f"    {v}.extend([{', '.join(self.expr(x) for x in added)}])")
             else:
                 self.read_all(node)
-                self.lines.append(f"    {v}[:] = [{', '.join(self.expr(x) for x in now)}]")
+                self.commit(f"    {v}[:] = [{', '.join(self.expr(x) for x in now)}]")
         elif k is Kind.DICT:
             self.dict_update(node, v, dict_items(node.value), snap, mapping=v)
         elif k is Kind.OBJECT or isinstance(node.value, torch.nn.Module):
-            self.lines.append(f"    d{node.id} = {v}.__dict__")
+            self.commit(f"    d{node.id} = {v}.__dict__")
             self.dict_update(node, v, dict(node.value.__dict__), snap, mapping=f"d{node.id}")
         elif k is Kind.CELL:
             try:
-                self.lines.append(f"    {v}.cell_contents = {self.expr(node.value.cell_contents)}")
+                self.commit(f"    {v}.cell_contents = {self.expr(node.value.cell_contents)}")
             except ValueError:
-                self.lines.append(f"    del {v}.cell_contents")
+                self.commit(f"    del {v}.cell_contents")
         elif k is Kind.CONTEXTVAR:
-            self.lines.append(f"    {v}.set({self.expr(node.value.get(None))})")
+            self.commit(f"    {v}.set({self.expr(node.value.get(None))})")
         elif k is Kind.SET:
             self.read_all(node)
-            self.lines.append(f"    {v}.clear(); {v}.update([{', '.join(self.expr(x) for x in node.value)}])")
+            self.commit(f"    {v}.clear(); {v}.update([{', '.join(self.expr(x) for x in node.value)}])")
         else:
             raise CaptureError(f"cannot reproduce the in-place change of a {type(node.value).__qualname__}")
 
@@ -513,14 +586,14 @@ class _MockWriter:
         if list(now) == expected:
             for key in snap:
                 if key not in now:
-                    self.lines.append(f"    del {mapping}[{self.key(key)}]")
+                    self.commit(f"    del {mapping}[{self.key(key)}]")
             for key, val in now.items():
                 if key not in snap or snap[key] is not val:
-                    self.lines.append(f"    {mapping}[{self.key(key)}] = {self.expr(val)}")
+                    self.commit(f"    {mapping}[{self.key(key)}] = {self.expr(val)}")
         else:
             self.read_all(node)
             items = ", ".join(f"{self.key(key)}: {self.expr(val)}" for key, val in now.items())
-            self.lines.append(f"    {mapping}.clear(); {mapping}.update({{{items}}})")
+            self.commit(f"    {mapping}.clear(); {mapping}.update({{{items}}})")
 
     def read_all(self, node):
         # The mock rewrites the whole container, so every initial element must be guarded.
@@ -530,16 +603,14 @@ class _MockWriter:
             self.g.child(node, ITEM, key, val)
 
     def key(self, key) -> str:
-        if type(key) in _LITERAL:
+        if _is_literal(key):
             return repr(key)
         return self.expr(key)
 
     # ------------------------------------------------------------------ values
     def expr(self, v) -> str:
         if is_immutable(v):
-            if type(v) in _LITERAL or (type(v) is float and math.isfinite(v)):
-                return repr(v)
-            return self.names.const(v)
+            return repr(v) if _is_literal(v) else self.names.const(v)
         node = self.g.node_of(v)
         if node is not None:
             return self.load(node)
@@ -547,6 +618,7 @@ class _MockWriter:
             return self.tensor(v)
         built = self._built.get(id(v))
         if built is not None:
+            self.shared.add(id(v))
             return built
         return self.build(v)
 
@@ -565,8 +637,12 @@ class _MockWriter:
         if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType,
                           types.MethodDescriptorType, types.WrapperDescriptorType)):
             if isinstance(v, types.FunctionType) and id(v) in self.new_functions:
-                raise CaptureError(f"the call leaves behind a function it created ({v.__qualname__})")
+                return self.function(v)
             return self.names.const(v)
+        if t is types.CellType:
+            return self.cell(v)
+        if generators.is_monitored(v):
+            return self.generator(v)
         if isinstance(v, torch.nn.Module):
             raise CaptureError(f"the call leaves behind an nn.Module it created ({t.__qualname__})")
         if t is list:
@@ -586,6 +662,52 @@ class _MockWriter:
             items = ", ".join(f"({self.key(k)}, {self.expr(x)})" for k, x in v.items())
             return self.bind(v, f"{self.names.const(t)}([{items}])")
         return self.reduce(v)
+
+    def function(self, fn) -> str:
+        """A function the call created (a closure, a lambda, a generator expression's body),
+        made anew from its code, over this call's defaults and closure cells."""
+        cells = fn.__closure__
+        closure = f"({''.join(self.expr(c) + ', ' for c in cells)})" if cells else "None"
+        code = fn.__code__
+        name = self.bind(fn, f"FUNCTION({self.names.const(code)}, {self.names.const(fn.__globals__)}, "
+                             f"{fn.__name__!r}, {self.expr(fn.__defaults__)}, {closure})")
+        extras = {"__kwdefaults__": fn.__kwdefaults__, "__annotations__": fn.__annotations__,
+                  "__dict__": fn.__dict__,
+                  "__qualname__": fn.__qualname__ if fn.__qualname__ != code.co_qualname else None}
+        for attr, value in extras.items():
+            if value:
+                self.lines.append(f"    {name}.{attr} = {self.expr(value)}")
+        return name
+
+    def cell(self, c) -> str:
+        """A closure cell the call created.  Its contents are filled in once every new
+        object is built: a closure may hold itself (a recursive inner function)."""
+        name = self.bind(c, "CELL()")
+        self._cells.append((name, c))
+        return name
+
+    def fill_cells(self) -> None:
+        while self._cells:
+            name, c = self._cells.pop()
+            try:
+                contents = c.cell_contents
+            except ValueError:
+                continue   # an empty cell (a variable not assigned yet)
+            self.lines.append(f"    {name}.cell_contents = {self.expr(contents)}")
+
+    def generator(self, gen) -> str:
+        """A generator, coroutine or async generator the call created and returned (or
+        stored) before running it: a native one, made by calling its function natively with
+        the same arguments, as the program did.  One already started cannot be remade."""
+        call = generators.native_call(gen)
+        if call is None:
+            raise CaptureError(f"the call leaves behind a {gen.kind} it already started "
+                               f"({gen.__qualname__}); a running frame cannot be rebuilt")
+        fn, args, kwargs = call
+        items = [self.expr(a) for a in args]
+        if kwargs:
+            items.append("**{" + ", ".join(f"{k!r}: {self.expr(x)}" for k, x in kwargs.items()) + "}")
+        return self.bind(gen, f"{self.expr(fn)}({', '.join(items)})")
 
     def bind(self, v, source) -> str:
         name = f"n{len(self._built)}"

@@ -14,6 +14,7 @@ they are constants of the record.  Reads of tensor *data* into Python (``x.item(
 """
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -24,8 +25,10 @@ from torch.utils import _pytree as pytree
 from magpy import annotations as ann
 from magpy.refgraph.graph import RefGraph, is_immutable
 
-_EMBEDDABLE = (int, float, bool, complex, str, type(None), type(Ellipsis), torch.dtype, torch.device,
-               torch.layout, torch.memory_format, slice, torch.Size)
+# Constants fx writes into the graph's code as their repr, which gives them back exactly (fx
+# itself names inf, nan, torch and device); others are embedded by reference (_constant).
+_LITERALS = frozenset({int, float, bool, str, bytes, type(None), type(Ellipsis), torch.dtype, torch.device,
+                       torch.layout, torch.memory_format})
 
 
 class OpRecorder(TorchFunctionMode):
@@ -45,11 +48,12 @@ class OpRecorder(TorchFunctionMode):
         self._inference = torch.is_inference_mode_enabled()
         self._entered: list = []                      # (inference-mode context node, grad mode before)
         self._constants: dict[str, torch.Tensor] = {}   # tensors folded into the graph (_fold)
+        self._opaque = 0                                # inside an operation recorded whole
 
     # ------------------------------------------------------------------ interception
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.dynamic.brk is not None:
+        if self.dynamic.brk is not None or self._opaque:
             return func(*args, **kwargs)
         name = ann.torch_name(func)
         if name in ann.TORCH_GRAD_MODE:
@@ -100,6 +104,24 @@ class OpRecorder(TorchFunctionMode):
         elif out is not None:
             raise _Unsupported(f"{_qualname(func)} returned {type(out).__name__}")
 
+    def apply_function(self, apply, args, kwargs):
+        """``MyFunction.apply(*args)`` of a custom ``torch.autograd.Function``: one graph
+        operation (so its own ``backward`` computes gradients, in eager and under AOTAutograd),
+        not the operations of its ``forward``, which runs natively."""
+        self._opaque += 1
+        try:
+            out = apply(*args, **(kwargs or {}))
+        finally:
+            self._opaque -= 1
+        if self.dynamic.brk is None:
+            try:
+                self._record(apply, "apply", args, kwargs or {}, out)
+            except _Unsupported as e:
+                self.dynamic(str(e))
+            except Exception as e:  # noqa: BLE001 - magpy's failure, never the program's
+                self.dynamic.fail(e)
+        return out
+
     def _fold(self, t) -> None:
         """``t`` was made from Python data computed inside the call (``torch.tensor`` of numpy
         arrays): that data depends only on guarded values, so ``t`` is a constant of the
@@ -113,8 +135,11 @@ class OpRecorder(TorchFunctionMode):
     def _arg(self, a):
         if isinstance(a, torch.Tensor):
             return self.tensor_node(a)
-        if isinstance(a, _EMBEDDABLE) or is_immutable(a):
+        if _literal(a):
             return a
+        if is_immutable(a):
+            # numpy scalars, enums, complex infinities ...: np.float64(2.0) is not 2.0 to torch.
+            return self.graph.call_function(_constant(a), ())
         raise _Unsupported(f"tensor operation argument of type {type(a).__qualname__}")
 
     def tensor_node(self, t) -> fx.Node:
@@ -177,6 +202,28 @@ def _made_from_data(args, kwargs, out) -> bool:
     """A tensor factory given only Python data (no tensors), not needing autograd."""
     return (isinstance(out, torch.Tensor) and not out.requires_grad
             and not any(isinstance(a, torch.Tensor) for a in pytree.tree_leaves((args, kwargs))))
+
+
+def _literal(v) -> bool:
+    """Does fx's code for the constant ``v`` give back ``v`` itself, of its own type?"""
+    t = type(v)
+    if t in _LITERALS:
+        return True
+    if t is complex:   # repr(complex(inf, nan)) == "(inf+nanj)": "nanj" is no name
+        return math.isfinite(v.real) and math.isfinite(v.imag)
+    if t is tuple or t is list:   # torch.Size is written as a tuple: it is not a literal
+        return all(_literal(x) for x in v)
+    if t is slice:
+        return _literal(v.start) and _literal(v.stop) and _literal(v.step)
+    return False
+
+
+def _constant(value):
+    """A graph node's target returning ``value``: fx names it a global of the graph's code,
+    so the value is the object itself, not its repr (backends trace through the call)."""
+    def constant():
+        return value
+    return constant
 
 
 def _is_impure(node: fx.Node) -> bool:

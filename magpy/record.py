@@ -4,9 +4,17 @@ A record is what the cache stores: its guard decides whether a call may reuse it
 action is either the mock (which runs the compiled graph) or, when the run met a dynamic
 operation, running the call eagerly (the guard then covers what the run read before the
 dynamic operation, which is what decided that it would be met).
+
+magpy's own machinery failing (a RefGraph rule, operator recording, code generation,
+compiling the generated source ...) is not the program's error: the monitor run already is
+the eager execution, so its result is returned, the record is dropped with one warning
+naming the stage, and the callable runs eagerly from then on (``config.on_capture_error =
+"raise"`` raises :class:`CaptureError` instead).  Exceptions of the program itself propagate
+as they would eagerly.
 """
 from __future__ import annotations
 
+import contextlib
 import dis
 import functools
 import inspect
@@ -20,10 +28,10 @@ from magpy import annotations
 from magpy.codegen import compile_source, generate
 from magpy.config import config
 from magpy.errors import BackendError, CaptureError, GraphBreak
-from magpy.monitor import Monitor, shared_default_policy
+from magpy.monitor import Monitor, generators, shared_default_policy
 from magpy.opgraph import OpRecorder
 from magpy.refgraph import Breaker, RefGraph, RefGraphBuilder
-from magpy.refgraph.graph import ARG, KWARG
+from magpy.refgraph.graph import ARG, KWARG, tensor_version
 
 
 @dataclass
@@ -39,6 +47,8 @@ class Record:
     fast_source: str | None = None
     fast: object = None            # the fast guard of the last stamp
     misses: int = 0                # fast guard misses in a row that the full guard passed
+    mutated: tuple = ()            # positions of graph inputs the run updated in place
+    changed: bool = False          # the run changed objects it reached from outside
 
     def match(self, args: tuple, kwargs: dict):
         """The mock's environment if this record covers the call, else None."""
@@ -68,11 +78,15 @@ class Record:
 _MAX_FAST_MISSES = 4
 
 
+class FastGuardMismatch(AssertionError):
+    """Debug mode (``config.verify_fast_guard``): the fast and the full guard disagree."""
+
+
 def _verify_fast(rec: Record, env, other, what: str) -> None:
     # Debug mode (tests): the fast and the full guard must agree, on the same values.
     if other is None or len(other) != len(env) or any(a is not b for a, b in zip(other, env)):
-        raise AssertionError(f"magpy: {what} disagrees ({'failed' if other is None else 'other values'}):"
-                             f"\n{rec.fast_source}\n{rec.guard_source}")
+        raise FastGuardMismatch(f"magpy: {what} disagrees ({'failed' if other is None else 'other values'}):"
+                                f"\n{rec.fast_source}\n{rec.guard_source}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -91,6 +105,20 @@ def _compiling(monitor, args, kwargs):
     return True
 
 
+_FUNCTION_APPLY = torch.autograd.Function.apply.__func__
+
+
+def _custom_function_apply(monitor, args, kwargs):
+    # MyFunction.apply(...): torch calls the Function's forward -- the user's Python --
+    # natively, unseen by the monitor, and gives the outputs the custom backward, which no
+    # graph operation reproduces.  A dynamic operation: the call runs eagerly.
+    for ob in monitor.observers:
+        if isinstance(ob, RefGraphBuilder):
+            ob.dynamic(f"custom autograd.Function {args[0].__qualname__}.apply (its forward runs "
+                       "natively and its backward is not a graph operation)")
+    return _FUNCTION_APPLY(*args, **(kwargs or {}))
+
+
 def _is_compiling_functions():
     import torch._dynamo
     return {torch.compiler.is_compiling, torch._dynamo.is_compiling, torch._utils.is_compiling}
@@ -104,6 +132,7 @@ def _base_policy():
     # (transformers skips data-dependent mask checks): a recording run is a compilation.
     for fn in _is_compiling_functions():
         policy.add_intrinsic(fn, _compiling)
+    policy.add_intrinsic(_FUNCTION_APPLY, _custom_function_apply)
     # Module attribute reads and writes (submodules, parameters) are modelled by the RefGraph rules.
     for fn in (torch.nn.Module.__getattr__, torch.nn.Module.__setattr__, torch.nn.Module.__delattr__):
         policy.run_natively(fn)
@@ -119,13 +148,37 @@ def record_policy():
     return policy
 
 
-def capture(fn, args: tuple, kwargs: dict, backend, roots=()) -> tuple[object, Record | None]:
+def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | None = None
+            ) -> tuple[object, Record | None]:
     """Run ``fn(*args, **kwargs)`` under the monitor; return its result and its record.
 
     The result is the real one (the monitor run *is* the eager execution).  The record is
     None when magpy's own machinery failed and ``config.on_capture_error`` is "fallback"
-    (a warning says why).
+    (a warning names the stage; ``errors``, if given, receives the :class:`CaptureError`).
     """
+    try:
+        with _stage("setting up the recording"):
+            g, brk, builder, recorder, mon = _recording(fn, args, kwargs, roots)
+    except CaptureError as e:
+        _capture_failed(e, errors)
+        return fn(*args, **kwargs), None   # the program has not run yet: run it eagerly
+    try:
+        with recorder:
+            result = mon.run(fn, *args, **kwargs)
+    finally:
+        # What the call leaves running (a generator, a coroutine) runs on unrecorded.
+        mon.observers.clear()
+    try:
+        if brk.internal is not None:
+            raise _stage_error(_observer_stage(brk.internal), brk.internal) from brk.internal
+        rec, result = _make_record(g, recorder, builder, brk, result, args, kwargs, backend)
+    except CaptureError as e:
+        return result, _capture_failed(e, errors)
+    return result, rec
+
+
+def _recording(fn, args, kwargs, roots):
+    """The RefGraph with the call's roots, its builder, the operator recorder and the monitor."""
     g = RefGraph()
     brk = Breaker()
     builder = RefGraphBuilder(g, brk)
@@ -139,14 +192,7 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=()) -> tuple[object, R
         g.const(obj)
     mon = Monitor([builder], policy=record_policy())
     brk.monitor = mon
-    with recorder:
-        result = mon.run(fn, *args, **kwargs)
-    if brk.internal is not None:
-        return result, _capture_failed(brk.internal)
-    try:
-        return result, _make_record(g, recorder, builder, brk, result, args, kwargs, backend)
-    except CaptureError as e:
-        return result, _capture_failed(e)
+    return g, brk, builder, recorder, mon
 
 
 def _used_parameters(fn):
@@ -170,25 +216,53 @@ def _used_parameters(fn):
         name: name in loaded for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]}
 
 
-def _make_record(g, recorder, builder, brk, result, args, kwargs, backend) -> Record:
+def _make_record(g, recorder, builder, brk, result, args, kwargs, backend) -> tuple[Record, object]:
+    """The record of a finished monitor run, and the result to hand back (see
+    :func:`_native_twin`); each stage's failure is a :class:`CaptureError` naming it."""
     broken = brk.brk is not None
-    if not broken:
+    with _stage("finding what the call changed (RefGraph)"):
         g.finish()
-    gen = generate(g, recorder, result, len(args), tuple(kwargs), broken, builder.new_functions)
-    guard = compile_source(gen.guard_source, gen.namespace, "guard", f"guard {id(gen):x}")
-    make_fast = None
-    if gen.fast_source is not None:
-        make_fast = compile_source(gen.fast_source, gen.namespace, "make_fast", f"fast guard {id(gen):x}")
+        changed = bool(g.mock_nodes())
+    with _stage("generating the guard and mock (codegen)"):
+        gen = generate(g, recorder, result, len(args), tuple(kwargs), broken, builder.new_functions)
+    with _stage("compiling the generated guard (compile_source)"):
+        guard = compile_source(gen.guard_source, gen.namespace, "guard", f"guard {id(gen):x}")
+        make_fast = None
+        if gen.fast_source is not None:
+            make_fast = compile_source(gen.fast_source, gen.namespace, "make_fast", f"fast guard {id(gen):x}")
     fast = (make_fast, gen.fast_source)
     if broken:
-        return Record(guard, None, None, gen.guard_source, None, brk.brk, recorder.op_count, *fast)
+        return Record(guard, None, None, gen.guard_source, None, brk.brk, recorder.op_count, *fast,
+                      changed=changed), result
     gm = None
     if recorder.op_count:
-        gm = recorder.finish([recorder.nodes[id(t)] for t in gen.graph_outputs])
-        example = [sn.value for sn, _ in recorder.inputs]
-        gen.namespace["GRAPH"] = _compile_graph(backend, gm, example)
-    mock = compile_source(gen.mock_source, gen.namespace, "mock", f"mock {id(gen):x}")
-    return Record(guard, mock, gm, gen.guard_source, gen.mock_source, None, recorder.op_count, *fast)
+        with _stage("closing the operator graph (opgraph)"):
+            gm = recorder.finish([recorder.nodes[id(t)] for t in gen.graph_outputs])
+            example = [sn.value for sn, _ in recorder.inputs]
+        with _stage("compiling the graph (backend)"):
+            gen.namespace["GRAPH"] = _compile_graph(backend, gm, example)
+    with _stage("compiling the generated mock (compile_source)"):
+        mock = compile_source(gen.mock_source, gen.namespace, "mock", f"mock {id(gen):x}")
+    mutated = tuple(i for i, (sn, _) in enumerate(recorder.inputs)
+                    if tensor_version(sn.value) != sn.tensor_version)
+    rec = Record(guard, mock, gm, gen.guard_source, gen.mock_source, None, recorder.op_count, *fast,
+                 mutated=mutated, changed=changed)
+    if gen.lone_result:
+        with _stage("handing back a native generator"):
+            result = _native_twin(result)
+    return rec, result
+
+
+def _native_twin(result):
+    """The result eager would have returned where the monitor's differs in type: a generator
+    (coroutine, async generator) the call made and returned unstarted, held nowhere else in
+    the program's state, is replaced by a native one (``type(g) is types.GeneratorType``; it
+    runs natively, as eager's would).  The mock of later calls makes one the same way."""
+    call = generators.native_call(result) if generators.is_monitored(result) else None
+    if call is None:
+        return result
+    fn, args, kwargs = call
+    return fn(*args, **kwargs)
 
 
 def _compile_graph(backend, gm, example):
@@ -203,8 +277,45 @@ def _compile_graph(backend, gm, example):
         return gm.forward
 
 
-def _capture_failed(err) -> None:
+@contextlib.contextmanager
+def _stage(name: str):
+    """Any exception raised in the block is magpy's failure at stage ``name``."""
+    try:
+        yield
+    except BackendError:
+        raise   # on_backend_error="raise": the backend's own error
+    except Exception as e:  # noqa: BLE001 - magpy's machinery, never the program
+        raise _stage_error(name, e) from e
+
+
+def _stage_error(name: str, err: BaseException) -> CaptureError:
+    what = str(err) if isinstance(err, CaptureError) else f"{type(err).__name__}: {err}"
+    return CaptureError(f"magpy failed {name}: {what}")
+
+
+def _observer_stage(err: BaseException) -> str:
+    """Where in magpy an error the observers caught was raised: its innermost magpy frame
+    outside the monitor (a RefGraph rule, the operator recorder)."""
+    where = "the observers"
+    tb = err.__traceback__
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        if module.startswith("magpy.") and not module.startswith("magpy.monitor"):
+            where = f"{module}.{tb.tb_frame.f_code.co_qualname}"
+        tb = tb.tb_next
+    return f"recording ({where})"
+
+
+def machinery_failed(err: CaptureError) -> None:
+    """magpy's own machinery failed on a call: raise ``err`` if ``config.on_capture_error``
+    is "raise", else warn (once per callable: its cache then runs it eagerly)."""
     if config.on_capture_error == "raise":
-        raise err if isinstance(err, CaptureError) else CaptureError(f"capture failed: {err!r}") from err
-    warnings.warn(f"magpy: capture failed, running eagerly: {err}", RuntimeWarning, stacklevel=4)
+        raise err
+    warnings.warn(f"{err}; running this callable eagerly from now on", RuntimeWarning, stacklevel=6)
+
+
+def _capture_failed(err: CaptureError, errors: list | None) -> None:
+    if errors is not None:
+        errors.append(err)
+    machinery_failed(err)
     return None

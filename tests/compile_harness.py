@@ -24,6 +24,9 @@ Typical sequence: ``first(args)`` (monitor run), ``again()`` (same argument obje
 
 Programs that read or write globals must not share the test module's namespace between the
 two copies: :func:`isolated` re-creates a function over a private copy of its globals.
+
+:class:`RehitCheck` (on for the whole suite, see ``tests/conftest.py``) fails a test whose
+recording runs leave records that the identical call would not hit: silent recompiles.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ import pytest
 import torch
 
 import magpy
+from magpy.cache import RecordCache
 from tests.differential import same
 
 MONITOR = "monitor"   # guard miss / first call: a recording run
@@ -342,3 +346,41 @@ def explain_copy(build: Callable[[], tuple], args: Callable[[Any], tuple], kwarg
     a = tuple(args(state))
     kw = kwargs(state) if kwargs else {}
     return magpy.explain(fn, *a, **kw)
+
+
+# ----------------------------------------------------------------------------- silent recompiles
+
+class RehitCheck:
+    """Finds records that a repeated identical call would not hit (silent recompiles).
+
+    While active, each recording run of any compiled callable whose call left everything it
+    reached from outside as it found it (``Record.changed`` is False) must leave a record
+    whose full guard passes on the very same arguments right away: the guard checks what the
+    call read, and none of that changed.  A guard that fails there never passes, so every
+    such call records anew.  The guard runs no program code, so the check changes nothing a
+    test observes, and it costs one guard evaluation per recording run.
+    """
+
+    def __init__(self):
+        self.problems: list[str] = []
+        self._miss = None
+
+    def __enter__(self) -> "RehitCheck":
+        self._miss = miss = RecordCache.miss
+        problems = self.problems
+
+        def checked_miss(cache, args, kwargs):
+            before = {id(r) for r in cache.records}
+            result = miss(cache, args, kwargs)
+            for rec in cache.records:
+                if id(rec) not in before and not rec.changed and rec.guard(args, kwargs) is None:
+                    name = getattr(cache.fn, "__qualname__", type(cache.fn).__qualname__)
+                    problems.append(f"{name}: the identical call would record again; its guard:\n"
+                                    f"{rec.guard_source}")
+            return result
+
+        RecordCache.miss = checked_miss
+        return self
+
+    def __exit__(self, *exc) -> None:
+        RecordCache.miss = self._miss

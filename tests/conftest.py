@@ -1,7 +1,21 @@
-"""Test-wide settings: every compiled call cross-checks its fast guard against the full one."""
+"""Test-wide settings: every compiled call cross-checks its fast guard against the full one,
+and every recording run must leave a record that the identical call would hit
+(``tests.compile_harness.RehitCheck``; ``--no-magpy-rehit`` or the ``magpy_rerecords`` mark
+turn that off)."""
 import pytest
 
 import magpy
+from tests.compile_harness import RehitCheck
+
+
+def pytest_addoption(parser):
+    parser.addoption("--no-magpy-rehit", action="store_true",
+                     help="do not fail tests whose recording runs leave records the identical call misses")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "magpy_rerecords: the test's calls change what their guards check "
+                                       "in ways magpy does not track (skip the re-record check)")
 
 
 @pytest.fixture(autouse=True)
@@ -9,3 +23,13 @@ def _verify_fast_guard():
     magpy.config.verify_fast_guard = True
     yield
     magpy.config.verify_fast_guard = False
+
+
+@pytest.fixture(autouse=True)
+def _rehit(request):
+    if request.config.getoption("--no-magpy-rehit") or request.node.get_closest_marker("magpy_rerecords"):
+        yield
+        return
+    with RehitCheck() as check:
+        yield
+    assert not check.problems, "\n\n".join(check.problems)

@@ -6,12 +6,17 @@ Whoever iterates it -- monitored code, or native code such as ``list()`` or an a
 Task -- resumes that frame under the monitor, so the body is monitored exactly when the
 program runs it.  The objects follow CPython's generator protocol (``send``/``throw``/
 ``close``, ``yield from`` delegation, PEP 479, async-generator ``asend``/``athrow``/
-``aclose``) with CPython's error messages.  They are not instances of
-``types.GeneratorType``; ``inspect.isgenerator`` therefore says False (a documented limit).
+``aclose``) with CPython's error messages.  Their ``__class__`` is the native type, so
+``isinstance(g, types.GeneratorType)`` and ``inspect.isgenerator`` hold; ``type(g)`` is ours.
+
+One that escapes a call before it started (``return self.parameters()``, ``return (x for x
+in xs)``) has run nothing but the binding of its parameters, so a native twin made by calling
+its function natively with the same arguments is indistinguishable from it: see
+:func:`native_call`.
 """
 import sys
 import types
-from inspect import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE
+from inspect import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_VARARGS, CO_VARKEYWORDS
 
 from magpy.monitor.protocols import NULL, lookup_special, tp_name, type_lookup
 
@@ -567,6 +572,44 @@ def make(frame):
         if flags & flag:
             return cls(frame)
     return MonitoredGenerator(frame)
+
+
+def is_monitored(x) -> bool:
+    """Is ``x`` a generator, coroutine or async generator whose frame the monitor runs?"""
+    return issubclass(type(x), _Suspendable)
+
+
+def native_call(gen):
+    """``(fn, args, kwargs)`` such that ``fn(*args, **kwargs)``, called natively, makes a native
+    twin of the monitored ``gen``; None once ``gen`` has started (or was closed): a frame in
+    the middle of its code cannot be recreated natively.
+
+    Before its first ``send`` a generator's frame holds its bound parameters and nothing else
+    (the prologue up to RETURN_GENERATOR only binds them and makes their cells), so calling
+    its function again with those values gives an equal generator.
+    """
+    f = gen._frame
+    if gen._started or gen._done or f.fn is None:
+        return None
+    code = f.code
+    values = [_parameter(code, f.locals, i) for i in range(f.info.nparams)]
+    n, nkw = code.co_argcount, code.co_kwonlyargcount
+    args = values[:n]
+    kwargs = dict(zip(code.co_varnames[n:n + nkw], values[n:n + nkw]))
+    rest = values[n + nkw:]
+    if code.co_flags & CO_VARARGS:
+        args += rest.pop(0)
+    if code.co_flags & CO_VARKEYWORDS:
+        kwargs.update(rest.pop(0))
+    return f.fn, tuple(args), kwargs
+
+
+def _parameter(code, local, i):
+    # A parameter a closure captures sits in its cell (MAKE_CELL ran before RETURN_GENERATOR).
+    value = local[i]
+    if code.co_varnames[i] in code.co_cellvars and type(value) is types.CellType:
+        return value.cell_contents
+    return value
 
 
 def is_coroutine(x):

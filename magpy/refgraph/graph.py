@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import contextvars
 import enum
+import sys
 import types
 
 import torch
@@ -67,7 +68,14 @@ def is_immutable(v) -> bool:
         return all(is_immutable(x) for x in v)
     if tv is slice:
         return is_immutable(v.start) and is_immutable(v.stop) and is_immutable(v.step)
-    return isinstance(v, enum.Enum)
+    return isinstance(v, enum.Enum) or _numpy_scalar(v)
+
+
+def _numpy_scalar(v) -> bool:
+    # np.float32(2.0), np.int64(3), np.bool_(True) ... (not np.void, a view into a record).
+    # numpy is looked up, not imported: without it loaded there is no numpy scalar.
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(v, np.generic) and not isinstance(v, np.void)
 
 
 def kind_of(v) -> Kind:
@@ -113,6 +121,16 @@ def state_of(v, kind: Kind):
     return None
 
 
+def tensor_version(t) -> int | None:
+    """``t._version``, or None for tensors without a version counter (inference tensors).
+    Read past torch function modes: the operator recorder would take it for a data read."""
+    with torch._C.DisableTorchFunction():
+        try:
+            return t._version
+        except RuntimeError:
+            return None
+
+
 def dict_items(d) -> dict:
     """A dict's entries in its iteration order, without running Python overrides of ``items``
     (an OrderedDict's order is its own, not that of the dict underneath)."""
@@ -143,7 +161,7 @@ class ShadowNode:
     """A runtime value the program reached from outside, with its update history."""
 
     __slots__ = ("id", "value", "kind", "parent", "rel", "key", "versions", "children", "read",
-                 "struct", "snapshot", "aliases", "absent", "distinct", "changed")
+                 "struct", "snapshot", "aliases", "absent", "distinct", "changed", "tensor_version")
 
     def __init__(self, nid, value, parent, rel, key):
         self.id = nid
@@ -159,6 +177,8 @@ class ShadowNode:
         self.absent = {}          # (rel, key) the program found missing, as an ordered set
         self.distinct = []        # nodes the program saw to be different objects (``is``)
         self.changed = False      # its final state differs from version 0
+        # A tensor's version counter when the program reached it: in-place updates bump it.
+        self.tensor_version = tensor_version(value) if self.kind is Kind.TENSOR else None
 
     def mark_absent(self, rel: str, key) -> None:
         self.absent[(rel, key)] = None
@@ -204,9 +224,12 @@ class RefGraph:
                 if node.kind is not Kind.VALUE:
                     self.by_id[id(value)] = node
                 if isinstance(value, torch.nn.Module):
-                    # Module.__setattr__ writes these natively: snapshot them now.
+                    # Module.__setattr__ writes these natively: snapshot them now.  (A
+                    # ScriptModule keeps them in its C++ module, not in its __dict__.)
+                    d = value.__dict__
                     for name in _MODULE_DICTS:
-                        self.child(node, ATTR, name, value.__dict__[name], read=False)
+                        if name in d:
+                            self.child(node, ATTR, name, d[name], read=False)
         if read:
             parent.versions[0].refs[edge] = node.id
             node.read = True

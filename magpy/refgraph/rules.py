@@ -17,7 +17,7 @@ from magpy import annotations as ann
 from magpy.errors import GraphBreak
 from magpy.monitor import Observer, operators
 from magpy.monitor.interpreter import _descriptor_names, _python_descriptors
-from magpy.monitor.protocols import py_method
+from magpy.monitor.protocols import NULL, py_method, type_lookup
 from magpy.refgraph.graph import ATTR, CELL, DICT, ITEM, VAR, Kind, RefGraph, ShadowVersion, is_immutable
 
 _MISSING = object()
@@ -263,8 +263,8 @@ class RefGraphBuilder(Observer):
             return
         if isinstance(obj, torch.nn.Module):
             for dname in _MODULE_DICTS:
-                store = d[dname]
-                if name in store:
+                store = d.get(dname)   # a ScriptModule keeps them in its C++ module
+                if store is not None and name in store:
                     dnode = self.g.child(node, ATTR, dname, store)
                     self.read_item(dnode, name, value)
                     return
@@ -278,6 +278,13 @@ class RefGraphBuilder(Observer):
                         self.g.const(before).mark_absent(ATTR, name)
                 self._class_attr(klass, name, klass.__dict__[name], raw=True)
                 return
+        # Neither the object nor its class has it: a Python __getattr__ made the value.  The
+        # monitor enters those; one that ran natively (a ScriptModule's) read unseen state.
+        getattr_fn = py_method(tp, "__getattr__")
+        if getattr_fn is not None and getattr_fn is not torch.nn.Module.__getattr__ \
+                and self.dynamic.monitor.policy.runs_natively(getattr_fn):
+            self.dynamic(f"{tp.__qualname__}.{name} read through {getattr_fn.__qualname__}, "
+                         "which runs natively")
 
     @staticmethod
     def _mutable_class(klass) -> bool:
@@ -286,15 +293,30 @@ class RefGraphBuilder(Observer):
             getattr(sys.modules.get(klass.__module__), "__file__", None) or "")
 
     def _class_attr(self, klass, name, value, raw=False):
-        if not self._mutable_class(klass):
-            return
-        cnode = self.g.const(klass)
+        """``value = klass.name``; with ``raw``, ``value`` is ``klass.__dict__[name]`` (an
+        attribute lookup found it there).  What is guarded is what ``type.__getattribute__``
+        looked at, so a guard can pass again: a data descriptor of the metaclass
+        (``__name__``, ``__qualname__``: read by value), else the raw entry of the first class
+        of the MRO (then the metaclass's) that has the name, and its absence before that."""
         if raw:
-            self.g.child(cnode, DICT, name, value)
-        elif name in klass.__dict__ and klass.__dict__[name] is value:
-            self.g.child(cnode, DICT, name, value)
-        else:
-            self.g.child(cnode, ATTR, name, value)
+            if self._mutable_class(klass):
+                self.g.child(self.g.const(klass), DICT, name, value)
+            return
+        meta = type(klass)
+        desc = type_lookup(meta, name)
+        if desc is not NULL and type_lookup(type(desc), "__set__") is not NULL:
+            # A class's __dict__ is a new proxy at each read: the class's identity fixes it.
+            if self._mutable_class(klass) and type(value) is not types.MappingProxyType:
+                self.g.child(self.g.const(klass), ATTR, name, value)
+            return
+        lookup = klass.__mro__ + meta.__mro__
+        for i, owner in enumerate(lookup):
+            if name in owner.__dict__:
+                for before in lookup[:i]:
+                    if self._mutable_class(before):
+                        self.g.const(before).mark_absent(ATTR, name)
+                self._class_attr(owner, name, owner.__dict__[name], raw=True)
+                return
 
     def python_dunder(self, obj, name):
         """A native operator on ``obj`` runs its Python ``name`` method, unmonitored."""
