@@ -114,8 +114,11 @@ def _custom_function_apply(monitor, args, kwargs):
     # graph operation reproduces.  A dynamic operation: the call runs eagerly.
     for ob in monitor.observers:
         if isinstance(ob, RefGraphBuilder):
-            ob.dynamic(f"custom autograd.Function {args[0].__qualname__}.apply (its forward runs "
-                       "natively and its backward is not a graph operation)")
+            try:
+                ob.dynamic(f"custom autograd.Function {args[0].__qualname__}.apply (its forward runs "
+                           "natively and its backward is not a graph operation)")
+            except Exception as e:  # noqa: BLE001 - magpy's failure, never the program's
+                ob.dynamic.fail(e)
     return _FUNCTION_APPLY(*args, **(kwargs or {}))
 
 
