@@ -104,13 +104,13 @@ class OpRecorder(TorchFunctionMode):
         elif out is not None:
             raise _Unsupported(f"{_qualname(func)} returned {type(out).__name__}")
 
-    def apply_function(self, apply, args, kwargs):
-        """``MyFunction.apply(*args)`` of a custom ``torch.autograd.Function``: one graph
-        operation (so its own ``backward`` computes gradients, in eager and under AOTAutograd),
-        not the operations of its ``forward``, which runs natively."""
+    def apply_function(self, apply, run, args, kwargs):
+        """``MyFunction.apply(*args)`` of a custom ``torch.autograd.Function``, carried out by
+        ``run``: one graph operation calling ``apply`` (so its own ``backward`` computes
+        gradients, in eager and under AOTAutograd), not the operations of its ``forward``."""
         self._opaque += 1
         try:
-            out = apply(*args, **(kwargs or {}))
+            out = run(*args, **(kwargs or {}))
         finally:
             self._opaque -= 1
         if self.dynamic.brk is None:

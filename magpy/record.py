@@ -108,18 +108,35 @@ def _compiling(monitor, args, kwargs):
 _FUNCTION_APPLY = torch.autograd.Function.apply.__func__
 
 
-def _custom_function_apply(monitor, args, kwargs):
-    # MyFunction.apply(...): torch calls the Function's forward -- the user's Python --
-    # natively, unseen by the monitor, and gives the outputs the custom backward, which no
-    # graph operation reproduces.  A dynamic operation: the call runs eagerly.
-    for ob in monitor.observers:
-        if isinstance(ob, RefGraphBuilder):
-            try:
-                ob.dynamic(f"custom autograd.Function {args[0].__qualname__}.apply (its forward runs "
-                           "natively and its backward is not a graph operation)")
-            except Exception as e:  # noqa: BLE001 - magpy's failure, never the program's
-                ob.dynamic.fail(e)
-    return _FUNCTION_APPLY(*args, **(kwargs or {}))
+def _custom_function(recorder):
+    """``MyFunction.apply(...)`` of a custom ``autograd.Function``: one graph operation, so the
+    user's ``backward`` computes its gradients (``OpRecorder.apply_function``).  torch calls
+    ``forward`` from C; during the recording a subclass whose ``forward`` calls back into the
+    monitor runs instead, so what the forward reads is guarded like any other code."""
+    def intrinsic(monitor, args, kwargs):
+        cls, *rest = args
+        return recorder.apply_function(_graph_apply(cls), _monitored(monitor, cls).apply, tuple(rest), kwargs)
+    return intrinsic
+
+
+def _graph_apply(cls):
+    # fx writes a torch-module callable into code by its dotted name, which Function.apply
+    # (a classmethod) does not have: a function of ours is referenced as a global instead.
+    def apply(*args, **kwargs):
+        return cls.apply(*args, **kwargs)
+
+    apply.__name__ = f"{cls.__name__}_apply"
+    return apply
+
+
+def _monitored(monitor, cls):
+    forward = cls.forward
+
+    def monitored_forward(*args, **kwargs):
+        return monitor.call(forward, args, kwargs or None)
+
+    return type(cls.__name__, (cls,), {"forward": staticmethod(monitored_forward),
+                                       "__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
 
 def _is_compiling_functions():
@@ -135,7 +152,6 @@ def _base_policy():
     # (transformers skips data-dependent mask checks): a recording run is a compilation.
     for fn in _is_compiling_functions():
         policy.add_intrinsic(fn, _compiling)
-    policy.add_intrinsic(_FUNCTION_APPLY, _custom_function_apply)
     # Module attribute reads and writes (submodules, parameters) are modelled by the RefGraph rules.
     for fn in (torch.nn.Module.__getattr__, torch.nn.Module.__setattr__, torch.nn.Module.__delattr__):
         policy.run_natively(fn)
@@ -193,7 +209,9 @@ def _recording(fn, args, kwargs, roots):
         g.root(KWARG, k, v, read=used is None or used[1].get(k, True))
     for obj in roots:
         g.const(obj)
-    mon = Monitor([builder], policy=record_policy())
+    policy = record_policy()
+    policy.add_intrinsic(_FUNCTION_APPLY, _custom_function(recorder))
+    mon = Monitor([builder], policy=policy)
     brk.monitor = mon
     return g, brk, builder, recorder, mon
 

@@ -723,14 +723,17 @@ class Named(nn.Module):
         return x + len(type(self).__name__) + len(self.__class__.__qualname__)
 
 
+FORWARD_SCALE = 2.0
+
+
 class Double(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
-        return x * 2
+        return x * FORWARD_SCALE     # a global read by the forward: guarded
 
     @staticmethod
     def backward(ctx, g):
-        return g * 2
+        return g * 5                 # deliberately not the forward's derivative
 
 
 class UsesFunction(nn.Module):
@@ -767,14 +770,20 @@ def test_class_attribute_guards_pass_again(program):
     check_compiled(lambda: (program(), None), standard(x34), expect_graphs=1, expect_records=1)
 
 
-def test_custom_autograd_function_hits_its_record():
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_custom_autograd_function_hits_its_record(backend):
     # Double.apply is inherited: its guard read Double.__dict__['apply'] and every call
-    # recorded anew.  Now the record is hit; it runs the call eagerly, since the Function's
-    # forward runs natively (unseen) and its custom backward is no graph operation.
-    trace = check_compiled(lambda: (UsesFunction(), None), [first(x34), again(expect=EAGER),
-                                                            fresh(x34, expect=EAGER)],
-                           fullgraph=False, expect_records=1)
-    assert "custom autograd.Function Double.apply" in trace.stats["break_reasons"][0]
+    # recorded anew.  Now Double.apply is one graph operation and the record is hit; what the
+    # forward reads (a global) is guarded.
+    def rescale(_):
+        globals()["FORWARD_SCALE"] = 4.0
+
+    try:
+        # inductor traces the forward into its graph: without the guard the old scale would stay
+        check_compiled(lambda: (UsesFunction(), None), standard(x34) + [after(rescale), again()],
+                       backend=backend, expect_records=2, expect_graphs=2)
+    finally:
+        globals()["FORWARD_SCALE"] = 2.0
 
 
 def test_class_attribute_changes_still_record_again():
@@ -798,14 +807,16 @@ def test_class_attribute_changes_still_record_again():
         del Sub.scale
 
 
-def test_autograd_function_gradients_after_hits():
-    fast = magpy.compile(UsesFunction(), backend="eager")
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_autograd_function_gradients_after_hits(backend):
+    # The graph calls Double.apply itself: its own backward gives the gradients.
+    fast = magpy.compile(UsesFunction(), backend=backend, fullgraph=True)
     for _ in range(3):
         x = torch.randn(3, requires_grad=True)
         fast(x).sum().backward()
-        assert same(x.grad, torch.full((3,), 2.0))
+        assert same(x.grad, torch.full((3,), 5.0))
     st = magpy.stats(fast)
-    assert (st.monitor_runs, st.eager_runs, st.records) == (1, 2, 1)
+    assert (st.monitor_runs, st.mock_runs, st.eager_runs, st.records) == (1, 2, 0, 1)
 
 
 @pytest.mark.magpy_rerecords
