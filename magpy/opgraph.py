@@ -55,26 +55,38 @@ class OpRecorder(TorchFunctionMode):
         kwargs = kwargs or {}
         if self.dynamic.brk is not None or self._opaque:
             return func(*args, **kwargs)
-        name = ann.torch_name(func)
-        if name in ann.TORCH_GRAD_MODE:
-            return func(*args, **kwargs)   # graph state: _sync_modes records it where it matters
-        if name in ann.TORCH_DYNAMIC:
-            self.dynamic(f"{_qualname(func)} reads tensor data into Python")
-            return func(*args, **kwargs)
-        out = func(*args, **kwargs)
-        if name in ann.TORCH_METADATA:
-            return out
-        flat_out = pytree.tree_leaves(out)
-        if not any(isinstance(t, torch.Tensor) for t in flat_out) and name != "__setitem__":
-            self.dynamic(f"{_qualname(func)} returns a Python value computed from tensors")
-            return out
+        # Only func(...) itself may raise into the program: magpy's own work around it stops
+        # recording instead.
         try:
-            self._record(func, name, args, kwargs, out)
-        except _Unsupported as e:
-            self.dynamic(str(e))
+            name = self._recorded_name(func)
         except Exception as e:  # noqa: BLE001 - magpy's failure, never the program's
             self.dynamic.fail(e)
+            name = None
+        out = func(*args, **kwargs)
+        if name is not None:
+            try:
+                self._record_result(func, name, args, kwargs, out)
+            except _Unsupported as e:
+                self.dynamic(str(e))
+            except Exception as e:  # noqa: BLE001 - magpy's failure, never the program's
+                self.dynamic.fail(e)
         return out
+
+    def _recorded_name(self, func) -> str | None:
+        """The name ``func`` is recorded under, or None when it is not a graph operation."""
+        name = ann.torch_name(func)
+        if name in ann.TORCH_GRAD_MODE or name in ann.TORCH_METADATA:
+            return None   # graph state (_sync_modes records it where it matters), or metadata
+        if name in ann.TORCH_DYNAMIC:
+            self.dynamic(f"{_qualname(func)} reads tensor data into Python")
+            return None
+        return name
+
+    def _record_result(self, func, name, args, kwargs, out):
+        if name != "__setitem__" and not any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(out)):
+            self.dynamic(f"{_qualname(func)} returns a Python value computed from tensors")
+            return
+        self._record(func, name, args, kwargs, out)
 
     # ------------------------------------------------------------------ recording
     def _record(self, func, name, args, kwargs, out):
