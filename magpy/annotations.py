@@ -192,6 +192,11 @@ TORCH_METADATA = frozenset({
     "__torch_function__", "_is_view", "is_set_to", "dim_order", "is_xpu", "is_mps", "is_vulkan",
 })
 
+# Operations whose non-tensor result is computed from metadata only (dtype, device, layout,
+# whether a tensor is 0-d), all fixed by the guard: that result is a constant of the record.
+# ``t.type()`` is a string; ``t.type(dtype_or_name)`` converts, an ordinary recorded operation.
+TORCH_METADATA_RESULTS = frozenset({"type", "result_type", "promote_types", "can_cast"})
+
 # Tensor operations that read tensor data into Python, or have effects outside the graph.
 TORCH_DYNAMIC = frozenset({
     "item", "tolist", "__bool__", "__int__", "__float__", "__complex__", "__index__", "numpy",

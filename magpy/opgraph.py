@@ -84,6 +84,8 @@ class OpRecorder(TorchFunctionMode):
 
     def _record_result(self, func, name, args, kwargs, out):
         if name != "__setitem__" and not any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(out)):
+            if name in ann.TORCH_METADATA_RESULTS:
+                return
             self.dynamic(f"{_qualname(func)} returns a Python value computed from tensors")
             return
         self._record(func, name, args, kwargs, out)

@@ -1,0 +1,88 @@
+"""Issue 16, "patterns that should be one graph": programs torch.compile captures whole (and a
+few it refuses), compiled differentially against eager with ``fullgraph=True``.
+
+Each program runs through ``tests.compile_harness``: first call (monitor run), the identical
+call again (must hit the record), fresh inputs of the same shapes, and a mutation of what it
+reads (an input's dtype, an attribute, a global) that must record anew, never replay a stale
+constant.
+"""
+import numpy as np
+import pytest
+import torch
+
+from tests.compile_harness import (
+    MOCK,
+    after,
+    again,
+    check_compiled,
+    first,
+    fresh,
+    fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
+    standard,
+)
+
+
+# ============================================================================ 1. metadata values
+# Python values computed from tensor metadata, not data: constants of the record, since the
+# guard fixes every input's dtype, device and shape.  A different dtype must record anew.
+
+def _typed(s):
+    return torch.randn(3, 4).to(s["float"]), torch.arange(4).to(s["int"])
+
+
+def _to_double(s):
+    s["float"] = torch.float64
+
+
+def _to_int32(s):
+    s["int"] = torch.int32
+
+
+def _type_string(x, i):
+    scale = 2.0 if x.type() == "torch.FloatTensor" else 3.0
+    return x * scale + len(i.type())
+
+
+def _type_of_other(x, i):
+    return x + i.type(x.type())
+
+
+def _promote(x, i):
+    return x.to(torch.promote_types(x.dtype, i.dtype)) + i
+
+
+def _result_type(x, i):
+    return x.to(torch.result_type(x, i)) * i.to(torch.result_type(i, 2.5))
+
+
+def _can_cast(x, i):
+    return x * 2 if torch.can_cast(i.dtype, x.dtype) else x.to(i.dtype)
+
+
+def _finfo(x, i):
+    info = torch.finfo(x.dtype)
+    return x.clamp(min=info.min, max=info.max) * info.eps + info.tiny + torch.iinfo(i.dtype).max
+
+
+_NP_TO_TORCH = {np.float32: torch.float32, np.float64: torch.float64}
+
+
+def _numpy_dtypes(x, i):
+    np_dtype = np.float64 if x.dtype == torch.float64 else np.float32
+    width = np.dtype(np_dtype).itemsize + np.finfo(np_dtype).eps
+    return x.to(_NP_TO_TORCH[np_dtype]) * np.float32(width) + torch.tensor(np.ones(4, dtype=np_dtype)) + i
+
+
+METADATA_PROGRAMS = [_type_string, _type_of_other, _promote, _result_type, _can_cast, _finfo, _numpy_dtypes]
+
+
+@pytest.mark.parametrize("program", METADATA_PROGRAMS, ids=lambda f: f.__name__.lstrip("_"))
+def test_metadata_values_are_constants_of_the_record(program):
+    # torch.compile: one graph for t.type(), t.type(other.type()), promote_types, finfo/iinfo
+    # and numpy dtypes; it breaks on result_type and can_cast ("torch.* op returned non-Tensor").
+    def build():
+        return program, {"float": torch.float32, "int": torch.int64}
+
+    check_compiled(build, standard(_typed) + [
+        after(_to_double, args=_typed), again(), after(_to_int32, args=_typed), again(),
+    ], observe=lambda s: None, expect_graphs=3)
