@@ -6,11 +6,14 @@ call again (must hit the record), fresh inputs of the same shapes, and a mutatio
 reads (an input's dtype, an attribute, a global) that must record anew, never replay a stale
 constant.
 """
+import operator
+
 import numpy as np
 import pytest
 import torch
 
 from tests.compile_harness import (
+    EAGER,
     MOCK,
     after,
     again,
@@ -86,3 +89,76 @@ def test_metadata_values_are_constants_of_the_record(program):
     check_compiled(build, standard(_typed) + [
         after(_to_double, args=_typed), again(), after(_to_int32, args=_typed), again(),
     ], observe=lambda s: None, expect_graphs=3)
+
+
+# ============================================================================ 2. min/max, index
+# ``max(a, b)`` on tensors is ``b if b > a else a``: a data read choosing *which object* is the
+# result.  torch.compile gets one graph by rewriting it to ``torch.maximum``, which is not eager's
+# result: NaN (``max(1., nan)`` is 1. in eager, nan compiled) and identity (``max(a, b).add_(1)``
+# updates ``a`` or ``b`` in eager, a temporary compiled).  magpy keeps the honest break.
+
+def _scalars(s):
+    return torch.tensor(1.5), torch.tensor(2.5)
+
+
+def _max_min(a, b):
+    return max(a, b) * 2, min(a, b) - 1, max([a, b, 0.5])
+
+
+def _max_then_inplace(a, b):
+    m = max(a, b)
+    m.add_(1)      # eager updates b itself
+    return a, b
+
+
+@pytest.mark.parametrize("program", [_max_min, _max_then_inplace], ids=lambda f: f.__name__.lstrip("_"))
+def test_min_max_of_tensors_is_a_break(program):
+    trace = check_compiled(lambda: (program, None), [first(_scalars), again(expect=EAGER)],
+                           fullgraph=False, expect_records=1)
+    assert "Tensor.__bool__ reads tensor data into Python" in trace.stats["break_reasons"][0]
+
+
+def _index_program(s):
+    blocks, scales = s["blocks"], s["scales"]
+
+    def forward(x):
+        # list.index compares by identity first: modules have no __eq__, and x is found at
+        # its own position without comparing tensors.
+        i = blocks.index(s["chosen"])
+        j = [x, x + 1].index(x)
+        return blocks[i](x) * scales[i] + j
+
+    return forward
+
+
+def _choose_other(s):
+    s["chosen"] = s["blocks"][0]
+
+
+def _index_build():
+    s = {"blocks": [torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.ReLU()], "scales": [1.0, 2.0, 3.0]}
+    s["chosen"] = s["blocks"][1]
+    return _index_program(s), s
+
+
+def test_list_index_by_identity_is_one_graph():
+    # torch.compile: one graph too.
+    check_compiled(_index_build, standard(lambda s: (torch.randn(3, 4),)) + [after(_choose_other), again()],
+                   observe=lambda s: s["chosen"], expect_graphs=2)
+
+
+def test_list_index_comparing_tensors_is_a_break():
+    # [a, b].index(b) compares ``a == b`` and reads its truth; torch.compile breaks too
+    # ("data-dependent branching").
+    trace = check_compiled(lambda: (lambda a, b: [a, b].index(b) + a, None),
+                           [first(_scalars), again(expect=EAGER)], fullgraph=False, expect_records=1)
+    assert "Tensor.__bool__" in trace.stats["break_reasons"][0]
+
+
+def test_operator_index_of_a_tensor_is_a_break():
+    # operator.index(k) reads k's value into Python (Tensor.__index__).  torch.compile makes it
+    # one graph with an unbacked symbolic int; magpy's graphs have no symbolic values yet.
+    trace = check_compiled(lambda: (lambda x, k: x[:operator.index(k)] * 2, None),
+                           [first(lambda s: (torch.randn(5), torch.tensor(3))), again(expect=EAGER)],
+                           fullgraph=False, expect_records=1)
+    assert "Tensor.__index__ reads tensor data into Python" in trace.stats["break_reasons"][0]
