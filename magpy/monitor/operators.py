@@ -58,6 +58,7 @@ INPLACE = [operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift, o
 COMPARE = [("<", "__lt__", "__gt__"), ("<=", "__le__", "__ge__"), ("==", "__eq__", "__eq__"),
            ("!=", "__ne__", "__ne__"), (">", "__gt__", "__lt__"), (">=", "__ge__", "__le__")]
 COMPARE_OPS = (operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge)
+_SWAPPED = [[c[1] for c in COMPARE].index(c[2]) for c in COMPARE]
 EQ = 2
 
 # unary special methods and the native operation to fall back to
@@ -215,7 +216,7 @@ def _sequence_fallback(mon, v, w, op, inplace):
     return NotImplemented if f is None else _repeat(mon, f, w, v)
 
 
-def _repeat_countspecial(mon, tp_v, tp_w, op) -> bool:
+def _repeat_count_special(mon, tp_v, tp_w, op) -> bool:
     # seq * n converts n with its __index__, which may be Python.
     return op == "__mul__" and (special(mon, tp_v, "__index__") is not None
                                 or special(mon, tp_w, "__index__") is not None)
@@ -261,6 +262,8 @@ def _unsupported(sym, v, w):
 
 def binary(mon, v, w, index):
     """``v <op> w`` for BINARY_OP's non-in-place ``index``."""
+    if type(v) in _native_types and type(w) in _native_types:
+        return BINARY[index][3](v, w)   # the common case: C types have no Python methods
     return binary_row(mon, v, w, BINARY[index])
 
 
@@ -269,7 +272,7 @@ def binary_row(mon, v, w, row):
     sym, op, rop, native = row
     tp_v, tp_w = type(v), type(w)
     if special(mon, tp_v, op) is None and (tp_w is tp_v or special(mon, tp_w, rop) is None) \
-            and not _repeat_countspecial(mon, tp_v, tp_w, op):
+            and not _repeat_count_special(mon, tp_v, tp_w, op):
         return native(v, w)
     x = _binary_op1(mon, v, w, op, rop)
     if x is NotImplemented:
@@ -285,7 +288,7 @@ def inplace(mon, v, w, index):
     iop = "__i" + op[2:]
     tp_v, tp_w = type(v), type(w)
     if special(mon, tp_v, iop) is None and special(mon, tp_v, op) is None \
-            and (tp_w is tp_v or special(mon, tp_w, rop) is None) and not _repeat_countspecial(mon, tp_v, tp_w, op):
+            and (tp_w is tp_v or special(mon, tp_w, rop) is None) and not _repeat_count_special(mon, tp_v, tp_w, op):
         return INPLACE[index](v, w)
     raw = _number_lookup(tp_v, iop)
     if raw is not NULL:
@@ -315,7 +318,7 @@ def _richcompare_slot(mon, v, w, index):
     return invoke(mon, raw, v, w)
 
 
-def _comparespecial(mon, tp, index):
+def _compare_special(mon, tp, index):
     name = COMPARE[index][1]
     return special(mon, tp, name) is not None or (name == "__ne__" and special(mon, tp, "__eq__") is not None)
 
@@ -323,9 +326,10 @@ def _comparespecial(mon, tp, index):
 def compare(mon, v, w, index):
     """``v <op> w`` for COMPARE_OP's ``index`` (``do_richcompare``)."""
     tp_v, tp_w = type(v), type(w)
-    swapped = COMPARE[index][2]
-    swapped_index = [c[1] for c in COMPARE].index(swapped)
-    if not _comparespecial(mon, tp_v, index) and not _comparespecial(mon, tp_w, swapped_index):
+    if tp_v in _native_types and tp_w in _native_types:
+        return COMPARE_OPS[index](v, w)
+    swapped_index = _SWAPPED[index]
+    if not _compare_special(mon, tp_v, index) and not _compare_special(mon, tp_w, swapped_index):
         return COMPARE_OPS[index](v, w)
     checked_reverse = False
     if tp_v is not tp_w and issubclass(tp_w, tp_v):
@@ -359,6 +363,8 @@ def truth(mon, v) -> bool:
     if v is True or v is False or v is None:
         return v is True
     tp = type(v)
+    if tp in _native_types:
+        return bool(v)
     fn = special(mon, tp, "__bool__")
     if fn is not None:
         r = invoke(mon, fn, v)
@@ -422,8 +428,8 @@ _TUPLE_CONTAINS = tuple.__dict__["__contains__"]
 def _search_sequence(mon, seq, item) -> bool:
     """``list_contains``/``tuple_contains``: ``seq[i] == item`` in order, identity first; native
     unless a Python ``__eq__`` would run (the item's, or an element's)."""
-    if _comparespecial(mon, type(item), EQ) is False and not any(
-            _comparespecial(mon, t, EQ) for t in {type(x) for x in seq}):
+    if _compare_special(mon, type(item), EQ) is False and not any(
+            _compare_special(mon, t, EQ) for t in {type(x) for x in seq}):
         return item in seq
     i = 0
     while i < len(seq):   # the list may change while __eq__ runs: re-read its length

@@ -543,13 +543,18 @@ def JUMP_FORWARD(f, target):
 JUMP_BACKWARD = JUMP_BACKWARD_NO_INTERRUPT = JUMP_FORWARD
 
 
+def _truth(f, v):
+    # Comparisons leave a bool: skip the dispatch for it.
+    return v if v is True or v is False else operators.truth(f.monitor, v)
+
+
 def POP_JUMP_FORWARD_IF_TRUE(f, target):
-    if operators.truth(f.monitor, f.stack.pop()):
+    if _truth(f, f.stack.pop()):
         f.pc = target
 
 
 def POP_JUMP_FORWARD_IF_FALSE(f, target):
-    if not operators.truth(f.monitor, f.stack.pop()):
+    if not _truth(f, f.stack.pop()):
         f.pc = target
 
 
@@ -570,14 +575,14 @@ POP_JUMP_BACKWARD_IF_NOT_NONE = POP_JUMP_FORWARD_IF_NOT_NONE
 
 
 def JUMP_IF_TRUE_OR_POP(f, target):
-    if operators.truth(f.monitor, f.stack[-1]):
+    if _truth(f, f.stack[-1]):
         f.pc = target
     else:
         f.stack.pop()
 
 
 def JUMP_IF_FALSE_OR_POP(f, target):
-    if not operators.truth(f.monitor, f.stack[-1]):
+    if not _truth(f, f.stack[-1]):
         f.pc = target
     else:
         f.stack.pop()
