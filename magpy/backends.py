@@ -8,6 +8,7 @@ positionally and returns the graph outputs as a sequence.  magpy's own names are
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib.util
 import io
 import logging
@@ -96,8 +97,16 @@ BACKENDS: dict[str, Backend] = {"eager": _eager, "inductor": _inductor, "torchsc
                                 "onnxrt": _onnxrt}
 
 # Backends that need packages magpy does not depend on: name -> (modules, install command).
+# torch registers some whose packages it does not depend on either.
 OPTIONAL: dict[str, tuple[tuple[str, ...], str]] = {
     "onnxrt": (("onnxruntime", "onnxscript", "onnx"), "pip install 'magpy[onnxrt]'"),
+    "tvm": (("tvm",), "install Apache TVM (https://tvm.apache.org)"),
+    "openxla": (("torch_xla",), "pip install torch_xla (a build matching your torch)"),
+    "openxla_eval": (("torch_xla",), "pip install torch_xla (a build matching your torch)"),
+}
+# Backends that cannot run on this machine whatever is installed.
+UNUSABLE: dict[str, tuple[Callable[[], bool], str]] = {
+    "cudagraphs": (lambda: not torch.cuda.is_available(), "it needs a CUDA device, and torch sees none"),
 }
 
 
@@ -109,14 +118,23 @@ def torch_backends() -> list[str]:
 
 def available() -> list[str]:
     """The backend names :func:`resolve` accepts on this machine (torch's test-only ones left out)."""
-    mine = [name for name in BACKENDS if not _missing(name)]
-    return mine + [name for name in torch_backends()
-                   if name not in BACKENDS and "TESTING_ONLY" not in name and "minifier" not in name]
+    names = list(BACKENDS) + [name for name in torch_backends()
+                              if name not in BACKENDS and "TESTING_ONLY" not in name and "minifier" not in name]
+    return [name for name in names if _unusable(name) is None]
 
 
 def _missing(name: str) -> list[str]:
     modules, _ = OPTIONAL.get(name, ((), ""))
     return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+def _unusable(name: str) -> str | None:
+    """Why backend ``name`` cannot run here (a missing package, no device), or None."""
+    missing = _missing(name)
+    if missing:
+        return f"it needs {', '.join(missing)}, which is not installed: {OPTIONAL[name][1]}"
+    check = UNUSABLE.get(name)
+    return check[1] if check is not None and check[0]() else None
 
 
 def resolve(backend: str | Backend) -> tuple[str, Backend]:
@@ -126,15 +144,18 @@ def resolve(backend: str | Backend) -> tuple[str, Backend]:
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a name or a callable (gm, example_inputs) -> callable, "
                         f"not {type(backend).__name__}")
+    known = backend in BACKENDS or backend in torch_backends()
+    why = _unusable(backend) if known else None
+    if why is not None:
+        raise BackendError(f"backend {backend!r} cannot run here: {why}")
     fn = BACKENDS.get(backend)
     if fn is not None:
-        missing = _missing(backend)
-        if missing:
-            raise BackendError(f"backend {backend!r} needs {', '.join(missing)}, which is not installed: "
-                               f"{OPTIONAL[backend][1]}")
         return backend, fn
-    if backend in torch_backends():
+    if known:
         from torch._dynamo.backends.registry import lookup_backend
         return backend, lookup_backend(backend)
-    raise BackendError(f"unknown backend {backend!r}; available: {', '.join(available())}, "
+    names = available()
+    close = difflib.get_close_matches(backend.lower(), names, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise BackendError(f"unknown backend {backend!r}.{hint} Available: {', '.join(names)}, "
                        "or any callable (gm, example_inputs) -> callable")

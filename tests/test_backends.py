@@ -131,6 +131,23 @@ def test_missing_optional_package_says_how_to_install(monkeypatch):
     assert "onnxrt" not in backends.available()
 
 
+@pytest.mark.parametrize("typo, meant", [("inductr", "inductor"), ("Eager", "eager"), ("aot_eagr", "aot_eager")])
+def test_unknown_backend_suggests_the_closest_name(typo, meant):
+    with pytest.raises(magpy.BackendError, match=f"Did you mean '{meant}'"):
+        magpy.compile(SmallCNN(), backend=typo)
+
+
+def test_torch_backends_that_cannot_run_here_fail_at_compile_not_at_the_first_call(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("tvm", "torch_xla") else real(name, *a))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for name, why in [("tvm", "needs tvm"), ("openxla", "needs torch_xla"), ("cudagraphs", "CUDA device")]:
+        with pytest.raises(magpy.BackendError, match=f"'{name}' cannot run here: .*{why}"):
+            magpy.compile(SmallCNN(), backend=name)
+        assert name not in backends.available()
+
+
 def test_torch_compile_backend_names_are_accepted():
     name, fn = backends.resolve("aot_eager")
     assert name == "aot_eager" and callable(fn)
