@@ -197,6 +197,15 @@ TORCH_METADATA = frozenset({
 # ``t.type()`` is a string; ``t.type(dtype_or_name)`` converts, an ordinary recorded operation.
 TORCH_METADATA_RESULTS = frozenset({"type", "result_type", "promote_types", "can_cast"})
 
+# The truth of a tensor: a data read, except as the condition of an ``assert`` (or of
+# ``if not c: raise AssertionError(msg)``, as ``torch._assert`` does), recorded as an assertion
+# operation of the graph instead.
+TORCH_TRUTH = frozenset({"__bool__"})
+
+# torch's Python functions run natively, except these, which the monitor enters so that the
+# truth they read is seen as an assertion (``torch._assert``: ``if not c: raise AssertionError``).
+MONITORED_TORCH_FUNCTIONS = (torch._assert,)
+
 # Tensor operations that read tensor data into Python, or have effects outside the graph.
 TORCH_DYNAMIC = frozenset({
     "item", "tolist", "__bool__", "__int__", "__float__", "__complex__", "__index__", "numpy",

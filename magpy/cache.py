@@ -28,6 +28,7 @@ import weakref
 from magpy.codegen import MockCommitError
 from magpy.config import config
 from magpy.errors import CaptureError, GraphBreakError
+from magpy.opgraph import failed_assertion
 from magpy.record import FastGuardMismatch, Record, capture, machinery_failed
 from magpy.refgraph.graph import tensor_version
 
@@ -90,6 +91,11 @@ class RecordCache:
             if versions != [tensor_version(env[i]) for i in rec.mutated]:
                 what = "the compiled graph failed after updating tensors in place"
                 raise self.half_done(rec, what, e) from e
+            if failed_assertion(rec.graph, e):
+                # The program's assertion failed, before any effect: the program runs eagerly
+                # and raises its own AssertionError; the record stays valid.
+                self.stats.eager_runs += 1
+                return self.fn(*args, **kwargs)
             return self.failed(rec, "running a record's mock", e, args, kwargs)
         self.stats.mock_runs += 1
         return result

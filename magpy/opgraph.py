@@ -78,11 +78,56 @@ class OpRecorder(TorchFunctionMode):
         if name in ann.TORCH_GRAD_MODE or name in ann.TORCH_METADATA:
             return None   # graph state (_sync_modes records it where it matters), or metadata
         if name in ann.TORCH_DYNAMIC:
+            if name in ann.TORCH_TRUTH and self._assertion() is not None:
+                return name   # recorded as an assertion if the truth lets the assertion pass
             self.dynamic(f"{_qualname(func)} reads tensor data into Python")
             return None
         return name
 
+    def _assertion(self) -> tuple[bool, str] | None:
+        """``(truth that passes, message)`` when the program reads a tensor's truth only to
+        raise AssertionError if it is wrong: ``assert c, msg`` or ``if not c: raise
+        AssertionError(msg)``, that is a conditional jump whose other path just raises."""
+        mon = self.dynamic.monitor
+        f = mon.current if mon is not None else None
+        if f is None or not hasattr(f, "info"):
+            return None
+        code = f.info.instructions
+        jump = code[f.lasti]
+        passing = _ASSERT_JUMPS.get(jump.opname) if jump is not None else None
+        if passing is None:
+            return None
+        path = [ins for ins in code[f.lasti + 1:f.lasti + 1 + _ASSERT_PATH_UNITS] if ins is not None]
+        ops = [ins.opname for ins in path]
+        if not path or not _raises_assertion_error(f, path[0]):
+            return None
+        # The graph's message tells a failed assertion from other errors (failed_assertion).
+        where = f"assertion failed at {f.code.co_filename}:{f.f_lineno}"
+        if ops[1:2] == ["RAISE_VARARGS"]:
+            return passing, where
+        if ops[2:5] != ["PRECALL", "CALL", "RAISE_VARARGS"]:
+            return None
+        load = path[1]
+        message = (load.argval if load.opname == "LOAD_CONST"
+                   else f.locals[load.arg] if load.opname == "LOAD_FAST" else None)
+        return (passing, message or where) if type(message) is str else None
+
+    def _record_assertion(self, func, t, truth) -> None:
+        passing, message = self._assertion()
+        if truth is not passing:   # the program raises AssertionError itself, eagerly
+            self.dynamic(f"{_qualname(func)} reads tensor data into Python")
+            return
+        self._sync_modes()
+        cond = self.tensor_node(t)
+        if not passing:
+            cond = self.graph.call_function(torch.logical_not, (cond,))
+        self.graph.call_function(_ASSERT, (cond, message))
+        self.op_count += 1
+
     def _record_result(self, func, name, args, kwargs, out):
+        if name in ann.TORCH_TRUTH:
+            self._record_assertion(func, args[0], out)
+            return
         if name != "__setitem__" and not any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(out)):
             if name in ann.TORCH_METADATA_RESULTS:
                 return
@@ -240,19 +285,44 @@ def _constant(value):
     return constant
 
 
+# ``assert`` on a tensor becomes this operation: it raises RuntimeError(message) when the
+# condition is false, on every run of the graph.
+_ASSERT = torch.ops.aten._assert_async.msg
+# Conditional jumps of an ``assert`` (or ``if not c: raise``) -> the truth that skips the raise.
+_ASSERT_JUMPS = {"POP_JUMP_FORWARD_IF_TRUE": True, "POP_JUMP_FORWARD_IF_FALSE": False}
+_ASSERT_PATH_UNITS = 16   # code units of the raising path: loader, message, PRECALL, CALL (+ caches), RAISE
+
+
+def failed_assertion(gm: fx.GraphModule | None, exc: BaseException) -> bool:
+    """Did running ``gm`` raise ``exc`` because one of its recorded assertions failed?  That is
+    the program's own failure: eager raises AssertionError there."""
+    if gm is None or not isinstance(exc, (RuntimeError, AssertionError)):
+        return False
+    text = str(exc)
+    return any(n.target is _ASSERT and n.args[1] in text for n in gm.graph.nodes)
+
+
+def _raises_assertion_error(frame, ins) -> bool:
+    """Does ``ins`` load the builtin AssertionError (not a global shadowing its name)?"""
+    if ins.opname == "LOAD_ASSERTION_ERROR":
+        return True
+    return (ins.opname == "LOAD_GLOBAL" and ins.argval == "AssertionError"
+            and "AssertionError" not in frame.globals and frame.builtins.get("AssertionError") is AssertionError)
+
+
 def _is_impure(node: fx.Node) -> bool:
     # In-place operations (add_, __setitem__, copy_) mutate their inputs: never dead.
     if node.op == "call_method":
         return node.target.endswith("_") or node.target == "__setitem__"
     if node.op == "call_function":
         name = getattr(node.target, "__name__", "")
-        return name.endswith("_") and not name.endswith("__") or node.target in _MODE_SWITCHES
+        return name.endswith("_") and not name.endswith("__") or node.target in _EFFECTS
     return node.op in ("placeholder", "output")
 
 
 _enter_inference_mode = torch.autograd.grad_mode._enter_inference_mode
 _exit_inference_mode = torch.autograd.grad_mode._exit_inference_mode
-_MODE_SWITCHES = (torch._C._set_grad_enabled, _enter_inference_mode, _exit_inference_mode)
+_EFFECTS = (torch._C._set_grad_enabled, _enter_inference_mode, _exit_inference_mode, _ASSERT)
 
 
 def _qualname(func) -> str:

@@ -155,7 +155,13 @@ def _base_policy():
     # Module attribute reads and writes (submodules, parameters) are modelled by the RefGraph rules.
     for fn in (torch.nn.Module.__getattr__, torch.nn.Module.__setattr__, torch.nn.Module.__delattr__):
         policy.run_natively(fn)
+    for fn in annotations.MONITORED_TORCH_FUNCTIONS:
+        policy.add_intrinsic(fn, functools.partial(_enter, fn))
     return policy
+
+
+def _enter(fn, monitor, args, kwargs):
+    return monitor.enter(fn, args, kwargs)
 
 
 def record_policy():

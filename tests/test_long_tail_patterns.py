@@ -7,14 +7,17 @@ reads (an input's dtype, an attribute, a global) that must record anew, never re
 constant.
 """
 import operator
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
+import magpy
 from tests.compile_harness import (
     EAGER,
     MOCK,
+    Step,
     after,
     again,
     check_compiled,
@@ -162,3 +165,78 @@ def test_operator_index_of_a_tensor_is_a_break():
                            [first(lambda s: (torch.randn(5), torch.tensor(3))), again(expect=EAGER)],
                            fullgraph=False, expect_records=1)
     assert "Tensor.__index__ reads tensor data into Python" in trace.stats["break_reasons"][0]
+
+
+# ============================================================================ 3. assertions
+# ``assert cond`` / ``torch._assert(cond, msg)`` on tensor data is recorded as an assertion
+# operation of the graph (``aten._assert_async.msg``), not a break.  When it fails on a call
+# that hits the record, the graph raises before the mock changed anything; magpy then runs
+# that call eagerly, so the program raises its own AssertionError with eager's state, and the
+# record stays (the next good call hits it again).
+
+class Checked(torch.nn.Module):
+    def __init__(self, check):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.low = 0.0
+        self.check = check
+        self.log = []
+
+    def forward(self, x):
+        self.log.append(x.shape[0])   # an effect before the assertion
+        h = self.lin(x)
+        self.check(self, x)
+        return h.relu()
+
+
+# Written as a user's module would be: pytest rewrites the assert statements of test modules.
+_CHECKS = {"__name__": "user_checks", "torch": torch}
+exec(compile(
+    "def _assert_statement(m, x):\n"
+    "    assert (x >= m.low).all(), 'input below the floor'\n"
+    "def _torch_assert(m, x):\n"
+    "    torch._assert((x >= m.low).all(), 'input below the floor')\n"
+    "def _assert_not(m, x):\n"
+    "    assert not (x < m.low).any()\n", "user_checks.py", "exec"), _CHECKS)
+_assert_statement, _torch_assert, _assert_not = (
+    _CHECKS["_assert_statement"], _CHECKS["_torch_assert"], _CHECKS["_assert_not"])
+
+
+def _positive(s):
+    return (torch.rand(3, 4) + 0.5,)
+
+
+def _negative(s):
+    return (torch.rand(3, 4) - 2.0,)
+
+
+def _lower_floor(m):
+    m.low = -5.0
+
+
+@pytest.mark.parametrize("check", [_assert_statement, _torch_assert, _assert_not], ids=lambda f: f.__name__)
+def test_assertion_on_tensor_data_is_in_the_graph(check):
+    # torch.compile: one graph for the assert statement; it breaks on `assert not t.any()`
+    # (data-dependent branching) and on torch._assert of a tensor (data-dependent guard).
+    def build():
+        m = Checked(check)
+        return m, m
+
+    trace = check_compiled(build, standard(_positive) + [
+        Step("bad data: the assertion fails, the call runs eagerly", _negative, expect=EAGER),
+        again(_positive, name="good data again (the record stays)"),
+        after(_lower_floor, args=_negative), again(),
+    ], observe=lambda m: (m.low, list(m.log)), expect_graphs=2)
+    assert trace.stats["break_reasons"] == []
+    assert any(n.target is torch.ops.aten._assert_async.msg for n in trace.compiled._magpy_cache.records[0].graph.graph.nodes)
+
+
+def test_failed_assertion_message_and_type_are_eagers():
+    fast = magpy.compile(Checked(_torch_assert), backend="eager", fullgraph=True)
+    fast(torch.rand(3, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # not magpy's failure: no warning
+        with pytest.raises(AssertionError, match="^input below the floor$"):
+            fast(torch.rand(3, 4) - 2.0)
+    st = magpy.stats(fast)
+    assert (st.monitor_runs, st.eager_runs, st.records) == (1, 1, 1)
