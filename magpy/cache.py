@@ -22,6 +22,8 @@ warning (or raises :class:`CaptureError` with ``on_capture_error="raise"``).
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import warnings
 import weakref
 
@@ -151,13 +153,26 @@ class RecordCache:
     def give_up(self, reason: str) -> None:
         self.eager_reason = reason
         self.stats.break_reasons.append(reason)
-        warnings.warn(f"magpy: {getattr(self.fn, '__qualname__', self.fn)}: {reason}", UserWarning,
-                      stacklevel=4)
+        # Named by its qualified name (a module's repr can be hundreds of lines), pointing at
+        # the user's call.
+        name = getattr(self.fn, "__qualname__", None) or type(self.fn).__qualname__
+        warnings.warn(f"magpy: {name}: {reason}", UserWarning, stacklevel=_user_stacklevel())
 
     def clear(self) -> None:
         self.records.clear()
         self.stats.records = 0
         self.eager_reason = None
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the innermost caller outside magpy (the user's call)."""
+    f, level = sys._getframe(1), 1
+    while f is not None and f.f_code.co_filename.startswith(_PACKAGE_DIR):
+        f, level = f.f_back, level + 1
+    return level
 
 
 def reset_all() -> None:

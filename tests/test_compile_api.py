@@ -455,6 +455,8 @@ def test_config_defaults():
     assert magpy.config.on_capture_error == "fallback"
 
 
+# The re-record check wraps RecordCache.miss from tests/: these tests look at warning locations.
+@pytest.mark.magpy_rerecords
 def test_cache_size_limit_warns_once_and_runs_eagerly(magpy_config):
     magpy_config.cache_size_limit = 2
     f = magpy.compile(affine, backend="eager")
@@ -471,10 +473,24 @@ def test_cache_size_limit_warns_once_and_runs_eagerly(magpy_config):
     with pytest.warns(UserWarning) as rec:
         for x in inputs[2:]:
             assert same(f(x), affine(x))
-    assert len([w for w in rec if issubclass(w.category, UserWarning)]) == 1
+    [warning] = [w for w in rec if issubclass(w.category, UserWarning)]
+    assert warning.filename == __file__   # the user's call, not magpy's wrapper
     st = magpy.stats(f)
     assert st.records == 2
     assert st.eager_runs - eager_before == 3
+
+
+@pytest.mark.magpy_rerecords
+def test_cache_size_limit_warning_names_a_module_briefly(magpy_config):
+    magpy_config.cache_size_limit = 1
+    model = torch.nn.Sequential(*[torch.nn.Linear(3, 3) for _ in range(20)])
+    f = magpy.compile(model, backend="eager")
+    f(torch.randn(2, 3))
+    with pytest.warns(UserWarning) as rec:
+        f(torch.randn(4, 3))
+    [warning] = [w for w in rec if issubclass(w.category, UserWarning)]
+    assert str(warning.message).startswith("magpy: Sequential: 1 records") and "\n" not in str(warning.message)
+    assert warning.filename == __file__
 
 
 def test_reset_drops_all_records():
