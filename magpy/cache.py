@@ -29,7 +29,8 @@ import weakref
 
 from magpy.codegen import MockCommitError
 from magpy.config import config
-from magpy.errors import CaptureError, GraphBreakError
+from magpy.errors import CaptureError, GraphBreakError, MagpyError
+from magpy.monitor.tracebacks import program_entries
 from magpy.opgraph import failed_assertion
 from magpy.record import FastGuardMismatch, Record, capture, machinery_failed
 from magpy.refgraph.graph import tensor_version
@@ -63,6 +64,17 @@ class RecordCache:
         _ALL_CACHES.add(self)
 
     def __call__(self, args: tuple, kwargs: dict):
+        try:
+            return self.call(args, kwargs)
+        except MagpyError:
+            raise
+        except BaseException as e:
+            # The program's exception: its traceback shows the program's frames, under only
+            # the compiled callable's and this frame (magpy's own entries are dropped).
+            raise e.with_traceback(program_entries(e.__traceback__))
+
+    def call(self, args: tuple, kwargs: dict):
+        """The call: the first record whose guard passes runs its mock, else a miss."""
         records = self.records
         for i, rec in enumerate(records):
             try:

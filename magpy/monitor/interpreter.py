@@ -10,7 +10,7 @@ import functools
 import sys
 import types
 
-from magpy.monitor import bytecode, generators
+from magpy.monitor import bytecode, generators, tracebacks
 from magpy.monitor.frame import Frame, code_info, unsupported_python_message
 from magpy.monitor.intrinsics import default_policy
 from magpy.monitor.observer import observed_ops
@@ -38,6 +38,7 @@ class Monitor:
         self.current = None          # the innermost executing monitored frame
         self.exc_stack = [[None]]    # CPython's chain of handled-exception items
         self.propagating = None      # an exception already chained, now unwinding
+        self.rethrown = None         # re-raised where it was caught: no new traceback entry
         self.ret_shadow = None       # shadow of the value the last entered call returned
         self.host_frame = None       # the real frame that called run()
         self.host_exc = None
@@ -129,9 +130,13 @@ class Monitor:
             handled = self.handled_exception()
             if handled is not self.host_exc:
                 set_context(exc, handled)
-        if exc.__traceback__ is None:
-            # Thrown-in exceptions (gen.throw, close) get a traceback when raised natively.
-            exc.__traceback__ = types.TracebackType(None, sys._getframe(), 0, 0)
+        # The traceback the program sees: its own frames, as if the monitor were not there.
+        tb = tracebacks.program_entries(exc.__traceback__)
+        if exc is self.rethrown:
+            self.rethrown = None
+        else:
+            tb = tracebacks.with_entry(tb, f.code, f.f_lineno)
+        exc.__traceback__ = tb
         for ob in self.observers:
             ob.on_exception(f, exc)
         handler = f.info.handlers[f.lasti]
@@ -157,9 +162,12 @@ class Monitor:
                 return item[0]
         return None
 
-    def reraise(self, exc):
-        """Raise ``exc`` without chaining it again (RERAISE, bare ``raise``)."""
+    def reraise(self, exc, same_frame: bool = False):
+        """Raise ``exc`` without chaining it again.  ``same_frame``: re-raised in the frame that
+        caught it (RERAISE, bare ``raise``), which natively adds no traceback entry."""
         self.propagating = exc
+        if same_frame:
+            self.rethrown = exc
         raise exc
 
     def resume_suspended(self, f, exc_item, throw):

@@ -809,7 +809,7 @@ def PREP_RERAISE_STAR(f, arg):
 def RERAISE(f, oparg):
     # The saved lasti below the exception only feeds CPython's traceback line numbers; the
     # handler is looked up at this instruction, so it is left on the stack untouched.
-    f.monitor.reraise(f.stack.pop())
+    f.monitor.reraise(f.stack.pop(), same_frame=True)
 
 
 def RAISE_VARARGS(f, argc):
@@ -819,7 +819,7 @@ def RAISE_VARARGS(f, argc):
         exc = mon.handled_exception()
         if exc is None:
             raise RuntimeError("No active exception to reraise")
-        mon.reraise(exc)
+        mon.reraise(exc, same_frame=True)
     cause = s.pop() if argc == 2 else NULL
     exc = s.pop()
     if _is_exception_class(exc):
@@ -918,7 +918,7 @@ def END_ASYNC_FOR(f, arg):
     if isinstance(exc, StopAsyncIteration):
         s.pop()
         return
-    f.monitor.reraise(exc)
+    f.monitor.reraise(exc, same_frame=True)
 
 
 # --------------------------------------------------------------------------- pattern matching
