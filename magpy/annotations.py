@@ -166,6 +166,27 @@ METHODS: dict[tuple[type, str], Annotation] = {
     (contextvars.ContextVar, "reset"): _inplace(NONE, NONE),
 }
 
+# Natives whose result does not depend on the iteration order of a set argument (a set of
+# objects iterates in an order that follows their ids: magpy.refgraph.rules.set_order).  Every
+# other native that reads a set (list, tuple, sorted, sum, enumerate, str, set.pop ...) sees it.
+SET_ORDER_FREE = frozenset({len, bool, hash, id, isinstance, issubclass, callable, type, set, frozenset,
+                            operator.contains, operator.eq, operator.ne, operator.sub, operator.and_,
+                            operator.or_, operator.xor, operator.le, operator.lt, operator.ge, operator.gt})
+SET_ORDER_FREE_METHODS = frozenset(m for m in _SET_METHODS if m != "pop") | {"__eq__", "__ne__"}
+
+
+def set_order_free(callee) -> bool:
+    try:
+        if callee in SET_ORDER_FREE:
+            return True
+    except TypeError:  # unhashable callee
+        return False
+    owner = getattr(callee, "__self__", None)
+    owner = getattr(callee, "__objclass__", None) if owner is None else owner
+    owner_type = owner if isinstance(owner, type) else type(owner)
+    return issubclass(owner_type, (set, frozenset)) and getattr(callee, "__name__", "") in SET_ORDER_FREE_METHODS
+
+
 # Types whose methods are all pure functions of immutable values (str.join, int.bit_length).
 IMMUTABLE_METHOD_OWNERS = (str, bytes, int, float, complex, bool, tuple, frozenset, range, slice,
                            torch.dtype, torch.device, torch.Size, torch.finfo, torch.iinfo)

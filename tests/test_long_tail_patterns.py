@@ -15,6 +15,7 @@ import torch
 
 import magpy
 from tests.compile_harness import (
+    ANY,
     EAGER,
     MOCK,
     Step,
@@ -240,3 +241,145 @@ def test_failed_assertion_message_and_type_are_eagers():
             fast(torch.rand(3, 4) - 2.0)
     st = magpy.stats(fast)
     assert (st.monitor_runs, st.eager_runs, st.records) == (1, 1, 1)
+
+
+# ============================================================================ 4. set algebra
+# A set of objects read from outside is guarded by identity: the same members, in the same
+# iteration order (a set's order follows its members' hashes, ids for tensors and modules).
+# Sets built inside the call need no guard.  Iterating a set whose members' identities the guard
+# does not fix (the call's arguments, tensors it made) is a break: another call's objects would
+# iterate in another order than the one the record baked in.
+
+class SetAlgebra(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.ReLU()
+        self.frozen = {self.a, self.b, self.c}
+        self.skip = {self.b}
+        self.seen = set()
+
+    def forward(self, x):
+        active = (self.frozen - self.skip) & {self.a, self.c}
+        total = 0
+        for m in active:   # the other copy's modules iterate in their own order: a sum of two
+            total = total + m(x)
+        x = x + total
+        self.seen = active | {self.c}         # a new set of objects left behind
+        for m in [self.a, self.b, self.c]:
+            if m in active:
+                x = x * 2
+        return x * len(self.frozen ^ self.skip) + len(active | self.skip) + (self.b in self.frozen)
+
+
+def _skip_linear(m):
+    m.skip = {m.a}
+
+
+def _grow_frozen(m):
+    m.frozen.add(torch.nn.Sigmoid())
+
+
+def _rebuild_frozen(m):
+    m.frozen = set(reversed(list(m.frozen)))
+
+
+def test_set_algebra_on_modules_is_one_graph():
+    # torch.compile: one graph too.
+    def build():
+        m = SetAlgebra()
+        return m, m
+
+    check_compiled(build, standard(lambda m: (torch.randn(2, 4),)) + [
+        after(_skip_linear), again(), after(_grow_frozen), again(),
+        after(_rebuild_frozen, expect=ANY), again(),
+    ], observe=lambda m: (len(m.skip), len(m.frozen), m.seen == {m.a, m.c}))
+
+
+class SetChain(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(n))
+        self.chain = set(self.layers)
+
+    def forward(self, x):
+        for m in self.chain:
+            x = m(x).tanh()
+        return x
+
+
+def test_set_order_is_guarded():
+    # The result depends on the order: the same members in another order must not replay
+    # the record.  (Compared with eager on the same objects: their ids give the order.)
+    torch.manual_seed(0)
+    m, x = SetChain(8), torch.randn(2, 4)
+    fast = magpy.compile(m, backend="eager", fullgraph=True)
+    assert torch.equal(fast(x), m(x)) and torch.equal(fast(x), m(x))
+    order = list(m.chain)
+    m.chain = set()
+    for layer in reversed(order):   # the same modules, in an order this table may not keep
+        m.chain.add(layer)
+    reordered = list(m.chain) != order
+    assert torch.equal(fast(x), m(x)) and torch.equal(fast(x), m(x))
+    st = magpy.stats(fast)
+    assert (st.monitor_runs, st.mock_runs, st.eager_runs) == (1 + reordered, 3 - reordered, 0)
+
+
+class NoDecay(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.no_decay = {self.lin.bias}
+
+    def forward(self, x):
+        penalty = sum((p ** 2).sum() for p in self.parameters() if p not in self.no_decay)
+        return self.lin(x) + penalty * 0.01
+
+
+def _decay_all(m):
+    m.no_decay = set()
+
+
+def test_set_of_tensors_from_outside_is_one_graph():
+    # torch.compile refuses: "Attempted to wrap a set with tensors".
+    def build():
+        m = NoDecay()
+        return m, m
+
+    check_compiled(build, standard(lambda m: (torch.randn(2, 4),)) + [after(_decay_all), again()],
+                   observe=lambda m: None, expect_graphs=2)
+
+
+def _six(s):
+    return tuple(torch.randn(3) for _ in range(6))
+
+
+def _iterate_set_of_arguments(*xs):
+    out = xs[0] * 0
+    for t in set(xs):
+        out = out * 2 + t
+    return out
+
+
+def test_iterating_a_set_of_argument_tensors_is_a_break():
+    # Six tensors' ids spread over the table: their order changes from call to call.  (Not a
+    # check_compiled case: eager's copy holds other objects, so it iterates in another order.)
+    # torch.compile makes one graph that iterates in insertion order, which is not eager's.
+    fast = magpy.compile(_iterate_set_of_arguments, backend="eager")
+    torch.manual_seed(0)
+    for _ in range(8):
+        xs = _six(None)
+        assert torch.equal(fast(*xs), _iterate_set_of_arguments(*xs))
+    st = magpy.stats(fast)
+    assert (st.monitor_runs, st.eager_runs, st.records) == (1, 7, 1)
+    assert "iteration order of a set of Tensor" in st.break_reasons[0]
+
+
+def _membership_only(x, y):
+    s = {x, y}
+    t = s - {y}
+    return x * len(s) + (y in s) + len(t ^ {x}) + (x in t)
+
+
+def test_set_membership_of_argument_tensors_is_one_graph():
+    # len, in and set algebra do not depend on the order.  torch.compile: one graph.
+    check_compiled(lambda: (_membership_only, None), standard(lambda s: (torch.randn(3), torch.randn(3))))

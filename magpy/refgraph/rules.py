@@ -18,12 +18,26 @@ from magpy.errors import GraphBreak
 from magpy.monitor import Observer, operators
 from magpy.monitor.interpreter import _descriptor_names, _python_descriptors
 from magpy.monitor.protocols import NULL, py_method, type_lookup
-from magpy.refgraph.graph import ATTR, CELL, DICT, ITEM, VAR, Kind, RefGraph, ShadowVersion, is_immutable
+from magpy.refgraph.graph import (
+    ATTR,
+    CELL,
+    CONST,
+    DICT,
+    ITEM,
+    VAR,
+    Kind,
+    RefGraph,
+    ShadowVersion,
+    is_immutable,
+)
 
 _MISSING = object()
 _HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: a class defined in Python (its attributes can change)
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 _CONTAINERS = (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.SET)
+# Hashes that are the object's identity: a set holding such objects iterates in an order that
+# follows their ids, and set operations on them run no Python code.
+_ID_HASHES = (object.__hash__, torch.Tensor.__hash__)
 # Special methods the monitor enters when they are Python code (magpy.monitor.operators).
 _ENTERED_DUNDERS = frozenset(
     {"__getitem__", "__setitem__", "__delitem__", "__contains__", "__bool__", "__len__", "__iter__",
@@ -70,6 +84,7 @@ class RefGraphBuilder(Observer):
         self.dynamic = breaker
         self.new_cells: set[int] = set()
         self.new_functions: set[int] = set()   # functions the run created (closures, lambdas)
+        self.fixed_ids: set[int] = set()   # objects the guard fixes by identity as set members
         self._keep = []
 
     # ------------------------------------------------------------------ events
@@ -146,11 +161,16 @@ class RefGraphBuilder(Observer):
             self.dynamic(f"call to impure native {_describe(callee)}")
             return
         full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
+        order_free = ann.set_order_free(callee)
         for i, v in enumerate(full):
             self.read_value(v, a.read_kind(i), callee)
+            if not order_free:
+                self.set_order(v, a.read_kind(i), _describe(callee))
         if kwargs:
             for v in kwargs.values():
                 self.read_value(v, a.read_kind(len(full)), callee)
+                if not order_free:
+                    self.set_order(v, a.read_kind(len(full)), _describe(callee))
         if a.relation is not None:
             _RELATIONS[a.relation](self, full, result)
         for i in a.inplace:
@@ -196,8 +216,17 @@ class RefGraphBuilder(Observer):
         snap = node.snapshot
         items = snap.items() if type(snap) is dict else enumerate(snap)
         if node.kind is Kind.SET:
-            if not all(is_immutable(x) for x in snap):
-                self.dynamic("a set of objects read as a whole")
+            # Its members are guarded by identity, in their order (codegen's shape check), so
+            # each object member is a known object of the record, reached as a constant.
+            for x in snap:
+                if is_immutable(x):
+                    continue
+                if type_lookup(type(x), "__hash__") not in _ID_HASHES:
+                    self.dynamic(f"a set of {type(x).__qualname__} (hashed by a Python __hash__) read as a whole")
+                    return
+                self.fixed_ids.add(id(x))
+                if self.node(x) is None:
+                    self.g.child(self.g.sn0, CONST, id(x), x)
             return
         rel = ATTR if node.kind is Kind.OBJECT else ITEM
         for k, v in items:
@@ -207,6 +236,22 @@ class RefGraphBuilder(Observer):
                 return
             if deep:
                 self.expand(child, True, _seen, objects)
+
+    def set_order(self, v, kind, what):
+        """``what`` looked at the iteration order of ``v``.  A set's order follows its
+        members' hashes: fixed for values, but for objects hashed by identity (tensors,
+        modules) only when the guard fixes which objects they are; otherwise another call's
+        objects iterate in another order than the one the record baked in."""
+        if kind in (ann.NONE, ann.TYPE) or not isinstance(v, (set, frozenset)):
+            return
+        for x in v:
+            if is_immutable(x) or id(x) in self.fixed_ids:
+                continue
+            node = self.node(x)
+            if node is None or node.kind is not Kind.STATIC or not node.read:
+                self.dynamic(f"{what} depends on the iteration order of a set of "
+                             f"{type(x).__qualname__} (it follows their ids)")
+                return
 
     def read_item(self, node, key, value):
         """``value = container[key]`` on a node: a read of version 0 unless written since."""
@@ -422,6 +467,16 @@ def _struct_read(position, dunder=None):
     return rule
 
 
+def _iterate(position):
+    """The instruction iterates a value: a container's structure is read, a set's order too."""
+    struct = _struct_read(position)
+
+    def rule(b, frame, ins, inputs, outputs):
+        struct(b, frame, ins, inputs, outputs)
+        b.set_order(inputs[position], ann.STRUCT, ins.opname)
+    return rule
+
+
 def _expand_inputs(deep):
     """Every container input is read: element by element, or (``deep``) all the way down."""
     def rule(b, frame, ins, inputs, outputs):
@@ -429,6 +484,8 @@ def _expand_inputs(deep):
             node = b.node(v)
             if node is not None and node.kind in _CONTAINERS:
                 b.expand(node, deep=deep)
+        for v in inputs:
+            b.set_order(v, ann.STRUCT, ins.opname)
     return rule
 
 
@@ -470,6 +527,7 @@ def _is_op(b, frame, ins, inputs, outputs):
 
 def _format_value(b, frame, ins, inputs, outputs):
     v = inputs[0]
+    b.set_order(v, ann.STRUCT, "formatting")
     node = b.node(v)
     if node is None:
         return
@@ -490,8 +548,8 @@ _RULES = {
     "BINARY_SUBSCR": _binary_subscr, "STORE_SUBSCR": _store_subscr, "DELETE_SUBSCR": _delete_subscr,
     "STORE_ATTR": _store_attr, "DELETE_ATTR": _delete_attr,
     "STORE_GLOBAL": _store_global, "DELETE_GLOBAL": _store_global,
-    "GET_ITER": _struct_read(0), "UNPACK_SEQUENCE": _struct_read(0), "UNPACK_EX": _struct_read(0),
-    "LIST_EXTEND": _struct_read(1), "SET_UPDATE": _struct_read(1), "DICT_UPDATE": _struct_read(1),
+    "GET_ITER": _iterate(0), "UNPACK_SEQUENCE": _iterate(0), "UNPACK_EX": _iterate(0),
+    "LIST_EXTEND": _iterate(1), "SET_UPDATE": _struct_read(1), "DICT_UPDATE": _struct_read(1),
     "DICT_MERGE": _struct_read(1), "CONTAINS_OP": _struct_read(1, ("__contains__",)),
     "POP_JUMP_FORWARD_IF_TRUE": _TRUTH, "POP_JUMP_FORWARD_IF_FALSE": _TRUTH,
     "POP_JUMP_BACKWARD_IF_TRUE": _TRUTH, "POP_JUMP_BACKWARD_IF_FALSE": _TRUTH,
