@@ -29,7 +29,7 @@ import weakref
 
 from magpy.codegen import MockCommitError
 from magpy.config import config
-from magpy.errors import CaptureError, GraphBreakError, MagpyError
+from magpy.errors import CaptureError, GraphBreakError, GraphBreakWarning, MagpyError
 from magpy.monitor.tracebacks import program_entries
 from magpy.opgraph import failed_assertion
 from magpy.record import FastGuardMismatch, Record, capture, machinery_failed
@@ -61,6 +61,7 @@ class RecordCache:
         self.records: list[Record] = []
         self.stats = Stats()
         self.eager_reason: str | None = None   # set once the callable gave up compiling
+        self.warned: set[str] = set()          # break reasons already warned about
         _ALL_CACHES.add(self)
 
     def __call__(self, args: tuple, kwargs: dict):
@@ -156,19 +157,31 @@ class RecordCache:
             self.stats.break_reasons.append(str(rec.graph_break))
             if self.fullgraph:
                 raise GraphBreakError(rec.graph_break)
+            self.warn_break(rec.graph_break)
         elif rec.graph is not None:
             self.stats.graph_count += 1
         self.records.insert(0, rec)
         self.stats.records = len(self.records)
         return result
 
+    def warn_break(self, brk) -> None:
+        """One warning per callable and reason, at the program's line that broke the graph."""
+        if brk.reason in self.warned:
+            return
+        self.warned.add(brk.reason)
+        warnings.warn_explicit(f"magpy: {self.name()} runs eagerly when it meets {brk.reason} "
+                               "(see magpy.stats(...).break_reasons; fullgraph=True raises instead)",
+                               GraphBreakWarning, brk.filename, brk.lineno)
+
+    def name(self) -> str:
+        return getattr(self.fn, "__qualname__", None) or type(self.fn).__qualname__
+
     def give_up(self, reason: str) -> None:
         self.eager_reason = reason
         self.stats.break_reasons.append(reason)
         # Named by its qualified name (a module's repr can be hundreds of lines), pointing at
         # the user's call.
-        name = getattr(self.fn, "__qualname__", None) or type(self.fn).__qualname__
-        warnings.warn(f"magpy: {name}: {reason}", UserWarning, stacklevel=_user_stacklevel())
+        warnings.warn(f"magpy: {self.name()}: {reason}", UserWarning, stacklevel=_user_stacklevel())
 
     def clear(self) -> None:
         self.records.clear()

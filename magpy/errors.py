@@ -28,6 +28,11 @@ class GraphBreak:
         return f"{self.reason} at {where}" + (f"\n    {src}" if src else "")
 
 
+class GraphBreakWarning(UserWarning):
+    """A compiled callable runs a call eagerly because of a dynamic operation (once per
+    callable and reason, located at the program's line that did it)."""
+
+
 class GraphBreakError(MagpyError):
     """``fullgraph=True`` and the program did something that cannot be in one graph."""
 

@@ -621,3 +621,19 @@ def test_gradients_accumulate_across_mock_calls():
     for pe, pc in zip(model_e.parameters(), model_c.parameters()):
         assert same(pe.grad, pc.grad)
     assert magpy.stats(cm).mock_runs == 2
+
+
+def _reads_data(x):
+    return x * float(x.sum())      # a dynamic operation: the call runs eagerly
+
+
+def test_graph_break_warns_once_per_reason_at_the_program_line():
+    f = magpy.compile(_reads_data, backend="eager")
+    with pytest.warns(magpy.GraphBreakWarning) as rec:
+        for n in (2, 2, 3, 3):
+            assert same(f(torch.ones(n)), _reads_data(torch.ones(n)))
+    breaks = [w for w in rec if issubclass(w.category, magpy.GraphBreakWarning)]
+    assert len(breaks) == 1
+    assert breaks[0].filename == __file__
+    assert breaks[0].lineno == _reads_data.__code__.co_firstlineno + 1
+    assert "Tensor.__float__ reads tensor data" in str(breaks[0].message)
