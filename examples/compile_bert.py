@@ -33,8 +33,8 @@ def main() -> None:
     opts = parser.parse_args()
 
     torch.manual_seed(0)
-    config = BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                        intermediate_size=1024, attn_implementation="eager")
+    # transformers' defaults (SDPA attention), as users build it.
+    config = BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024)
     model = BertModel(config).eval()
     ids = torch.randint(0, config.vocab_size, (1, 128))
     mask = torch.ones_like(ids)
