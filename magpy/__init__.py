@@ -4,8 +4,16 @@ from magpy import monitor
 from magpy.annotations import annotate
 from magpy.api import CompiledModule, Explanation, compile, explain, reset, stats
 from magpy.config import config
-from magpy.errors import BackendError, CaptureError, GraphBreak, GraphBreakError, GraphBreakWarning, MagpyError
+from magpy.errors import (
+    BackendError,
+    CaptureError,
+    GraphBreak,
+    GraphBreakError,
+    GraphBreakWarning,
+    MagpyError,
+)
 
 __all__ = ["compile", "explain", "stats", "reset", "annotate", "config", "CompiledModule", "Explanation",
-           "GraphBreak", "GraphBreakError", "GraphBreakWarning", "CaptureError", "BackendError", "MagpyError", "monitor"]
+           "GraphBreak", "GraphBreakError", "GraphBreakWarning", "CaptureError", "BackendError", "MagpyError",
+           "monitor"]
 __version__ = "0.1.0"

@@ -118,8 +118,8 @@ def torch_backends() -> list[str]:
 
 def available() -> list[str]:
     """The backend names :func:`resolve` accepts on this machine (torch's test-only ones left out)."""
-    names = list(BACKENDS) + [name for name in torch_backends()
-                              if name not in BACKENDS and "TESTING_ONLY" not in name and "minifier" not in name]
+    names = list(BACKENDS) + [name for name in torch_backends() if name not in BACKENDS
+                              and "TESTING_ONLY" not in name and "minifier" not in name]
     return [name for name in names if _unusable(name) is None]
 
 

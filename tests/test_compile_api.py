@@ -489,7 +489,8 @@ def test_cache_size_limit_warning_names_a_module_briefly(magpy_config):
     with pytest.warns(UserWarning) as rec:
         f(torch.randn(4, 3))
     [warning] = [w for w in rec if issubclass(w.category, UserWarning)]
-    assert str(warning.message).startswith("magpy: Sequential: 1 records") and "\n" not in str(warning.message)
+    message = str(warning.message)
+    assert message.startswith("magpy: Sequential: 1 records") and "\n" not in message
     assert warning.filename == __file__
 
 

@@ -16,13 +16,11 @@ tensor at the same place, a float that may be lifted into the graph) we accept e
 The module-level globals below are defaults only: every program runs over a private namespace
 (``isolated``), so the two copies of a case never share a global.
 """
-import pytest
 import torch
 import torch.nn as nn
 
 from tests.compile_harness import (
     ANY,
-    EAGER,
     MOCK,
     MONITOR,
     Step,

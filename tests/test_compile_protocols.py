@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import magpy
-from tests.compile_harness import EAGER, MOCK, MONITOR, after, again, check_compiled, first, standard
+from tests.compile_harness import EAGER, MOCK, after, again, check_compiled, first, standard
 
 
 def _x(s):

@@ -328,7 +328,8 @@ def _unary_dispatch(name):
 
 
 def _sum(mon, args, kwargs):
-    if not 1 <= len(args) + len(kwargs or ()) <= 2 or (kwargs and (len(args) != 1 or set(kwargs) != {"start"})):
+    if not 1 <= len(args) + len(kwargs or ()) <= 2 or (
+            kwargs and (len(args) != 1 or set(kwargs) != {"start"})):
         return sum(*args, **(kwargs or {}))  # CPython's own argument errors
     start = args[1] if len(args) == 2 else (kwargs or {}).get("start", 0)
     result = sum((), start)   # rejects str/bytes starts with CPython's message
@@ -355,7 +356,7 @@ def _pow(mon, args, kwargs):
 
 
 OPERATORS = [
-    *((native, _binary_dispatch(i, operators.binary)) for i, (_, _, _, native) in enumerate(operators.BINARY)),
+    *((row[3], _binary_dispatch(i, operators.binary)) for i, row in enumerate(operators.BINARY)),
     *((native, _binary_dispatch(i, operators.inplace)) for i, native in enumerate(operators.INPLACE)),
     *((native, _binary_dispatch(i, operators.compare)) for i, native in enumerate(operators.COMPARE_OPS)),
     *((native, _unary_dispatch(name)) for name, native in operators.UNARY.items()),

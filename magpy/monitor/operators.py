@@ -288,7 +288,8 @@ def inplace(mon, v, w, index):
     iop = "__i" + op[2:]
     tp_v, tp_w = type(v), type(w)
     if special(mon, tp_v, iop) is None and special(mon, tp_v, op) is None \
-            and (tp_w is tp_v or special(mon, tp_w, rop) is None) and not _repeat_count_special(mon, tp_v, tp_w, op):
+            and (tp_w is tp_v or special(mon, tp_w, rop) is None) \
+            and not _repeat_count_special(mon, tp_v, tp_w, op):
         return INPLACE[index](v, w)
     raw = _number_lookup(tp_v, iop)
     if raw is not NULL:
