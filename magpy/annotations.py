@@ -12,7 +12,8 @@ Every entry is data.  For a native (C-implemented, or kept-native library) calle
 - ``inplace`` (InPlace): argument positions the callee may modify.
 - ``relation`` (Relation): how the result relates to the arguments, when it is not a new
   value: ``"attr"`` (``getattr(obj, name)``), ``"hasattr"``, ``"element"`` (one of the
-  first argument's elements: ``dict.get``, ``list.pop``, ``min``).
+  first argument's elements: ``dict.get``, ``list.pop``, ``min``), ``"frame"`` (a frame of
+  the call: ``sys._getframe``; one outside it is not the record's to know).
 
 Bound methods are looked up by ``(type of self, method name)``, self being position 0.
 Tensor operations are not here: every call reaching torch's ``__torch_function__`` is
@@ -36,6 +37,8 @@ from typing import Callable
 import torch
 
 from magpy.monitor import operators
+from magpy.monitor.frame import Frame
+from magpy.monitor.protocols import type_lookup
 
 NONE, TYPE, STRUCT, DEEP, ALL, OPERAND = "none", "type", "struct", "deep", "all", "operand"
 
@@ -90,7 +93,14 @@ FUNCTIONS: dict[Callable, Annotation] = {
     id: Annotation(reads=NONE),
     vars: IMPURE, print: IMPURE, input: IMPURE, open: IMPURE, globals: IMPURE,
     dir: Annotation(reads=TYPE),
-    sys.getrecursionlimit: PURE,
+    # collections.namedtuple() makes its class from these.
+    sys.getrecursionlimit: PURE, sys.intern: PURE, collections._tuplegetter: PURE,
+    # namedtuple() also finds its module: sys._getframe(1).f_globals['__name__'].  What a
+    # frame of the call holds is the record's; f_locals is not here (values without shadows).
+    sys._getframe: Annotation(reads=NONE, relation="frame"),
+    Frame.f_back.fget: Annotation(reads=NONE, relation="frame"),
+    **{prop.fget: Annotation(reads=NONE) for prop in (Frame.f_code, Frame.f_globals, Frame.f_builtins,
+                                                        Frame.f_lineno)},
     operator.setitem: _inplace(NONE, DEEP, NONE), operator.delitem: _inplace(NONE, DEEP),
     operator.getitem: Annotation(reads=(NONE, DEEP), relation="element"),
     operator.attrgetter: PURE, operator.itemgetter: PURE, operator.methodcaller: PURE,
@@ -155,6 +165,8 @@ METHODS: dict[tuple[type, str], Annotation] = {
     **{(frozenset, m): PURE for m in _SET_METHODS if _SET_METHODS[m].pure and not _SET_METHODS[m].inplace},
     **{(collections.deque, m): a for m, a in _DEQUE_METHODS.items()},
     (tuple, "index"): PURE, (tuple, "count"): PURE, (tuple, "__getitem__"): ELEMENT,
+    # itertools.chain.from_iterable(lists): the outer iterable and each inner one are read.
+    (itertools.chain, "from_iterable"): Annotation(reads=DEEP),
     (object, "__setattr__"): Annotation(reads=(NONE, DEEP, NONE), inplace=(0,)),
     (object, "__getattribute__"): Annotation(reads=(NONE, DEEP), relation="attr"),
     (object, "__init__"): Annotation(reads=NONE),
@@ -368,13 +380,33 @@ def lookup(callee) -> tuple[Annotation | None, bool]:
         return PURE, False   # an lru_cache'd function: its result is a function of its arguments
     if isinstance(callee, type):
         # A C class called natively: constructing is pure unless it is a known effectful type.
-        return (PURE if _is_library(callee.__module__) else None), False
+        if _is_library(callee.__module__):
+            return PURE, False
+        base = _builtin_constructor(callee)
+        return (None if base is None else lookup(base)[0]), False
     if t is types.FunctionType and _is_library(callee.__module__):
         return torch_library_annotation(callee), False
     return None, False
 
 
 _LRU_CACHE_WRAPPER = type(functools.lru_cache(maxsize=None)(len))
+_HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: a class defined in Python
+_TYPE_CALL = type.__dict__["__call__"]
+
+
+def _builtin_constructor(cls) -> type | None:
+    """The builtin class whose construction a class of the program's is, when calling it runs
+    no Python code: its ``__new__`` and ``__init__`` (and its metaclass's ``__call__``) are
+    inherited from C (``class Config(dict): ...``, ``class Empty: pass``); else None (the
+    monitor enters Python ones, so a native call here means they run natively unseen)."""
+    if type_lookup(type(cls), "__call__") is not _TYPE_CALL:
+        return None
+    for name in ("__new__", "__init__"):
+        owner = next(k for k in cls.__mro__ if name in k.__dict__)
+        if owner.__flags__ & _HEAPTYPE:
+            return None
+    return next(k for k in cls.__mro__ if not k.__flags__ & _HEAPTYPE)
+
 
 
 def _is_pybind(owner) -> bool:

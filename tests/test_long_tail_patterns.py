@@ -6,7 +6,10 @@ call again (must hit the record), fresh inputs of the same shapes, and a mutatio
 reads (an input's dtype, an attribute, a global) that must record anew, never replay a stale
 constant.
 """
+import collections
+import itertools
 import operator
+import sys
 import warnings
 
 import numpy as np
@@ -25,6 +28,7 @@ from tests.compile_harness import (
     first,
     fresh,
     fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
+    isolated,
     standard,
 )
 
@@ -383,3 +387,155 @@ def _membership_only(x, y):
 def test_set_membership_of_argument_tensors_is_one_graph():
     # len, in and set algebra do not depend on the order.  torch.compile: one graph.
     check_compiled(lambda: (_membership_only, None), standard(lambda s: (torch.randn(3), torch.randn(3))))
+
+
+# ============================================================================ 5. Python idioms
+# Classes made or instantiated inside forward, deques, chained iterables: one graph.
+
+def _namedtuple_made_inside(x):
+    # collections.namedtuple() builds its class with sys.intern, _tuplegetter, type() and
+    # sys._getframe(1).f_globals['__name__'] (the module it is made in).
+    P = collections.namedtuple("P", ["a", "b"])
+    p = P(x, x + 1)
+    return p.a * p.b, p._replace(a=x * 3).a, p._asdict()["b"], P.__module__
+
+
+_Pair = collections.namedtuple("_Pair", "a b")
+
+
+class _Point(_Pair):
+    def total(self):
+        return self.a + self.b
+
+
+def _namedtuple_methods(x):
+    p = _Point(x, x * 2)
+    return p.total() * 2, _Pair(*p)
+
+
+class _Plain:
+    def __init__(self, x, k):
+        self.x, self.k = x, k
+
+    def out(self):
+        return self.x * self.k
+
+
+class _Empty:
+    pass
+
+
+class _AttrDict(dict):
+    def __getattr__(self, name):
+        return self[name]
+
+
+def _classes_made_inside(x):
+    o, e = _Plain(x, 3), _Empty()
+    e.y = x - 1
+    d = _AttrDict(h=x + 1)           # dict's own __new__/__init__: no Python code runs
+    d["z"] = x * 2
+    return o.out() + d.h + d["z"] + e.y, len(d), d
+
+
+def _deque_methods(x):
+    q = collections.deque([x], maxlen=3)
+    q.append(x + 1)
+    q.appendleft(x - 1)
+    q.extend([x * 2])
+    q.rotate(1)
+    a, b = q.popleft(), q.pop()
+    return a + b + sum(q), len(q), q[0] * 1
+
+
+def _chain_from_iterable(x):
+    parts = [[x, x + 1], [x * 2]]
+    return sum(itertools.chain.from_iterable(parts)), list(itertools.chain(*parts))[1]
+
+
+IDIOMS = [_namedtuple_made_inside, _namedtuple_methods, _classes_made_inside, _deque_methods,
+          _chain_from_iterable]
+
+
+@pytest.mark.parametrize("program", IDIOMS, ids=lambda f: f.__name__.lstrip("_"))
+def test_python_idioms_are_one_graph(program):
+    # torch.compile: one graph, except the deque ("Unsupported method call": rotate).
+    check_compiled(lambda: (program, None), standard(lambda s: (torch.randn(3),)))
+
+
+def _module_name_changes(ns):
+    ns["__name__"] = "renamed"
+
+
+def test_namedtuple_module_is_guarded():
+    # The class's __module__ comes from the caller's globals: changing it records anew.
+    check_compiled(lambda: isolated(_namedtuple_made_inside), standard(lambda s: (torch.randn(3),)) + [
+        after(_module_name_changes), again()], observe=lambda ns: ns["__name__"])
+
+
+def _frame_outside(x):
+    return x * (sys._getframe(1) is not None)   # the caller's frame: magpy's own under magpy
+
+
+def test_getframe_outside_the_call_is_a_break():
+    trace = check_compiled(lambda: (_frame_outside, None), [first(lambda s: (torch.randn(3),)), again(expect=EAGER)],
+                           fullgraph=False, expect_records=1)
+    assert "sys._getframe reaches a frame outside the compiled call" in trace.stats["break_reasons"][0]
+
+
+# ============================================================================ 6. warnings
+# warnings.warn inside forward is a break: a call that warns runs eagerly (after the recording
+# run, whose warn is the program's own), so each call emits exactly eager's warnings, and the
+# filters and the module's __warningregistry__ (once per location under "default") decide as
+# they do eagerly.  catch_warnings() switches the filters through warnings._filters_mutated, an
+# effect on the interpreter: a break too.
+
+def _warns(x):
+    warnings.warn("deprecated path", DeprecationWarning)
+    return x * 2
+
+
+def _warns_in_loop(x):
+    for i in range(2):
+        warnings.warn(f"step {i}")   # one location, two messages: two registry entries
+    return x + 1
+
+
+def _catches(x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.warn("hidden")
+        y = x + 1
+    warnings.warn("shown", stacklevel=1)
+    return y * 2
+
+
+def _warnings_of(fn, calls, action):
+    """(results, [(message, category, filename, lineno)] per call) under the filter ``action``."""
+    out, seen = [], []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter(action)
+        for x in calls:
+            out.append(fn(x))
+            seen.append([(str(w.message), w.category, w.filename, w.lineno) for w in caught
+                         if not issubclass(w.category, magpy.GraphBreakWarning)])   # magpy's own
+            caught.clear()
+    return out, seen
+
+
+@pytest.mark.parametrize("action", ["default", "always", "ignore"])
+@pytest.mark.parametrize("program", [_warns, _warns_in_loop, _catches], ids=lambda f: f.__name__.lstrip("_"))
+def test_warnings_are_eagers_on_every_call(program, action):
+    # torch.compile breaks too (fullgraph=True: "Attempted to call function marked as skipped",
+    # for warnings.warn and for catch_warnings).
+    # Each copy has its own globals, so its own __warningregistry__.
+    eager, _ = isolated(program)
+    compiled_fn, _ = isolated(program)
+    fast = magpy.compile(compiled_fn, backend="eager")
+    calls = [torch.randn(3) for _ in range(3)]
+    res_e, seen_e = _warnings_of(eager, calls, action)
+    res_c, seen_c = _warnings_of(fast, calls, action)
+    assert seen_c == seen_e
+    assert all(torch.equal(a, b) for a, b in zip(res_e, res_c))
+    st = magpy.stats(fast)
+    assert (st.monitor_runs, st.eager_runs, st.records) == (1, 2, 1)

@@ -16,6 +16,7 @@ import torch
 from magpy import annotations as ann
 from magpy.errors import GraphBreak
 from magpy.monitor import Observer, operators
+from magpy.monitor.frame import Frame
 from magpy.monitor.interpreter import _descriptor_names, _python_descriptors
 from magpy.monitor.protocols import NULL, py_method, type_lookup
 from magpy.refgraph.graph import (
@@ -616,7 +617,14 @@ def _rel_contextvar(b, args, result):
         b.g.child(node, VAR, None, result)
 
 
-_RELATIONS = {"attr": _rel_attr, "hasattr": _rel_hasattr, "element": _rel_element,
+def _rel_frame(b, args, result):
+    # The monitor's frames of this call are the record's; the caller's frames outside it
+    # (``sys._getframe(n)`` reaching past the compiled function) differ from call to call.
+    if type(result) is not Frame:
+        b.dynamic("sys._getframe reaches a frame outside the compiled call")
+
+
+_RELATIONS = {"attr": _rel_attr, "frame": _rel_frame, "hasattr": _rel_hasattr, "element": _rel_element,
               "contextvar": _rel_contextvar}
 
 
