@@ -196,7 +196,8 @@ def set_order_free(callee) -> bool:
     owner = getattr(callee, "__self__", None)
     owner = getattr(callee, "__objclass__", None) if owner is None else owner
     owner_type = owner if isinstance(owner, type) else type(owner)
-    return issubclass(owner_type, (set, frozenset)) and getattr(callee, "__name__", "") in SET_ORDER_FREE_METHODS
+    name = getattr(callee, "__name__", "")
+    return issubclass(owner_type, (set, frozenset)) and name in SET_ORDER_FREE_METHODS
 
 
 # Types whose methods are all pure functions of immutable values (str.join, int.bit_length).

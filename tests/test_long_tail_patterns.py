@@ -20,18 +20,15 @@ import magpy
 from tests.compile_harness import (
     ANY,
     EAGER,
-    MOCK,
     Step,
     after,
     again,
     check_compiled,
     first,
-    fresh,
     fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
     isolated,
     standard,
 )
-
 
 # ============================================================================ 1. metadata values
 # Python values computed from tensor metadata, not data: constants of the record, since the
@@ -478,7 +475,8 @@ def _frame_outside(x):
 
 
 def test_getframe_outside_the_call_is_a_break():
-    trace = check_compiled(lambda: (_frame_outside, None), [first(lambda s: (torch.randn(3),)), again(expect=EAGER)],
+    trace = check_compiled(lambda: (_frame_outside, None),
+                           [first(lambda s: (torch.randn(3),)), again(expect=EAGER)],
                            fullgraph=False, expect_records=1)
     assert "sys._getframe reaches a frame outside the compiled call" in trace.stats["break_reasons"][0]
 

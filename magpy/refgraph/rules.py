@@ -223,7 +223,8 @@ class RefGraphBuilder(Observer):
                 if is_immutable(x):
                     continue
                 if type_lookup(type(x), "__hash__") not in _ID_HASHES:
-                    self.dynamic(f"a set of {type(x).__qualname__} (hashed by a Python __hash__) read as a whole")
+                    self.dynamic(f"a set of {type(x).__qualname__} (hashed by a Python __hash__) "
+                                 "read as a whole")
                     return
                 self.fixed_ids.add(id(x))
                 if self.node(x) is None:
