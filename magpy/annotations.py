@@ -13,7 +13,8 @@ Every entry is data.  For a native (C-implemented, or kept-native library) calle
 - ``relation`` (Relation): how the result relates to the arguments, when it is not a new
   value: ``"attr"`` (``getattr(obj, name)``), ``"hasattr"``, ``"element"`` (one of the
   first argument's elements: ``dict.get``, ``list.pop``, ``min``), ``"frame"`` (a frame of
-  the call: ``sys._getframe``; one outside it is not the record's to know).
+  the call: ``sys._getframe``; one outside it is not the record's to know), ``"deref"`` (the
+  referent of the weak reference called: RNN modules check their weights through these).
 
 Bound methods are looked up by ``(type of self, method name)``, self being position 0.
 Tensor operations are not here: every call reaching torch's ``__torch_function__`` is
@@ -32,6 +33,7 @@ import math
 import operator
 import sys
 import types
+import weakref
 from typing import Callable
 
 import torch
@@ -377,12 +379,16 @@ def lookup(callee) -> tuple[Annotation | None, bool]:
         return _owner_entry(callee.__objclass__, callee.__name__), False
     if t is functools.partial or t is operator.itemgetter or t is operator.attrgetter:
         return PURE, False
+    if t is weakref.ReferenceType:
+        return Annotation(reads=NONE, relation="deref"), False
     if t is _LRU_CACHE_WRAPPER:
         return PURE, False   # an lru_cache'd function: its result is a function of its arguments
     if isinstance(callee, type):
         # A C class called natively: constructing is pure unless it is a known effectful type.
         if _is_library(callee.__module__):
             return PURE, False
+        if not callee.__flags__ & _HEAPTYPE:
+            return None, False   # a C class of another library
         base = _builtin_constructor(callee)
         return (None if base is None else lookup(base)[0]), False
     if t is types.FunctionType and _is_library(callee.__module__):

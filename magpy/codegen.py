@@ -52,6 +52,7 @@ from magpy.refgraph.graph import (
     ATTR,
     CELL,
     CONST,
+    DEREF,
     DICT,
     ITEM,
     KWARG,
@@ -293,6 +294,8 @@ class _GuardWriter:
             return f"{p}.cell_contents"
         if rel == VAR:
             return f"{p}.get()"
+        if rel == DEREF:
+            return f"{p}()"   # a weakref's call runs no Python code
         raise CaptureError(f"no path step for relation {rel!r}")
 
     def checks(self, node) -> list[str]:

@@ -20,6 +20,7 @@ import magpy
 from tests.compile_harness import (
     ANY,
     EAGER,
+    MONITOR,
     Step,
     after,
     again,
@@ -537,3 +538,53 @@ def test_warnings_are_eagers_on_every_call(program, action):
     assert all(torch.equal(a, b) for a, b in zip(res_e, res_c))
     st = magpy.stats(fast)
     assert (st.monitor_runs, st.eager_runs, st.records) == (1, 2, 1)
+
+
+# ============================================================================ 7. recurrent layers
+# nn.RNN/LSTM/GRU are one operator of the graph (torch.lstm, torch.gru, torch.rnn_relu/tanh).
+# Their forward checks its flat weights through weak references (_weights_have_changed): a
+# weakref read from outside is guarded by identity, and what it refers to by the aliasing
+# check ``ref() is weight``.
+
+def _rnn_case(make, args):
+    def build():
+        m = make()
+        return m, m
+    return build, args
+
+
+def _new_weight(m):
+    m.weight_hh_l0 = torch.nn.Parameter(torch.randn_like(m.weight_hh_l0))
+
+
+RNN_CASES = {
+    "lstm_bidirectional_batch_first": _rnn_case(
+        lambda: torch.nn.LSTM(4, 5, num_layers=2, batch_first=True, bidirectional=True),
+        lambda m: (torch.randn(2, 3, 4),)),
+    "lstm_given_h0_c0": _rnn_case(
+        lambda: torch.nn.LSTM(4, 5, num_layers=2),
+        lambda m: (torch.randn(3, 2, 4), (torch.randn(2, 2, 5), torch.randn(2, 2, 5)))),
+    "gru_given_h0": _rnn_case(lambda: torch.nn.GRU(4, 5, bidirectional=True),
+                              lambda m: (torch.randn(3, 2, 4), torch.randn(2, 2, 5))),
+    "rnn_relu_batch_first": _rnn_case(lambda: torch.nn.RNN(4, 5, nonlinearity="relu", batch_first=True),
+                                      lambda m: (torch.randn(2, 3, 4),)),
+}
+
+
+@pytest.mark.parametrize("case", RNN_CASES, ids=str)
+def test_recurrent_layers_are_one_operator(case):
+    # torch.compile refuses them with fullgraph=True (it does not trace RNN modules).
+    build, args = RNN_CASES[case]
+    trace = check_compiled(build, standard(args), observe=lambda m: None, expect_graphs=1)
+    graph = trace.compiled._magpy_cache.records[0].graph.graph
+    ops = {n.target for n in graph.nodes if n.op == "call_function"}
+    assert ops & {torch.lstm, torch.gru, torch.rnn_relu, torch.rnn_tanh}
+
+
+def test_recurrent_layer_with_a_new_weight_records_anew():
+    # A replaced weight fails the guard (``ref() is weight``).  The module then makes new weak
+    # references to its weights (weakref.ref: a break, a weakref cannot be rebuilt by a mock);
+    # the next call finds them made and is one graph again.
+    build, args = RNN_CASES["lstm_given_h0_c0"]
+    check_compiled(build, standard(args) + [after(_new_weight, args=args), again(expect=MONITOR), again()],
+                   fullgraph=False, observe=lambda m: None, expect_graphs=2)

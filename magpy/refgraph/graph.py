@@ -29,6 +29,7 @@ DICT = "dict"       # parent.__dict__[name]: a class attribute read raw
 ITEM = "item"       # parent[key] of a list, tuple or dict
 CELL = "cell"       # parent.cell_contents
 VAR = "var"         # parent.get(): the value of a contextvars.ContextVar
+DEREF = "deref"     # parent(): the object a weak reference refers to (or None)
 
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")

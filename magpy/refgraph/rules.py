@@ -23,6 +23,7 @@ from magpy.refgraph.graph import (
     ATTR,
     CELL,
     CONST,
+    DEREF,
     DICT,
     ITEM,
     VAR,
@@ -172,7 +173,9 @@ class RefGraphBuilder(Observer):
                 self.read_value(v, a.read_kind(len(full)), callee)
                 if not order_free:
                     self.set_order(v, a.read_kind(len(full)), _describe(callee))
-        if a.relation is not None:
+        if a.relation == "deref":
+            _rel_deref(self, callee, result)
+        elif a.relation is not None:
             _RELATIONS[a.relation](self, full, result)
         for i in a.inplace:
             if i < len(full):
@@ -616,6 +619,13 @@ def _rel_contextvar(b, args, result):
     node = b.node(args[0])
     if node is not None and node.kind is Kind.CONTEXTVAR and node.snapshot[0] is result:
         b.g.child(node, VAR, None, result)
+
+
+def _rel_deref(b, ref, result):
+    # A weakref read from outside: what it refers to now is guarded (its referent, or None).
+    node = b.node(ref)
+    if node is not None:
+        b.g.child(node, DEREF, None, result)
 
 
 def _rel_frame(b, args, result):
