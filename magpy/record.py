@@ -157,7 +157,16 @@ def _base_policy():
         policy.run_natively(fn)
     for fn in annotations.MONITORED_TORCH_FUNCTIONS:
         policy.add_intrinsic(fn, functools.partial(_enter, fn))
+    policy.add_intrinsic(torch.autograd.Variable, _variable)
     return policy
+
+
+def _variable(monitor, args, kwargs):
+    # Legacy Variable(t) is t.detach() (shared data and version counter, no grad_fn, a
+    # Parameter gives a Tensor); called as such, the operation recorder sees it.
+    if len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor):
+        return monitor.call(torch.Tensor.detach, (args[0],), None)
+    return torch.autograd.Variable(*args, **(kwargs or {}))
 
 
 def _enter(fn, monitor, args, kwargs):

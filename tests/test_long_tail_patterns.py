@@ -588,3 +588,18 @@ def test_recurrent_layer_with_a_new_weight_records_anew():
     build, args = RNN_CASES["lstm_given_h0_c0"]
     check_compiled(build, standard(args) + [after(_new_weight, args=args), again(expect=MONITOR), again()],
                    fullgraph=False, observe=lambda m: None, expect_graphs=2)
+
+
+class LegacyVariable(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 4))
+
+    def forward(self, x):
+        frozen = torch.autograd.Variable(self.w)     # old code: a detached view of the weight
+        return x @ frozen.t() + torch.autograd.Variable(x).sum()
+
+
+def test_legacy_variable_is_detach():
+    args = lambda s: (torch.randn(2, 4, requires_grad=True),)   # noqa: E731
+    check_compiled(lambda: (LegacyVariable(), None), standard(args), expect_graphs=1)
