@@ -81,7 +81,8 @@ FUNCTIONS: dict[Callable, Annotation] = {
                                  itertools.accumulate, itertools.starmap, itertools.zip_longest,
                                  itertools.count, itertools.combinations, itertools.permutations,
                                  map, filter)},
-    **{f: PURE for f in (all, any, ascii, bin, bytes, chr, complex, divmod, float, format, hex, int, oct, ord, pow, range, repr, round, slice,
+    **{f: PURE for f in (all, any, ascii, bin, bytes, chr, complex, divmod, float, format, hex, int, oct, ord,
+                         pow, range, repr, round, slice,
                          sorted, str, sum, object, super, property, staticmethod, classmethod,
                          functools.partial, functools.reduce, functools.cmp_to_key, math.prod,
                          math.fsum, math.isclose)},
@@ -290,7 +291,8 @@ def is_numpy_module(mod: str | None) -> bool:
 
 def _numpy(callee) -> Annotation | None:
     owner = getattr(callee, "__self__", None)
-    if owner is not None and not isinstance(owner, types.ModuleType) and is_numpy_module(type(owner).__module__):
+    if (owner is not None and not isinstance(owner, types.ModuleType)
+            and is_numpy_module(type(owner).__module__)):
         if type(owner).__module__.startswith("numpy.random"):
             return IMPURE   # np.random.rand is a method of the global RandomState
         return _inplace(NONE) if getattr(callee, "__name__", "") in NUMPY_INPLACE_METHODS else PURE

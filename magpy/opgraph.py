@@ -307,7 +307,8 @@ def _raises_assertion_error(frame, ins) -> bool:
     if ins.opname == "LOAD_ASSERTION_ERROR":
         return True
     return (ins.opname == "LOAD_GLOBAL" and ins.argval == "AssertionError"
-            and "AssertionError" not in frame.globals and frame.builtins.get("AssertionError") is AssertionError)
+            and "AssertionError" not in frame.globals
+            and frame.builtins.get("AssertionError") is AssertionError)
 
 
 def _is_impure(node: fx.Node) -> bool:

@@ -824,7 +824,8 @@ def test_rehit_check_finds_guards_that_cannot_pass(monkeypatch):
     # The suite-wide check (tests/conftest.py): a recording run that changed nothing must
     # leave a record the same call hits.  A call that changed what it read is exempt.
     checks = codegen._GuardWriter.read_checks
-    monkeypatch.setattr(codegen._GuardWriter, "read_checks", lambda self, node: checks(self, node) + ["False"])
+    monkeypatch.setattr(codegen._GuardWriter, "read_checks",
+                        lambda self, node: checks(self, node) + ["False"])
     x = torch.randn(3, 4)
     with RehitCheck() as check:
         magpy.compile(Named(), backend="eager")(x)

@@ -231,7 +231,8 @@ def test_assertion_on_tensor_data_is_in_the_graph(check):
         after(_lower_floor, args=_negative), again(),
     ], observe=lambda m: (m.low, list(m.log)), expect_graphs=2)
     assert trace.stats["break_reasons"] == []
-    assert any(n.target is torch.ops.aten._assert_async.msg for n in trace.compiled._magpy_cache.records[0].graph.graph.nodes)
+    nodes = trace.compiled._magpy_cache.records[0].graph.graph.nodes
+    assert any(n.target is torch.ops.aten._assert_async.msg for n in nodes)
 
 
 def test_failed_assertion_message_and_type_are_eagers():
