@@ -158,7 +158,14 @@ def _base_policy():
     for fn in annotations.MONITORED_TORCH_FUNCTIONS:
         policy.add_intrinsic(fn, functools.partial(_enter, fn))
     policy.add_intrinsic(torch.autograd.Variable, _variable)
+    # A torch.jit.script'ed function called from Python runs its original Python, as under
+    # torch.compile: its tensor operations are recorded like any others.
+    policy.substitute(torch.jit.ScriptFunction, _original_python)
     return policy
+
+
+def _original_python(script_function):
+    return getattr(script_function, "_torchdynamo_inline", None)   # None: loaded, not scripted here
 
 
 def _variable(monitor, args, kwargs):

@@ -604,3 +604,33 @@ class LegacyVariable(torch.nn.Module):
 def test_legacy_variable_is_detach():
     args = lambda s: (torch.randn(2, 4, requires_grad=True),)   # noqa: E731
     check_compiled(lambda: (LegacyVariable(), None), standard(args), expect_graphs=1)
+
+
+SCRIPT_OFFSET = 1.0
+
+
+def _scripted_body(x: torch.Tensor, offset: float) -> torch.Tensor:
+    return torch.relu(x) * 2 + offset
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)   # torch.jit.script is deprecated in 2.13
+    _scripted = torch.jit.script(_scripted_body)
+
+
+def _calls_scripted(x):
+    return _scripted(x, SCRIPT_OFFSET) - 1
+
+
+def test_jit_scripted_function_runs_its_python_in_the_graph():
+    # As under torch.compile: the original Python runs under the monitor, its operations in
+    # the graph (TorchScript forbids globals, so what it reads comes in as arguments).
+    def shift(_):
+        globals()["SCRIPT_OFFSET"] = 3.0
+
+    try:
+        args = lambda s: (torch.randn(3, 4),)   # noqa: E731
+        check_compiled(lambda: (_calls_scripted, None), standard(args) + [after(shift), again()],
+                       expect_graphs=2)
+    finally:
+        globals()["SCRIPT_OFFSET"] = 1.0

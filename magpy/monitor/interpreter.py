@@ -205,6 +205,11 @@ class Monitor:
         dispatch = _DISPATCH.get(t)
         if dispatch is not None:
             return dispatch(self, callee, args, kwargs, shadows)
+        substitute = self.policy.substitutes.get(t)
+        if substitute is not None:
+            target = substitute(callee)
+            if target is not None:
+                return self.call(target, args, kwargs, shadows)
         if isinstance(callee, type):
             return self._call_class(callee, args, kwargs, shadows)
         fn = py_method(t, "__call__")

@@ -21,6 +21,7 @@ class CallPolicy:
         self.native_module: Callable[[str], bool] | None = None
         self.intrinsics: dict = {}
         self.method_intrinsics: dict = {}
+        self.substitutes: dict = {}      # callable type -> instance -> what to call instead
         self._keep: list = []
 
     def run_natively(self, fn: Callable) -> None:
@@ -42,6 +43,11 @@ class CallPolicy:
         """Handle calls of the builtin method ``owner.name`` bound to any instance."""
         self.method_intrinsics[name] = (owner, handler)
 
+    def substitute(self, tp: type, replacement: Callable) -> None:
+        """Calls of instances of ``tp`` are calls of ``replacement(instance)`` (e.g. a
+        ``torch.jit.script``ed function runs its original Python); None: call it as it is."""
+        self.substitutes[tp] = replacement
+
     def copy(self) -> "CallPolicy":
         """An independent policy starting from this one's entries."""
         new = CallPolicy()
@@ -49,5 +55,6 @@ class CallPolicy:
         new.native_module = self.native_module
         new.intrinsics = dict(self.intrinsics)
         new.method_intrinsics = dict(self.method_intrinsics)
+        new.substitutes = dict(self.substitutes)
         new._keep = list(self._keep)
         return new
