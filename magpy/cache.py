@@ -22,7 +22,6 @@ warning (or raises :class:`CaptureError` with ``on_capture_error="raise"``).
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import warnings
 import weakref
@@ -30,7 +29,7 @@ import weakref
 from magpy.codegen import MockCommitError
 from magpy.config import config
 from magpy.errors import CaptureError, GraphBreakError, GraphBreakWarning, MagpyError
-from magpy.monitor.tracebacks import program_entries
+from magpy.monitor.tracebacks import is_magpy, program_entries
 from magpy.opgraph import failed_assertion
 from magpy.record import FastGuardMismatch, Record, capture, machinery_failed
 from magpy.refgraph.graph import tensor_version
@@ -189,13 +188,10 @@ class RecordCache:
         self.eager_reason = None
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
 def _user_stacklevel() -> int:
     """The ``stacklevel`` of the innermost caller outside magpy (the user's call)."""
     f, level = sys._getframe(1), 1
-    while f is not None and f.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while f is not None and is_magpy(f.f_code.co_filename):
         f, level = f.f_back, level + 1
     return level
 

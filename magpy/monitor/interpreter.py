@@ -20,8 +20,7 @@ from magpy.monitor.protocols import NULL, lookup_special, py_method, set_context
 FunctionType = types.FunctionType
 _TYPE_CALL = type.__dict__["__call__"]
 _OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
-_descriptor_names = {}
-_attr_hooks = {}
+_attribute_access = {}   # type -> _AttributeAccess (classes are assumed not to change)
 _default_policy = []
 
 
@@ -310,16 +309,11 @@ class Monitor:
         """``getattr(obj, name)``, entering Python-level descriptors (properties ...) and a
         Python ``__getattribute__`` / ``__getattr__`` (``slot_tp_getattr_hook``)."""
         tp = type(obj)
-        hooks = _attr_hooks.get(tp)
-        if hooks is None:
-            hooks = _attr_hooks[tp] = (py_method(tp, "__getattribute__"), py_method(tp, "__getattr__"))
-        getattribute, fallback = hooks
+        access = attribute_access(tp)
+        getattribute, fallback = access.getattribute, access.getattr
         if getattribute is not None and not self.policy.runs_natively(getattribute):
             return self._getattr_hooked(obj, name, getattribute, fallback)
-        names = _descriptor_names.get(tp)
-        if names is None:
-            names = _descriptor_names[tp] = _python_descriptors(tp)
-        if name in names:
+        if name in access.descriptors:
             return self._descriptor_get(obj, tp, name)
         if fallback is None or self.policy.runs_natively(fallback):
             return getattr(obj, name)
@@ -452,6 +446,26 @@ def _param_shadows(info, code, shadows):
             if name in names:
                 sl[code.co_varnames.index(name)] = sh
     return sl
+
+
+class _AttributeAccess:
+    """What reading an attribute of an instance of a type may run in Python."""
+
+    __slots__ = ("descriptors", "getattribute", "getattr")
+
+    def __init__(self, tp):
+        self.descriptors = _python_descriptors(tp)
+        self.getattribute = py_method(tp, "__getattribute__")
+        self.getattr = py_method(tp, "__getattr__")
+
+
+def attribute_access(tp) -> _AttributeAccess:
+    """How attribute reads on ``tp``'s instances go: its Python descriptors (properties ...)
+    and its Python ``__getattribute__``/``__getattr__``, if any (cached per type)."""
+    access = _attribute_access.get(tp)
+    if access is None:
+        access = _attribute_access[tp] = _AttributeAccess(tp)
+    return access
 
 
 def _python_descriptors(tp):

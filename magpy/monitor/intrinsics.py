@@ -306,6 +306,7 @@ CALLBACKS = [
                                      itertools.product)),
 ]
 
+
 def _operator(native, dispatch):
     """An intrinsic for a builtin that invokes special methods (``len``, ``operator.add``):
     the monitor's dispatch enters the Python ones."""
@@ -327,6 +328,9 @@ def _unary_dispatch(name):
     return lambda mon, v: operators.unary(mon, v, name)
 
 
+_ADD, _POW = ([row[1] for row in operators.BINARY].index(name) for name in ("__add__", "__pow__"))
+
+
 def _sum(mon, args, kwargs):
     if not 1 <= len(args) + len(kwargs or ()) <= 2 or (
             kwargs and (len(args) != 1 or set(kwargs) != {"start"})):
@@ -335,7 +339,7 @@ def _sum(mon, args, kwargs):
     result = sum((), start)   # rejects str/bytes starts with CPython's message
     it = mon.get_iter(args[0])
     while (x := mon.iter_next(it)) is not NULL:
-        result = operators.binary(mon, result, x, 0)
+        result = operators.binary(mon, result, x, _ADD)
     return result
 
 
@@ -352,7 +356,7 @@ def _any_all(stop_on: bool):
 def _pow(mon, args, kwargs):
     if kwargs or len(args) != 2:
         return pow(*args, **(kwargs or {}))   # three-argument pow, argument errors
-    return operators.binary(mon, args[0], args[1], 8)
+    return operators.binary(mon, args[0], args[1], _POW)
 
 
 OPERATORS = [

@@ -429,7 +429,7 @@ _TUPLE_CONTAINS = tuple.__dict__["__contains__"]
 def _search_sequence(mon, seq, item) -> bool:
     """``list_contains``/``tuple_contains``: ``seq[i] == item`` in order, identity first; native
     unless a Python ``__eq__`` would run (the item's, or an element's)."""
-    if _compare_special(mon, type(item), EQ) is False and not any(
+    if not _compare_special(mon, type(item), EQ) and not any(
             _compare_special(mon, t, EQ) for t in {type(x) for x in seq}):
         return item in seq
     i = 0

@@ -43,7 +43,6 @@ CANNOT_CATCH = "catching classes that do not inherit from BaseException is not a
 CANNOT_EXCEPT_STAR_EG = "catching ExceptionGroup with except* is not allowed. Use except instead."
 
 
-
 def _name_error(name):
     return NameError(NAME_ERROR % name, name=name)
 

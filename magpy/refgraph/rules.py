@@ -17,7 +17,7 @@ from magpy import annotations as ann
 from magpy.errors import GraphBreak
 from magpy.monitor import Observer, operators
 from magpy.monitor.frame import Frame
-from magpy.monitor.interpreter import _descriptor_names, _python_descriptors
+from magpy.monitor.interpreter import attribute_access
 from magpy.monitor.protocols import NULL, py_method, type_lookup
 from magpy.refgraph.graph import (
     ATTR,
@@ -297,10 +297,7 @@ class RefGraphBuilder(Observer):
             if not ann.is_builtin_module_attr(obj):
                 self.g.child(node, ATTR, name, value)
             return
-        names = _descriptor_names.get(tp)
-        if names is None:
-            names = _descriptor_names[tp] = _python_descriptors(tp)
-        if name in names:
+        if name in attribute_access(tp).descriptors:
             return  # a property or Python descriptor: the monitor entered it
         if isinstance(obj, type):
             self._class_attr(obj, name, value)
