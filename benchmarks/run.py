@@ -33,7 +33,8 @@ Per variant:
   Variants of a model are timed one after the other, not interleaved: on a shared machine,
   expect a few percent of noise.
 * ``speedup``: eager median / variant median.
-* ``graphs``: magpy: ``magpy.stats(compiled).graph_count``; the notes say whether the calls ran
+* ``graphs``: magpy: ``magpy.stats(compiled).graph_count``, and beside it ``(N/call)`` where the
+  stats have ``graphs_per_call`` (the graphs one call runs); the notes say whether the calls ran
   the mock (``mock_runs > 0``) or fell back to eager (``eager_runs > 0``: the break reasons are
   printed as footnotes).  torch.compile: ``torch._dynamo.utils.counters["stats"]["unique_graphs"]``
   after ``torch._dynamo.reset()`` and ``counters.clear()`` before the variant (dynamo adds one per
@@ -43,6 +44,9 @@ Per variant:
   dataclasses; the structure and types must match too) is ``allclose`` to a separate eager call
   with rtol = atol = 1e-3 (inductor reorders float math), on the first call and again on a
   later call with the same inputs (after the timed calls).  ``max abs diff`` is over both.
+  A model with a ``log_snapshot()`` method (``bert_log``: the per-layer norms its hooks append to
+  a Python list) also has that list compared after each of the two calls (floats within the same
+  tolerances, same length), as ``log`` in the problems.
 
 ``--suite transformers`` runs the transformers corpus of GitHub issue 9 instead
 (``benchmarks.models.hf_zoo``: 40 architectures with default settings, SDPA attention, at
@@ -278,11 +282,15 @@ def graph_info(variant: Variant, compiled) -> dict:
     """Graphs and graph-break information of a compiled variant after its calls."""
     if variant.compiler == "magpy":
         s = magpy.stats(compiled)
+        per_call = getattr(s, "graphs_per_call", None)  # newer magpy: the graphs one call runs
         info = {"graphs": s.graph_count,
                 "magpy_stats": {"monitor_runs": s.monitor_runs, "mock_runs": s.mock_runs,
                                 "eager_runs": s.eager_runs, "graph_count": s.graph_count,
                                 "records": s.records},
                 "break_reasons": [str(r) for r in s.break_reasons]}
+        if per_call is not None:
+            info["graphs_per_call"] = per_call
+            info["magpy_stats"]["graphs_per_call"] = per_call
         notes = []
         if s.eager_runs:
             notes.append(f"EAGER FALLBACK ({s.eager_runs} eager runs)")
@@ -315,16 +323,26 @@ def _identity(out):
 
 
 def run_variant(variant: Variant, model, args, kwargs, reference, timing: Timing,
-                cold_cache: bool = True, normalize=None) -> dict:
+                cold_cache: bool = True, normalize=None, reference_log=None) -> dict:
     """Compile, time and check one variant.  ``normalize`` maps outputs (and ``reference``)
-    before they are compared (the transformers suite: ``hf_zoo.plain``)."""
+    before they are compared (the transformers suite: ``hf_zoo.plain``).  ``reference_log``: the
+    eager call's ``model.log_snapshot()``, compared with the snapshot after each checked call."""
     normalize = normalize or _identity
     reference = normalize(reference)
+
+    def check(out) -> Comparison:
+        c = compare(reference, normalize(out))
+        if reference_log is not None:
+            _compare(reference_log, model.log_snapshot(), "log", c, RTOL, ATOL)
+        return c
+
     row = {"variant": variant.name, "compiler": variant.compiler, "backend": variant.backend,
            "compile_s": None, "median_ms": None, "min_ms": None, "max_ms": None, "repeats": 0,
            "speedup": None, "graphs": None, "correct": None, "max_abs_diff": None,
            "checks": {}, "break_reasons": [], "notes": [], "warnings": [], "error": None,
            "loadavg_before": _loadavg()}
+    if reference_log is not None:
+        row["log_checked"] = True
     cache = (torch._inductor.utils.fresh_cache() if cold_cache and variant.backend == "inductor"
              else contextlib.nullcontext())
     compiled, caught, stage = None, [], "compile"
@@ -339,7 +357,7 @@ def run_variant(variant: Variant, model, args, kwargs, reference, timing: Timing
             t0 = time.perf_counter()
             out = compiled(*args, **kwargs)
             row["compile_s"] = time.perf_counter() - t0
-            checks = {"first call": compare(reference, normalize(out))}
+            checks = {"first call": check(out)}
             del out
             stage = "warm-up / timed calls"
             for _ in range(timing.warmup):
@@ -347,7 +365,7 @@ def run_variant(variant: Variant, model, args, kwargs, reference, timing: Timing
             times = time_calls(lambda: compiled(*args, **kwargs), timing)
             stage = "later call"
             out = compiled(*args, **kwargs)
-            checks["later call"] = compare(reference, normalize(out))
+            checks["later call"] = check(out)
             del out
         row["repeats"] = len(times)
         row["median_ms"] = statistics.median(times) * 1e3
@@ -415,10 +433,13 @@ def run_model(name: str, size: str, variants: list[Variant], timing: Timing, col
     with torch.no_grad():
         torch.manual_seed(0)
         reference = model(*args, **kwargs)
+        # a model that logs Python values (bert_log's hooks): the log is compared too
+        reference_log = model.log_snapshot() if hasattr(model, "log_snapshot") else None
         for v in variants:
             print(f"  {name}: {v.name} ...", end="", flush=True)
             t1 = time.perf_counter()
-            row = dict(base, **run_variant(v, model, args, kwargs, reference, timing, cold_cache, normalize))
+            row = dict(base, **run_variant(v, model, args, kwargs, reference, timing, cold_cache, normalize,
+                                           reference_log))
             row["variant_wall_s"] = time.perf_counter() - t1
             rows.append(row)
             print(f" {row['variant_wall_s']:.1f} s" + (f"  {row['error']}" if row["error"] else ""),
@@ -427,7 +448,7 @@ def run_model(name: str, size: str, variants: list[Variant], timing: Timing, col
     for r in rows:
         if eager and r.get("median_ms"):
             r["speedup"] = eager["median_ms"] / r["median_ms"]
-    del model, args, kwargs, reference
+    del model, args, kwargs, reference, reference_log
     torch._dynamo.reset()
     magpy.reset()
     gc.collect()
@@ -519,9 +540,21 @@ def table_cells(rows: list[dict]) -> tuple[list[list[str]], list[str]]:
         cells.append([
             r["model"], r["variant"],
             _fmt(r.get("compile_s"), ".3f"), _fmt(r.get("median_ms"), ".2f"),
-            _fmt(r.get("speedup"), ".2f"), "-" if r.get("graphs") is None else str(r["graphs"]),
+            _fmt(r.get("speedup"), ".2f"), _graphs_cell(r),
             correct, "; ".join(notes + refs)])
     return cells, footnotes
+
+
+def _graphs_cell(r: dict) -> str:
+    """Total graphs, and for magpy with ``graphs_per_call`` in its stats also ``(N/call)``."""
+    if r.get("graphs") is None:
+        return "-"
+    per_call = r.get("graphs_per_call")
+    if per_call is None:
+        return str(r["graphs"])
+    if isinstance(per_call, float):  # an average over calls
+        per_call = f"{per_call:.0f}" if per_call.is_integer() else f"{per_call:.1f}"
+    return f"{r['graphs']} ({per_call}/call)"
 
 
 def _fmt(x, spec: str) -> str:
@@ -702,9 +735,12 @@ def main(argv=None) -> int:
     print()
     print_table(rows)
     print("\ncompile s: wall time of the first call (record + compile).  median ms: per call.  "
-          "speedup: eager median / variant median.\ngraphs: magpy.stats graph_count, or dynamo's "
-          "counters['stats']['unique_graphs'].  correct: first and a later call allclose to eager "
-          f"(rtol={RTOL:g}, atol={ATOL:g}); max abs diff in parentheses.\n")
+          "speedup: eager median / variant median.\ngraphs: magpy.stats graph_count"
+          + (" (N/call: graphs_per_call)" if any(r.get("graphs_per_call") is not None for r in rows) else "")
+          + ", or dynamo's counters['stats']['unique_graphs'].  correct: first and a later call allclose "
+          f"to eager (rtol={RTOL:g}, atol={ATOL:g}); max abs diff in parentheses"
+          + ("; log_snapshot() lists compared too" if any(r.get("log_checked") for r in rows) else "")
+          + ".\n")
     print("markdown:\n")
     print(markdown_table(rows))
     found = problems(rows)

@@ -4,9 +4,9 @@
 is in eval mode and is called as ``model(*args, **kwargs)``.  ``size`` is ``"test"`` (tiny:
 every forward takes a few milliseconds, for unit and differential tests) or ``"bench"``
 (sized so that one eager forward at batch size 1 takes roughly 5-100 ms on the 2-core CPU
-of the project's machines; ``benchmarks/zoo_timing.py`` measures them).  ``"bert"`` also
-accepts ``"bench12"`` (12 layers).  Builders are deterministic: weights come from
-``torch.manual_seed(0)`` and inputs from seeded generators, so two builds are equal.
+of the project's machines; ``benchmarks/zoo_timing.py`` measures them).  ``"bert"`` and
+``"bert_log"`` also accept ``"bench12"`` (12 layers).  Builders are deterministic: weights
+come from ``torch.manual_seed(0)`` and inputs from seeded generators, so two builds are equal.
 
 Nothing is wrapped in ``torch.no_grad()``: callers choose the grad mode.
 
@@ -26,11 +26,12 @@ monodepth     [1, 3, 256, 256]    57     MonoDepth2 layout, ResNet-18 encoder, w
 quantized     [1, 3, 224, 224]    40     8-bit fake-quantized ResNet-18, width 40 (64: ~105 ms)
 tridentnet    [1, 3, 224, 224]    62     ResNet-50 layout, trident stage 3, width 32 (64: ~175 ms)
 bert          text 256            54     BertModel: 6 layers, hidden 384, 6 heads, eager attention
+bert_log      text 256            55     bert + a hook per layer: float(out.norm()) appended to a list
 deberta_v2    text 256            59     DebertaV2Model (v3 layout): 4 layers, hidden 384, 6 heads
 align         text 64, image 289  73     AlignModel: 6-layer/384 BERT + EfficientNet-B0 layout
 ============  ==================  =====  ===========================================================
 
-``bert`` at ``"bench12"``: 12 layers, hidden 384, 6 heads, text 128 (55 ms).
+``bert`` (and ``bert_log``) at ``"bench12"``: 12 layers, hidden 384, 6 heads, text 128 (55 ms).
 
 Test size: CNNs at width 8 (DenseNet growth 8, blocks (2, 3, 4, 3)) on 64x64 images
 (MonoDepth 64x64 too; it needs multiples of 32), transformers with 2 layers, hidden 32,
@@ -48,7 +49,7 @@ Outputs:
 * resnet50, resnet101, densenet121, quantized, tridentnet: a ``[1, 1000]`` logits tensor.
 * monodepth: a tuple of 4 disparity maps in (0, 1), finest first,
   ``[1, 1, H / 2**s, W / 2**s]`` for s = 0..3.
-* bert: ``BaseModelOutputWithPoolingAndCrossAttentions`` (``last_hidden_state``,
+* bert, bert_log: ``BaseModelOutputWithPoolingAndCrossAttentions`` (``last_hidden_state``,
   ``pooler_output``); deberta_v2: ``BaseModelOutput`` (``last_hidden_state``);
   align: ``AlignOutput`` (``logits_per_image``, ``logits_per_text``, ``text_embeds``,
   ``image_embeds``, ``text_model_output``, ``vision_model_output``).
@@ -60,7 +61,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from . import densenet, hf, monodepth, quantized, resnet, tridentnet
+from . import densenet, hf, logging_hooks, monodepth, quantized, resnet, tridentnet
 from ._utils import calibrate_batchnorm, example_image
 
 __all__ = ["MODELS", "SIZES", "build"]
@@ -122,6 +123,7 @@ MODELS: dict[str, Callable[[str], Built]] = {
     "quantized": _build_quantized,
     "tridentnet": _image_model(tridentnet.tridentnet, {"width": 8}, {"width": 32}),
     "bert": _hf(hf.bert, ("test", "bench", "bench12")),
+    "bert_log": _hf(logging_hooks.bert_log, ("test", "bench", "bench12")),
     "deberta_v2": _hf(hf.deberta_v2),
     "align": _hf(hf.align),
 }
@@ -129,6 +131,7 @@ MODELS: dict[str, Callable[[str], Built]] = {
 # Sizes each builder accepts.
 SIZES: dict[str, tuple[str, ...]] = {name: ("test", "bench") for name in MODELS}
 SIZES["bert"] = ("test", "bench", "bench12")
+SIZES["bert_log"] = ("test", "bench", "bench12")
 
 
 def build(name: str, size: str = "test") -> Built:
