@@ -223,17 +223,33 @@ NON_STEERING = {
 }
 
 
+def _new_log(m):
+    m.log = []                        # a replaced list: later appends go to the new one
+
+
+def _scale_first_layer_in_place(m):
+    with torch.no_grad():
+        m.a.weight.mul_(1.5)          # tensor values are graph inputs: no new recording
+
+
+def _replace_second_layer(m):
+    m.b = nn.Linear(6, 3)             # read after the break: must not replay the old layer
+
+
 @pytest.mark.parametrize("case", NON_STEERING, ids=str)
 def test_non_steering_break_replays_as_two_graphs(case):
     probe, reason = NON_STEERING[case]
     trace = check_segments(_module(lambda: Probe(probe)), [
         first(_x), again(), fresh(_x), fresh(_x, seed=2), again(),
+        after(_scale_first_layer_in_place, expect=MOCK),
+        after(_replace_second_layer, expect=RECORDS), again(), fresh(_x, seed=3),
     ], observe=lambda m: (m.log, m.summary), graphs=2)
-    assert_steady(trace)
+    assert_steady(trace, monitor_runs=2)
     st = magpy.stats(trace.compiled)
-    assert st.mock_runs == 4
-    assert st.graph_count == 2, f"one recording, two graphs compiled; magpy.stats says {st}"
-    assert break_count(_stat(trace.compiled, "breaks"), *reason) == 1
+    assert st.mock_runs == 7, st
+    compiled_first = sum(d["graph_count"] for d in trace.deltas[:6])
+    assert compiled_first == 2, f"the first recording compiled {compiled_first} graphs, not two; {st}"
+    assert break_count(trace.per_call[0][1], *reason) == 1
 
 
 def _top_level(x, log):
@@ -242,15 +258,21 @@ def _top_level(x, log):
     return h.cos() + 1
 
 
+def _new_log_list(s):
+    s["log"] = ["new"]
+
+
 def test_break_at_top_level_of_a_function():
     def args(s):
         return torch.randn(5), s["log"]
 
-    trace = check_segments(lambda: (_top_level, {"log": []}),
-                           [first(args), again(), fresh(args), fresh(args, seed=2)],
-                           observe=lambda s: s["log"], graphs=2)
-    assert_steady(trace)
-    assert break_count(_stat(trace.compiled, "breaks"), *ITEM) == 1
+    trace = check_segments(lambda: (_top_level, {"log": []}), [
+        first(args), again(), fresh(args), fresh(args, seed=2),
+        after(_new_log_list, args=args, expect=NOT_EAGER), again(), fresh(args, seed=3),
+    ], observe=lambda s: s["log"], graphs=2)
+    assert sum(d["monitor_runs"] for d in trace.deltas[:4]) == 1
+    assert magpy.stats(trace.compiled).eager_runs == 0
+    assert break_count(trace.per_call[0][1], *ITEM) == 1
 
 
 class RunningMean(nn.Module):
@@ -607,9 +629,11 @@ def test_break_in_every_block_of_a_module_list(style):
 
     trace = check_segments(_module(lambda: BlockStack(style)), [
         first(args), again(), fresh(args), fresh(args, seed=2),
+        after(_new_log, expect=NOT_EAGER), again(),
     ], observe=lambda m: m.log, graphs=(12, 13))
-    assert_steady(trace)
-    assert break_count(trace.per_call[-1][1], *(FLOAT if style == "float" else FORMAT)) == 12
+    assert sum(d["monitor_runs"] for d in trace.deltas[:4]) == 1
+    assert magpy.stats(trace.compiled).eager_runs == 0
+    assert break_count(trace.per_call[0][1], *(FLOAT if style == "float" else FORMAT)) == 12
 
 
 def _record_peak(log, h):
@@ -736,10 +760,16 @@ class WithSpans(nn.Module):
         return h
 
 
+def _new_events(m):
+    m.events = []
+
+
 def test_break_inside_user_context_managers():
-    trace = check_segments(_module(WithSpans), [first(_x), again(), fresh(_x), fresh(_x, seed=2)],
-                           observe=lambda m: m.events, graphs=2)
-    assert_steady(trace)
+    trace = check_segments(_module(WithSpans), [
+        first(_x), again(), fresh(_x), fresh(_x, seed=2), after(_new_events, expect=NOT_EAGER), again(),
+    ], observe=lambda m: m.events, graphs=2)
+    assert sum(d["monitor_runs"] for d in trace.deltas[:4]) == 1
+    assert magpy.stats(trace.compiled).eager_runs == 0
     assert trace.compiled.events[:6] == ["enter outer", "begin inner", trace.compiled.events[2],
                                          "end inner", "outer", "exit outer"]
 
@@ -800,10 +830,16 @@ class GeneratorStages(nn.Module):
         return torch.stack(outs).sum(0)
 
 
+def _replace_last_stage(m):
+    m.stages[2] = nn.Linear(4, 4)     # called after two breaks
+
+
 def test_break_inside_a_generator_the_program_iterates():
-    trace = check_segments(_module(GeneratorStages), [first(_x), again(), fresh(_x), fresh(_x, seed=2)],
-                           observe=lambda m: m.log, graphs=4)
-    assert_steady(trace)
+    trace = check_segments(_module(GeneratorStages), [
+        first(_x), again(), fresh(_x), fresh(_x, seed=2),
+        after(_replace_last_stage, expect=RECORDS), again(), fresh(_x, seed=3),
+    ], observe=lambda m: m.log, graphs=4)
+    assert_steady(trace, monitor_runs=2)
 
 
 # ============================================================================ 6. fullgraph, warnings
@@ -910,10 +946,6 @@ class TinyStack(nn.Module):
 
 def _ids(s):
     return (torch.randint(0, 32, (2, 5)),)
-
-
-def _new_log(m):
-    m.log = []
 
 
 def _remove_third_hook(m):
