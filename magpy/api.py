@@ -115,12 +115,14 @@ class Explanation:
     mock_source: str | None
     result: Any = None
     fast_guard_source: str | None = None   # the stamped fast form of the guard (see codegen)
+    eager: bool = False                    # the call runs eagerly (the last break ended recording)
 
     def __str__(self) -> str:
         out = [f"graphs: {self.graph_count}, tensor operations: {self.op_count}, "
-               f"graph breaks: {len(self.break_reasons)}"]
-        for b in self.break_reasons:
-            out.append(f"  break: {b}")
+               f"graph breaks: {len(self.break_reasons)}" + (" (runs eagerly)" if self.eager else "")]
+        for i, b in enumerate(self.break_reasons):
+            last = self.eager and i == len(self.break_reasons) - 1
+            out.append(f"  break ({'ends recording: the call runs eagerly' if last else 'eager step'}): {b}")
         for i, gm in enumerate(self.graphs):
             out.append(f"--- graph {i} ---\n{gm.code.strip()}")
         out.append(f"--- guard ---\n{self.guard_source}")
@@ -142,7 +144,7 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     result, rec = capture(target, args, kwargs, backends.resolve("eager"), _roots(target))
     if rec is None:
         return Explanation(0, [], 0, [GraphBreak("capture failed")], "", None, result)
-    graphs = [rec.graph] if rec.graph is not None and rec.mock is not None else []
-    breaks = [rec.graph_break] if rec.graph_break is not None else []
+    graphs = list(rec.graphs)
+    breaks = list(rec.breaks) + ([rec.graph_break] if rec.graph_break is not None else [])
     return Explanation(len(graphs), graphs, rec.op_count, breaks, rec.guard_source, rec.mock_source, result,
-                       rec.fast_source)
+                       rec.fast_source, rec.graph_break is not None)

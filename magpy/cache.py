@@ -26,7 +26,7 @@ import sys
 import warnings
 import weakref
 
-from magpy.codegen import MockCommitError
+from magpy.codegen import MISS, MockCommitError
 from magpy.config import config
 from magpy.errors import CaptureError, GraphBreakError, GraphBreakWarning, MagpyError
 from magpy.monitor.tracebacks import is_magpy, program_entries
@@ -45,8 +45,10 @@ class Stats:
     mock_runs: int = 0        # guard hits that ran the mock and the compiled graph
     eager_runs: int = 0       # calls run eagerly (graph breaks, failures, over the limit)
     graph_count: int = 0      # graphs compiled
+    graphs_per_call: int = 0  # graphs the last call ran (0: it ran eagerly or monitored)
     records: int = 0          # records in the cache now
     break_reasons: list = dataclasses.field(default_factory=list)
+    breaks: dict = dataclasses.field(default_factory=dict)   # reason -> dynamic operations run as eager steps
 
 
 class RecordCache:
@@ -75,6 +77,7 @@ class RecordCache:
 
     def call(self, args: tuple, kwargs: dict):
         """The call: the first record whose guard passes runs its mock, else a miss."""
+        self.stats.graphs_per_call = 0
         records = self.records
         for i, rec in enumerate(records):
             try:
@@ -84,13 +87,20 @@ class RecordCache:
             except Exception as e:  # noqa: BLE001 - magpy's failure: nothing ran yet
                 return self.failed(rec, "checking a record's guard", e, args, kwargs)
             if env is not None:
-                if i:
-                    records.insert(0, records.pop(i))
                 if rec.mock is None:
+                    self.promote(i)
                     self.stats.eager_runs += 1
                     return self.fn(*args, **kwargs)
-                return self.run_mock(rec, env, args, kwargs)
+                result = self.run_mock(rec, env, args, kwargs)
+                if result is not MISS:
+                    self.promote(i)
+                    return result
         return self.miss(args, kwargs)
+
+    def promote(self, i: int) -> None:
+        """Most recently matched first."""
+        if i:
+            self.records.insert(0, self.records.pop(i))
 
     def run_mock(self, rec: Record, env: tuple, args: tuple, kwargs: dict):
         """The mock's result; if it fails, the eager result when the program's state is as
@@ -105,13 +115,15 @@ class RecordCache:
             if versions != [tensor_version(env[i]) for i in rec.mutated]:
                 what = "the compiled graph failed after updating tensors in place"
                 raise self.half_done(rec, what, e) from e
-            if failed_assertion(rec.graph, e):
+            if any(failed_assertion(gm, e) for gm in rec.graphs):
                 # The program's assertion failed, before any effect: the program runs eagerly
                 # and raises its own AssertionError; the record stays valid.
                 self.stats.eager_runs += 1
                 return self.fn(*args, **kwargs)
             return self.failed(rec, "running a record's mock", e, args, kwargs)
-        self.stats.mock_runs += 1
+        if result is not MISS:
+            self.stats.mock_runs += 1
+            self.stats.graphs_per_call = len(rec.graphs)
         return result
 
     def failed(self, rec: Record, stage: str, err: Exception, args: tuple, kwargs: dict):
@@ -152,23 +164,26 @@ class RecordCache:
             self.eager_reason = str(errors[0])
             self.stats.break_reasons.append(self.eager_reason)
             return result
+        if self.fullgraph and (rec.breaks or rec.graph_break):
+            raise GraphBreakError((rec.breaks or (rec.graph_break,))[0])   # the first break
         if rec.graph_break is not None:
             self.stats.break_reasons.append(str(rec.graph_break))
-            if self.fullgraph:
-                raise GraphBreakError(rec.graph_break)
-            self.warn_break(rec.graph_break)
-        elif rec.graph is not None:
-            self.stats.graph_count += 1
+            self.warn_break(rec.graph_break, "runs eagerly")
+        else:
+            self.stats.graph_count += len(rec.graphs)
+            for brk in rec.breaks:
+                self.stats.breaks[brk.reason] = self.stats.breaks.get(brk.reason, 0) + 1
+                self.warn_break(brk, "runs in pieces (graphs with eager steps between them)")
         self.records.insert(0, rec)
         self.stats.records = len(self.records)
         return result
 
-    def warn_break(self, brk) -> None:
+    def warn_break(self, brk, what: str) -> None:
         """One warning per callable and reason, at the program's line that broke the graph."""
         if brk.reason in self.warned:
             return
         self.warned.add(brk.reason)
-        warnings.warn_explicit(f"magpy: {self.name()} runs eagerly when it meets {brk.reason} "
+        warnings.warn_explicit(f"magpy: {self.name()} {what} when it meets {brk.reason} "
                                "(see magpy.stats(...).break_reasons; fullgraph=True raises instead)",
                                GraphBreakWarning, brk.filename, brk.lineno)
 

@@ -11,9 +11,14 @@ node.  Anything else is a tensor of unknown origin, which ends capture.
 Metadata reads (``x.shape``, ``x.dim()``) need no node: the guard fixes input metadata, so
 they are constants of the record.  Reads of tensor *data* into Python (``x.item()``,
 ``bool(x)``) are dynamic operations (paper Figure 12, ValueRead).
+
+A run that meets dynamic operations is cut into *pieces*, one fx graph each, with the
+dynamic operations run eagerly between them (``magpy.segments``).  A tensor one piece
+makes and a later one uses is an output of the first and an input of the second.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 
@@ -23,7 +28,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from magpy import annotations as ann
-from magpy.refgraph.graph import RefGraph, is_immutable
+from magpy.refgraph.graph import RefGraph, is_immutable, tensor_version
 
 # Constants fx writes into the graph's code as their repr, which gives them back exactly (fx
 # itself names inf, nan, torch and device); others are embedded by reference (_constant).
@@ -31,24 +36,100 @@ _LITERALS = frozenset({int, float, bool, str, bytes, type(None), type(Ellipsis),
                        torch.layout, torch.memory_format})
 
 
+class Piece:
+    """One operator graph of a run: the operations between two eager steps (or the run's
+    start and end).  Its inputs are tensors read from outside (a RefGraph node), made by an
+    earlier piece, or made by an eager step; its outputs are the tensors later code uses."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.graph = fx.Graph()
+        self.inputs: list = []          # (source, placeholder); source: a ShadowNode or an InputSource
+        self.outputs: list = []         # tensors, in output order
+        self._out_index: dict[int, int] = {}
+        self.placeholders: dict = {}    # source key -> placeholder
+        self.nodes: dict[int, fx.Node] = {}   # id(tensor) -> its node in this graph
+        self.op_count = 0
+        self.grad = torch.is_grad_enabled()          # grad mode where the graph is now
+        self.inference = torch.is_inference_mode_enabled()
+        self.entered: list = []                      # (inference-mode context node, grad mode before)
+        self.constants: dict[str, torch.Tensor] = {}   # tensors folded into the graph (_fold)
+
+    def output(self, t) -> int:
+        """The output index of ``t``, a tensor this piece makes (made an output if new)."""
+        i = self._out_index.get(id(t))
+        if i is None:
+            i = self._out_index[id(t)] = len(self.outputs)
+            self.outputs.append(t)
+        return i
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSource:
+    """Where the mock finds a piece's input that is not read from outside: an expression
+    over earlier pieces' outputs (``out0[3]``) or eager steps' results (``e2``)."""
+
+    expr: str
+
+
 class OpRecorder(TorchFunctionMode):
-    """Records tensor operations into an fx graph while the monitor runs the program."""
+    """Records tensor operations into fx graphs while the monitor runs the program."""
 
     def __init__(self, refgraph: RefGraph, breaker):
         super().__init__()
         self.refgraph = refgraph
         self.dynamic = breaker
-        self.graph = fx.Graph()
-        self.nodes: dict[int, fx.Node] = {}      # id(tensor) -> node producing it
-        self.inputs: list = []                   # (ShadowNode, placeholder)
-        self._placeholders: dict[int, fx.Node] = {}
+        self.pieces: list[Piece] = [Piece(0)]
+        self.made: dict[int, Piece] = {}   # id(tensor) -> the piece whose operations made it
+        self.eager: dict[int, str] = {}          # id(tensor) -> expression of the eager step that made it
         self._keep: list = []
-        self.op_count = 0
-        self._grad = torch.is_grad_enabled()          # grad mode where the graph is now
-        self._inference = torch.is_inference_mode_enabled()
-        self._entered: list = []                      # (inference-mode context node, grad mode before)
-        self._constants: dict[str, torch.Tensor] = {}   # tensors folded into the graph (_fold)
         self._opaque = 0                                # inside an operation recorded whole
+        # A Python value an eager step computed, about to become a constant of the graph:
+        # ``fixed(value)`` makes the record check it (magpy.segments).
+        self.fixed = None
+
+    @property
+    def piece(self) -> Piece:
+        """The piece operations are recorded into now."""
+        return self.pieces[-1]
+
+    @property
+    def graph(self) -> fx.Graph:
+        return self.pieces[-1].graph
+
+    @property
+    def op_count(self) -> int:
+        return sum(p.op_count for p in self.pieces)
+
+    def cut(self) -> bool:
+        """End the current piece here (an eager step follows); False if it is still empty.
+        Grad and inference mode are left as the run has them now."""
+        piece = self.piece
+        if not piece.op_count:
+            return False
+        if piece.entered:
+            raise _Unsupported("an eager step inside torch.inference_mode() entered in the graph")
+        self._sync_modes()
+        self.pieces.append(Piece(len(self.pieces)))
+        return True
+
+    def inputs_updated(self) -> bool:
+        """Has a recorded operation updated a tensor read from outside in place?"""
+        return any(tensor_version(sn.value) != sn.tensor_version
+                   for p in self.pieces for sn, _ in p.inputs if not isinstance(sn, InputSource))
+
+    def env_inputs(self) -> list:
+        """The ShadowNodes of the tensors the graphs read from outside, first use first."""
+        seen = {}
+        for p in self.pieces:
+            for sn, _ in p.inputs:
+                if not isinstance(sn, InputSource):
+                    seen.setdefault(sn.id, sn)
+        return list(seen.values())
+
+    def paused(self):
+        """A context in which torch operations run unrecorded (an eager step's own work)."""
+        return _Paused(self)
 
     # ------------------------------------------------------------------ interception
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -80,7 +161,7 @@ class OpRecorder(TorchFunctionMode):
         if name in ann.TORCH_DYNAMIC:
             if name in ann.TORCH_TRUTH and self._assertion() is not None:
                 return name   # recorded as an assertion if the truth lets the assertion pass
-            self.dynamic(f"{_qualname(func)} reads tensor data into Python")
+            self.dynamic(f"{_qualname(func)} reads tensor data into Python", step=True)
             return None
         return name
 
@@ -115,14 +196,14 @@ class OpRecorder(TorchFunctionMode):
     def _record_assertion(self, func, t, truth) -> None:
         passing, message = self._assertion()
         if truth is not passing:   # the program raises AssertionError itself, eagerly
-            self.dynamic(f"{_qualname(func)} reads tensor data into Python")
+            self.dynamic(f"{_qualname(func)} reads tensor data into Python", step=True)
             return
         self._sync_modes()
         cond = self.tensor_node(t)
         if not passing:
             cond = self.graph.call_function(torch.logical_not, (cond,))
         self.graph.call_function(_ASSERT, (cond, message))
-        self.op_count += 1
+        self.piece.op_count += 1
 
     def _record_result(self, func, name, args, kwargs, out):
         if name in ann.TORCH_TRUTH:
@@ -131,7 +212,7 @@ class OpRecorder(TorchFunctionMode):
         if name != "__setitem__" and not any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(out)):
             if name in ann.TORCH_METADATA_RESULTS:
                 return
-            self.dynamic(f"{_qualname(func)} returns a Python value computed from tensors")
+            self.dynamic(f"{_qualname(func)} returns a Python value computed from tensors", step=True)
             return
         self._record(func, name, args, kwargs, out)
 
@@ -152,14 +233,14 @@ class OpRecorder(TorchFunctionMode):
             node = self.graph.call_method(name, fargs, fkwargs)
         else:
             node = self.graph.call_function(func, fargs, fkwargs)
-        self.op_count += 1
+        self.piece.op_count += 1
         self._keep.append(out)
         if isinstance(out, torch.Tensor):
-            self.nodes[id(out)] = node
+            self._made(out, node)
         elif isinstance(out, (tuple, list)):
             for i, t in enumerate(out):
                 if isinstance(t, torch.Tensor):
-                    self.nodes[id(t)] = self.graph.call_function(operator.getitem, (node, i))
+                    self._made(t, self.graph.call_function(operator.getitem, (node, i)))
         elif out is not None:
             raise _Unsupported(f"{_qualname(func)} returned {type(out).__name__}")
 
@@ -185,15 +266,23 @@ class OpRecorder(TorchFunctionMode):
         """``t`` was made from Python data computed inside the call (``torch.tensor`` of numpy
         arrays): that data depends only on guarded values, so ``t`` is a constant of the
         record, held by the graph module and copied on each run (the program may modify it)."""
-        name = f"_constant{len(self._constants)}"
-        self._constants[name] = t.detach().clone()
+        piece = self.piece
+        name = f"_constant{len(piece.constants)}"
+        piece.constants[name] = t.detach().clone()
         self._keep.append(t)
-        self.nodes[id(t)] = self.graph.call_method("clone", (self.graph.get_attr(name),))
-        self.op_count += 1
+        self._made(t, self.graph.call_method("clone", (self.graph.get_attr(name),)))
+        piece.op_count += 1
+
+    def _made(self, t, node: fx.Node) -> None:
+        piece = self.piece
+        piece.nodes[id(t)] = node
+        self.made[id(t)] = piece
 
     def _arg(self, a):
         if isinstance(a, torch.Tensor):
             return self.tensor_node(a)
+        if self.fixed is not None:
+            self.fixed(a)
         if _literal(a):
             return a
         if is_immutable(a):
@@ -202,55 +291,79 @@ class OpRecorder(TorchFunctionMode):
         raise _Unsupported(f"tensor operation argument of type {type(a).__qualname__}")
 
     def tensor_node(self, t) -> fx.Node:
-        """The fx node holding ``t``: the op that made it, or a placeholder for an input."""
-        node = self.nodes.get(id(t))
+        """The fx node holding ``t`` in the current piece: the op that made it, or a
+        placeholder for a tensor from outside, from an earlier piece or from an eager step."""
+        piece = self.piece
+        node = piece.nodes.get(id(t))
         if node is not None:
             return node
-        sn = self.refgraph.node_of(t)
-        if sn is None:
-            raise _Unsupported(f"a tensor of unknown origin (shape {tuple(t.shape)}) reached an operation")
-        ph = self._placeholders.get(sn.id)
+        made = self.made.get(id(t))
+        if made is not None:
+            key = source = InputSource(f"out{made.index}[{made.output(t)}]")
+        elif id(t) in self.eager:
+            key = source = InputSource(self.eager[id(t)])
+        else:
+            source = self.refgraph.node_of(t)
+            if source is None:
+                raise _Unsupported(f"a tensor of unknown origin (shape {tuple(t.shape)}) reached an op")
+            key = source.id
+        ph = piece.placeholders.get(key)
         if ph is None:
-            ph = self.graph.placeholder(f"in{len(self.inputs)}")
+            ph = piece.placeholders[key] = self.graph.placeholder(f"in{len(piece.inputs)}")
             ph.meta["example_value"] = t
-            self._placeholders[sn.id] = ph
-            self.inputs.append((sn, ph))
-        self.nodes[id(t)] = ph
+            piece.inputs.append((source, ph))
+        piece.nodes[id(t)] = ph
         return ph
 
     def _sync_modes(self):
         # Grad and inference mode switched by the program (``with torch.no_grad():``,
         # ``torch.inference_mode()``) become graph nodes, as Dynamo does, so the compiled graph
         # records autograd (and makes inference tensors) exactly where eager did.
+        piece = self.piece
         inference = torch.is_inference_mode_enabled()
-        if inference != self._inference:
+        if inference != piece.inference:
             if inference:
                 ctx = self.graph.call_function(_enter_inference_mode, (True,))
-                self._entered.append((ctx, self._grad))
-                self._grad = False
-            elif self._entered:
-                ctx, self._grad = self._entered.pop()
+                piece.entered.append((ctx, piece.grad))
+                piece.grad = False
+            elif piece.entered:
+                ctx, piece.grad = piece.entered.pop()
                 self.graph.call_function(_exit_inference_mode, (ctx,))
-            self._inference = inference
+            piece.inference = inference
         now = torch.is_grad_enabled()
-        if now != self._grad:
+        if now != piece.grad:
             self.graph.call_function(torch._C._set_grad_enabled, (now,))
-            self._grad = now
+            piece.grad = now
 
-    def produced(self, t) -> fx.Node | None:
-        """The node of a tensor an operation produced (not an input), if any."""
-        node = self.nodes.get(id(t))
-        return None if node is None or node.op == "placeholder" else node
+    def produced(self, t) -> Piece | None:
+        """The piece whose operations made ``t`` (not an input), if any."""
+        return self.made.get(id(t))
 
-    def finish(self, outputs: list[fx.Node]) -> fx.GraphModule:
-        """Close the graph with ``outputs``, leaving grad and inference mode as the run did."""
+    def finish(self) -> list[fx.GraphModule | None]:
+        """Close every piece's graph with its outputs, leaving grad and inference mode as the
+        run did; None for a piece without operations."""
         self._sync_modes()
-        self.graph.output(tuple(outputs))
-        self.graph.eliminate_dead_code(_is_impure)
-        root = torch.nn.Module()
-        for name, t in self._constants.items():
-            root.register_buffer(name, t)
-        return fx.GraphModule(root, self.graph)
+        return [_close(p) if p.op_count else None for p in self.pieces]
+
+
+def _close(piece: Piece) -> fx.GraphModule:
+    piece.graph.output(tuple(piece.nodes[id(t)] for t in piece.outputs))
+    piece.graph.eliminate_dead_code(_is_impure)
+    root = torch.nn.Module()
+    for name, t in piece.constants.items():
+        root.register_buffer(name, t)
+    return fx.GraphModule(root, piece.graph)
+
+
+class _Paused:
+    def __init__(self, recorder):
+        self.recorder = recorder
+
+    def __enter__(self):
+        self.recorder._opaque += 1
+
+    def __exit__(self, *exc):
+        self.recorder._opaque -= 1
 
 
 class _Unsupported(Exception):

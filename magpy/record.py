@@ -28,17 +28,16 @@ from magpy import annotations
 from magpy.codegen import compile_source, generate
 from magpy.config import config
 from magpy.errors import BackendError, CaptureError, GraphBreak
-from magpy.monitor import Monitor, generators, shared_default_policy
-from magpy.opgraph import OpRecorder
-from magpy.refgraph import Breaker, RefGraph, RefGraphBuilder
+from magpy.monitor import generators, shared_default_policy
 from magpy.refgraph.graph import ARG, KWARG, tensor_version
+from magpy.segments import Capture
 
 
 @dataclass
 class Record:
     guard: object                  # (args, kwargs) -> (env, stamp) | None
-    mock: object | None            # None: run the call eagerly
-    graph: torch.fx.GraphModule | None
+    mock: object | None            # env -> result, or MISS (a check after an eager step failed); None: eager
+    graphs: tuple                  # the compiled pieces' fx graphs, in the order the mock runs them
     guard_source: str
     mock_source: str | None
     graph_break: GraphBreak | None
@@ -49,6 +48,8 @@ class Record:
     misses: int = 0                # fast guard misses in a row that the full guard passed
     mutated: tuple = ()            # positions of graph inputs the run updated in place
     changed: bool = False          # the run changed objects it reached from outside
+    steps: tuple = ()              # the eager steps between the graphs (magpy.segments.Step)
+    breaks: tuple = ()             # the dynamic operations that became steps (GraphBreak)
 
     def match(self, args: tuple, kwargs: dict):
         """The mock's environment if this record covers the call, else None."""
@@ -199,31 +200,25 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | Non
     """
     try:
         with _stage("setting up the recording"):
-            g, brk, builder, recorder, mon = _recording(fn, args, kwargs, roots)
+            cap = _recording(fn, args, kwargs, roots)
     except CaptureError as e:
         _capture_failed(e, errors)
         return fn(*args, **kwargs), None   # the program has not run yet: run it eagerly
+    result = cap.run(fn, args, kwargs)
     try:
-        with recorder:
-            result = mon.run(fn, *args, **kwargs)
-    finally:
-        # What the call leaves running (a generator, a coroutine) runs on unrecorded.
-        mon.observers.clear()
-    try:
-        if brk.internal is not None:
-            raise _stage_error(_observer_stage(brk.internal), brk.internal) from brk.internal
-        rec, result = _make_record(g, recorder, builder, brk, result, args, kwargs, backend)
+        if cap.breaker.internal is not None:
+            err = cap.breaker.internal
+            raise _stage_error(_observer_stage(err), err) from err
+        rec, result = _make_record(cap, result, args, kwargs, backend)
     except CaptureError as e:
         return result, _capture_failed(e, errors)
     return result, rec
 
 
-def _recording(fn, args, kwargs, roots):
-    """The RefGraph with the call's roots, its builder, the operator recorder and the monitor."""
-    g = RefGraph()
-    brk = Breaker()
-    builder = RefGraphBuilder(g, brk)
-    recorder = OpRecorder(g, brk)
+def _recording(fn, args, kwargs, roots) -> Capture:
+    """A capture whose RefGraph has the call's roots."""
+    cap = Capture(_policy)
+    g = cap.refgraph
     used = _used_parameters(fn)
     for i, a in enumerate(args):
         g.root(ARG, i, a, read=used is None or i >= len(used[0]) or used[0][i])
@@ -231,11 +226,13 @@ def _recording(fn, args, kwargs, roots):
         g.root(KWARG, k, v, read=used is None or used[1].get(k, True))
     for obj in roots:
         g.const(obj)
+    return cap
+
+
+def _policy(recorder):
     policy = record_policy()
     policy.add_intrinsic(_FUNCTION_APPLY, _custom_function(recorder))
-    mon = Monitor([builder], policy=policy)
-    brk.monitor = mon
-    return g, brk, builder, recorder, mon
+    return policy
 
 
 def _used_parameters(fn):
@@ -259,37 +256,38 @@ def _used_parameters(fn):
         name: name in loaded for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]}
 
 
-def _make_record(g, recorder, builder, brk, result, args, kwargs, backend) -> tuple[Record, object]:
+def _make_record(cap: Capture, result, args, kwargs, backend) -> tuple[Record, object]:
     """The record of a finished monitor run, and the result to hand back (see
     :func:`_native_twin`); each stage's failure is a :class:`CaptureError` naming it."""
-    broken = brk.brk is not None
+    g = cap.refgraph
+    broken = cap.broken is not None
     with _stage("finding what the call changed (RefGraph)"):
         g.finish()
         changed = bool(g.mock_nodes())
     with _stage("generating the guard and mock (codegen)"):
-        gen = generate(g, recorder, result, len(args), tuple(kwargs), broken, builder.new_functions)
+        gen = generate(g, cap, result, len(args), tuple(kwargs), broken)
     with _stage("compiling the generated guard (compile_source)"):
         guard = compile_source(gen.guard_source, gen.namespace, "guard", f"guard {id(gen):x}")
         make_fast = None
         if gen.fast_source is not None:
             make_fast = compile_source(gen.fast_source, gen.namespace, "make_fast", f"fast guard {id(gen):x}")
     fast = (make_fast, gen.fast_source)
+    op_count = cap.recorder.op_count
     if broken:
-        return Record(guard, None, None, gen.guard_source, None, brk.brk, recorder.op_count, *fast,
-                      changed=changed), result
-    gm = None
-    if recorder.op_count:
-        with _stage("closing the operator graph (opgraph)"):
-            gm = recorder.finish([recorder.nodes[id(t)] for t in gen.graph_outputs])
-            example = [sn.value for sn, _ in recorder.inputs]
-        with _stage("compiling the graph (backend)"):
-            gen.namespace["GRAPH"] = _compile_graph(backend, gm, example)
+        return Record(guard, None, (), gen.guard_source, None, cap.broken, op_count, *fast,
+                      changed=changed, breaks=tuple(cap.segmenter.breaks)), result
+    with _stage("closing the operator graphs (opgraph)"):
+        graphs = cap.graphs()
+    with _stage("compiling the graphs (backend)"):
+        gen.link([None if gm is None else _compile_graph(backend, gm, cap.example_inputs(i))
+                  for i, gm in enumerate(graphs)])
     with _stage("compiling the generated mock (compile_source)"):
         mock = compile_source(gen.mock_source, gen.namespace, "mock", f"mock {id(gen):x}")
-    mutated = tuple(i for i, (sn, _) in enumerate(recorder.inputs)
-                    if tensor_version(sn.value) != sn.tensor_version)
-    rec = Record(guard, mock, gm, gen.guard_source, gen.mock_source, None, recorder.op_count, *fast,
-                 mutated=mutated, changed=changed)
+    env = cap.recorder.env_inputs()
+    mutated = tuple(i for i, sn in enumerate(env) if tensor_version(sn.value) != sn.tensor_version)
+    rec = Record(guard, mock, tuple(gm for gm in graphs if gm is not None), gen.guard_source, gen.mock_source,
+                 None, op_count, *fast, mutated=mutated, changed=changed, steps=tuple(cap.steps),
+                 breaks=tuple(cap.segmenter.breaks))
     if gen.lone_result:
         with _stage("handing back a native generator"):
             result = _native_twin(result)

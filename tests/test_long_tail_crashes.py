@@ -694,8 +694,8 @@ def test_mock_failing_in_its_in_place_updates_raises():
 def test_guard_with_a_name_error_is_a_failure_not_a_miss(monkeypatch):
     # A guard naming something its namespace lacks (the flaw of a value written by repr) must
     # not read as "no match" forever -- recording anew on every call -- but fall back once.
-    checks = codegen._GuardWriter.read_checks
-    monkeypatch.setattr(codegen._GuardWriter, "read_checks",
+    checks = codegen.guard.GuardWriter.read_checks
+    monkeypatch.setattr(codegen.guard.GuardWriter, "read_checks",
                         lambda self, node: checks(self, node) + ["np.float64(1.0) == 1.0"])
     model = Counter()
     eager = _eager_twin(model)
@@ -711,7 +711,7 @@ def test_guard_with_a_name_error_is_a_failure_not_a_miss(monkeypatch):
 def test_mock_updates_come_after_everything_that_can_fail():
     ex = magpy.explain(Counter(), torch.randn(3, 4))
     lines = ex.mock_source.splitlines()
-    graph = next(i for i, line in enumerate(lines) if "GRAPH(" in line)
+    graph = next(i for i, line in enumerate(lines) if "GRAPH0(" in line)
     store = next(i for i, line in enumerate(lines) if "['last'] = " in line)
     assert graph < lines.index("    try:") < store < lines.index("        raise COMMIT_FAILED from e")
 
@@ -823,8 +823,8 @@ def test_autograd_function_gradients_after_hits(backend):
 def test_rehit_check_finds_guards_that_cannot_pass(monkeypatch):
     # The suite-wide check (tests/conftest.py): a recording run that changed nothing must
     # leave a record the same call hits.  A call that changed what it read is exempt.
-    checks = codegen._GuardWriter.read_checks
-    monkeypatch.setattr(codegen._GuardWriter, "read_checks",
+    checks = codegen.guard.GuardWriter.read_checks
+    monkeypatch.setattr(codegen.guard.GuardWriter, "read_checks",
                         lambda self, node: checks(self, node) + ["False"])
     x = torch.randn(3, 4)
     with RehitCheck() as check:

@@ -20,12 +20,14 @@ import magpy
 from tests.compile_harness import (
     ANY,
     EAGER,
+    MOCK,
     MONITOR,
     Step,
     after,
     again,
     check_compiled,
     first,
+    fresh,
     fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
     isolated,
     standard,
@@ -153,21 +155,25 @@ def test_list_index_by_identity_is_one_graph():
                    observe=lambda s: s["chosen"], expect_graphs=2)
 
 
-def test_list_index_comparing_tensors_is_a_break():
-    # [a, b].index(b) compares ``a == b`` and reads its truth; torch.compile breaks too
+def test_list_index_comparing_tensors_is_an_eager_step():
+    # [a, b].index(b) compares ``a == b`` and reads its truth: the call runs eagerly between
+    # graphs and its result (a position) is checked.  torch.compile breaks there too
     # ("data-dependent branching").
     trace = check_compiled(lambda: (lambda a, b: [a, b].index(b) + a, None),
-                           [first(_scalars), again(expect=EAGER)], fullgraph=False, expect_records=1)
-    assert "Tensor.__bool__" in trace.stats["break_reasons"][0]
-
-
-def test_operator_index_of_a_tensor_is_a_break():
-    # operator.index(k) reads k's value into Python (Tensor.__index__).  torch.compile makes it
-    # one graph with an unbacked symbolic int; magpy's graphs have no symbolic values yet.
-    trace = check_compiled(lambda: (lambda x, k: x[:operator.index(k)] * 2, None),
-                           [first(lambda s: (torch.randn(5), torch.tensor(3))), again(expect=EAGER)],
+                           [first(_scalars), again(expect=MOCK), fresh(_scalars, expect=MOCK)],
                            fullgraph=False, expect_records=1)
-    assert "Tensor.__index__ reads tensor data into Python" in trace.stats["break_reasons"][0]
+    assert any("Tensor.__bool__" in reason for reason in trace.compiled._magpy_cache.stats.breaks)
+
+
+def test_operator_index_of_a_tensor_is_an_eager_step():
+    # operator.index(k) reads k's value into Python (Tensor.__index__): an eager step whose
+    # result, a slice bound, is checked (torch.compile makes it one graph with an unbacked
+    # symbolic int; magpy's graphs have no symbolic values yet).  Another k records anew.
+    trace = check_compiled(lambda: (lambda x, k: x[:operator.index(k)] * 2, None),
+                           [first(lambda s: (torch.randn(5), torch.tensor(3))), again(expect=MOCK),
+                            fresh(lambda s: (torch.randn(5), torch.tensor(2)), expect=MONITOR)],
+                           fullgraph=False, expect_records=2)
+    assert "Tensor.__index__ reads tensor data into Python" in trace.compiled._magpy_cache.stats.breaks
 
 
 # ============================================================================ 3. assertions
@@ -231,7 +237,7 @@ def test_assertion_on_tensor_data_is_in_the_graph(check):
         after(_lower_floor, args=_negative), again(),
     ], observe=lambda m: (m.low, list(m.log)), expect_graphs=2)
     assert trace.stats["break_reasons"] == []
-    nodes = trace.compiled._magpy_cache.records[0].graph.graph.nodes
+    nodes = trace.compiled._magpy_cache.records[0].graphs[0].graph.nodes
     assert any(n.target is torch.ops.aten._assert_async.msg for n in nodes)
 
 
@@ -577,18 +583,18 @@ def test_recurrent_layers_are_one_operator(case):
     # torch.compile refuses them with fullgraph=True (it does not trace RNN modules).
     build, args = RNN_CASES[case]
     trace = check_compiled(build, standard(args), observe=lambda m: None, expect_graphs=1)
-    graph = trace.compiled._magpy_cache.records[0].graph.graph
+    graph = trace.compiled._magpy_cache.records[0].graphs[0].graph
     ops = {n.target for n in graph.nodes if n.op == "call_function"}
     assert ops & {torch.lstm, torch.gru, torch.rnn_relu, torch.rnn_tanh}
 
 
 def test_recurrent_layer_with_a_new_weight_records_anew():
     # A replaced weight fails the guard (``ref() is weight``).  The module then makes new weak
-    # references to its weights (weakref.ref: a break, a weakref cannot be rebuilt by a mock);
-    # the next call finds them made and is one graph again.
+    # references to its weights (weakref.ref, an unannotated native: an eager step between
+    # two graphs); the next call finds them made and is one graph again.
     build, args = RNN_CASES["lstm_given_h0_c0"]
     check_compiled(build, standard(args) + [after(_new_weight, args=args), again(expect=MONITOR), again()],
-                   fullgraph=False, observe=lambda m: None, expect_graphs=2)
+                   fullgraph=False, observe=lambda m: None, expect_graphs=3)
 
 
 class LegacyVariable(torch.nn.Module):

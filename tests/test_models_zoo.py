@@ -40,11 +40,11 @@ def check_structure(name: str, out, args, kwargs) -> None:
         for s, disp in enumerate(out):
             assert disp.shape == (n, 1, h >> s, w >> s)
             assert 0 <= disp.min() and disp.max() <= 1
-    elif name in ("bert", "deberta_v2"):
+    elif name in ("bert", "bert_log", "deberta_v2"):
         batch, seq = kwargs["input_ids"].shape
         hidden = out.last_hidden_state.shape[-1]
         assert out.last_hidden_state.shape == (batch, seq, hidden)
-        if name == "bert":
+        if name in ("bert", "bert_log"):
             assert out.pooler_output.shape == (batch, hidden)
     elif name == "align":
         assert out.logits_per_image.shape == (1, 1)

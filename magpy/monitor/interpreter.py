@@ -41,6 +41,7 @@ class Monitor:
         self.ret_shadow = None       # shadow of the value the last entered call returned
         self.host_frame = None       # the real frame that called run()
         self.host_exc = None
+        self.in_intrinsic = 0        # intrinsics under way (frames they enter are callbacks)
         self._depth = 0
 
     # ------------------------------------------------------------------ entry points
@@ -226,7 +227,11 @@ class Monitor:
         return result
 
     def _intrinsic(self, callee, handler, args, kwargs):
-        result = handler(self, args, kwargs)
+        self.in_intrinsic += 1
+        try:
+            result = handler(self, args, kwargs)
+        finally:
+            self.in_intrinsic -= 1
         self.ret_shadow = None
         if self.observers:
             for ob in self.observers:

@@ -31,6 +31,8 @@ from magpy.refgraph.graph import (
     RefGraph,
     ShadowVersion,
     is_immutable,
+    same_state,
+    state_of,
 )
 
 _MISSING = object()
@@ -49,12 +51,19 @@ _ENTERED_DUNDERS = frozenset(
 
 
 class Breaker:
-    """The first dynamic operation of a run, where the user's code did it."""
+    """The dynamic operations of a run, where the user's code did them.
 
-    def __init__(self):
+    A dynamic operation that can be an eager step (``step=True``: a native call, a read of
+    tensor data) goes to the segmenter, if any (``magpy.segments``); any other, or one the
+    segmenter refuses, stops recording: ``brk`` is then the first such break.
+    """
+
+    def __init__(self, graph: RefGraph | None = None):
         self.brk: GraphBreak | None = None
         self.internal: BaseException | None = None   # magpy's own failure, if any
         self.monitor = None
+        self.segmenter = None
+        self.graph = graph
 
     def fail(self, exc: BaseException) -> None:
         """magpy's machinery failed: stop recording; the program itself runs on unharmed."""
@@ -62,16 +71,38 @@ class Breaker:
             self.internal = exc
             self("internal error in magpy's capture")
 
-    def __call__(self, reason: str) -> None:
+    def __call__(self, reason: str, step: bool = False) -> None:
         if self.brk is not None:
             return
+        brk = self.where(reason)
+        if step and self.segmenter is not None and self.segmenter.begin(brk):
+            return
+        self.brk = brk
+
+    def stop(self, reason: str | GraphBreak) -> None:
+        """Give up segments: the run ends as one that met ``reason`` (it runs eagerly)."""
+        if self.brk is None:
+            self.brk = reason if isinstance(reason, GraphBreak) else self.where(reason)
+
+    def where(self, reason: str) -> GraphBreak:
         innermost = f = self.monitor.current if self.monitor is not None else None
         # Report the innermost frame that is the user's (not torch's own Python code).
         while f is not None and hasattr(f, "info") and _is_library_file(f.code.co_filename):
             f = f.back
         if f is None or not hasattr(f, "info"):
             f = innermost
-        self.brk = GraphBreak(reason, f.code.co_filename, f.f_lineno) if f is not None else GraphBreak(reason)
+        return GraphBreak(reason, f.code.co_filename, f.f_lineno) if f is not None else GraphBreak(reason)
+
+    def pending_module_writes(self) -> bool:
+        """Has the run so far changed a Python module's attributes or a globals dict (state an
+        eager step may read, which the mock only writes back at its end)?"""
+        for node in self.graph.nodes[1:]:
+            if isinstance(node.value, types.ModuleType) and len(node.versions) > 1:
+                return True
+            if node.kind is Kind.DICT and node.rel == CONST and not same_state(
+                    state_of(node.value, node.kind), node.snapshot):
+                return True
+        return False
 
 
 def _is_library_file(filename: str) -> bool:
@@ -156,11 +187,11 @@ class RefGraphBuilder(Observer):
         a, bound = ann.lookup(callee)
         if a is None:
             if not ann.is_tensor_method(callee):
-                self.dynamic(f"call to native {_describe(callee)} (no magpy annotation)")
+                self.dynamic(f"call to native {_describe(callee)} (no magpy annotation)", step=True)
                 return
             a = ann.PURE  # a tensor method: recorded by __torch_function__; its arguments are read
         if not a.pure:
-            self.dynamic(f"call to impure native {_describe(callee)}")
+            self.dynamic(f"call to impure native {_describe(callee)}", step=True)
             return
         full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
         order_free = ann.set_order_free(callee)

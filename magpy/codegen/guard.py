@@ -1,0 +1,373 @@
+"""The guard (paper §4.2): straight-line Python that loads and checks what the run read.
+
+The guard loads every value the run read from outside, by its RefGraph path, and checks
+it: type and value for scalars, metadata for tensors (one ``TensorGuards`` call for all of
+them), identity for functions, classes and modules, length/keys for containers whose
+structure was read, aliases.  On success it returns the loaded values the mock needs
+(graph inputs first) and its *stamp*, else ``None``.  Guards never call the user's code.
+A value that cannot be loaded any more (a deleted attribute) makes a miss; a NameError is
+the guard's own bug, raised for the cache to fall back on (not a miss forever after).
+
+Big programs read thousands of values (every module of a ResNet, its hooks, its
+hyper-parameters), nearly all through dicts that do not change between calls.  So each
+guard also has a *fast* form, made from the stamp of the last full guard that passed: it
+checks that those dicts still have the same version tags (PEP 509) and then knows every
+object read through them without loading or checking it again; only tensors' metadata,
+grad mode, list items, cells and arguments are checked each time.  When the fast guard
+fails, the full guard decides (and stamps anew).
+
+Which nodes it loads is the RefGraph's choice (``RefGraph.guard_nodes``); this module only
+writes them.
+"""
+from __future__ import annotations
+
+import collections
+import gc
+import keyword
+import operator
+import types
+from dataclasses import dataclass
+
+from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
+
+from magpy.codegen.source import is_literal, same_value, value_checks, var
+from magpy.errors import CaptureError
+from magpy.monitor import bytecode
+from magpy.monitor.protocols import NULL, type_lookup
+from magpy.refgraph.graph import (
+    ARG,
+    ATTR,
+    CELL,
+    CONST,
+    DEREF,
+    DICT,
+    ITEM,
+    KWARG,
+    VAR,
+    Kind,
+    RefGraph,
+    is_immutable,
+)
+
+_DICT_GETITEM = dict.__dict__["__getitem__"]
+_DICT_VERSION = bytecode.DICT_VERSION
+_OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
+_TYPE_GETATTRIBUTE = type.__dict__["__getattribute__"]
+# What guard code refers to by name.
+NAMESPACE = {"SAME": same_value, "DICT_VERSION": _DICT_VERSION, "GET_DICT": operator.attrgetter("__dict__"),
+             "IS": operator.is_, "CLASS_DICT": None}
+
+
+class GuardWriter:
+    """Writes the full guard and, from the same per-node lines, the fast guard (see
+    :func:`_fast_plan`)."""
+
+    def __init__(self, g, names, needed):
+        self.g, self.names, self.needed = g, names, needed
+
+    def write(self, nargs, kwarg_names, env):
+        g = self.g
+        for node in g.nodes[1:]:
+            if node.read or node.absent or node.struct:
+                self.needed.add(node.id)
+            for parent, _, _ in node.aliases:
+                self.needed.add(parent.id)
+                self.needed.add(node.id)
+        # Every needed node needs its ancestors loaded first.
+        for nid in sorted(self.needed):
+            p = g.nodes[nid].parent
+            while p is not None and p.id and p.id not in self.needed:
+                self.needed.add(p.id)
+                p = p.parent
+        nodes = [n for n in g.nodes[1:] if n.id in self.needed]
+        kw = f" or tuple(kwargs) != {tuple(kwarg_names)!r}" if kwarg_names else " or kwargs"
+        head = [f"if len(args) != {nargs}{kw}: return None"]
+        tensors = [n for n in nodes if n.kind is Kind.TENSOR and n.read]
+        tail = []
+        if tensors:
+            tg = TensorGuards(*[n.value for n in tensors], tensor_check_names=[var(n) for n in tensors],
+                              dynamic_dims_sizes=[list(n.value.size()) for n in tensors],
+                              dynamic_dims_strides=[list(n.value.stride()) for n in tensors])
+            names = ", ".join(var(n) for n in tensors)
+            tail.append(f"if not {self.names.const(tg, 'TENSORS')}.check({names}): return None")
+        state = self.names.const(GlobalStateGuard(), "GLOBAL_STATE")   # grad mode, autocast ...
+        tail.append(f"if not {state}.check(): return None")
+        ret = f"({', '.join(env)}{',' if len(env) == 1 else ''})"
+
+        body, relations = [], []
+        for node in nodes:
+            body.append(f"{var(node)} = {self.path(node)}")
+            checks = self.checks(node)
+            if checks:
+                body.append(f"if not ({' and '.join(checks)}): return None")
+            relations += self.relations(node)
+        if relations:   # aliasing checks: once every node involved is loaded
+            body.append(f"if not ({' and '.join(relations)}): return None")
+        plan = _fast_plan(g, nodes) if _DICT_VERSION is not None else None
+        stamp = "()" if plan is None else f"({''.join(var(n) + ', ' for n in plan.stamped)})"
+        full = ["def guard(args, kwargs):", "  try:"]
+        full += ["    " + line for line in head + body + tail + [f"return {ret}, {stamp}"]]
+        full += ["  except NameError:", "    raise", "  except Exception:", "    return None"]
+        fast = None if plan is None else self.write_fast(plan, nodes, head, tail, ret)
+        return full, fast
+
+    def write_fast(self, plan, nodes, head, tail, ret):
+        """The fast guard: a closure over the objects and dict versions the last passing full
+        guard saw.  Objects reached from those through unchanged dicts are those objects."""
+        def stamped(n):   # known nodes keep their names; pinned ones are loaded into vN
+            return var(n) if n.id in plan.known else f"s{n.id}"
+
+        out = [f"def make_fast({', '.join(stamped(n) for n in plan.stamped)}):"]
+        body = []
+        if plan.versioned:
+            dicts = ", ".join(_dict_expr(n, stamped(n)) for n in plan.versioned)
+            out.append(f"    DICTS = ({dicts},)")
+            out.append("    VERSIONS = list(map(DICT_VERSION, DICTS))")
+            body.append("if VERSIONS != list(map(DICT_VERSION, DICTS)): return None")
+            owners = [n for n in plan.versioned if _owns_dict(n.value)]
+            if owners:
+                # An object's __dict__ can be replaced wholesale without touching the old one.
+                out.append(f"    OWNERS = ({', '.join(stamped(n) for n in owners)},)")
+                out.append("    OWNED = tuple(map(GET_DICT, OWNERS))")
+                body.append("if not all(map(IS, map(GET_DICT, OWNERS), OWNED)): return None")
+        relations = []
+        for node in nodes:
+            v = var(node)
+            if node.id in plan.known:
+                checks = self.kept_checks(node, plan)
+            else:
+                body.append(f"{v} = {self.path(node)}")
+                checks = ([f"{v} is s{node.id}"] + self.kept_checks(node, plan) if node.id in plan.pinned
+                          else self.checks(node))
+            if checks:
+                body.append(f"if not ({' and '.join(checks)}): return None")
+            relations += [r for r, holds in zip(self.relations(node), self.relations_held(node, plan))
+                          if not holds]
+        if relations:
+            body.append(f"if not ({' and '.join(relations)}): return None")
+        out.append("    def fast(args, kwargs):")
+        out.append("      try:")
+        out += ["        " + line for line in head + body + tail + [f"return {ret}"]]
+        out += ["      except NameError:", "        raise", "      except Exception:", "        return None",
+                "    return fast"]
+        return out
+
+    def kept_checks(self, node, plan) -> list[str]:
+        """Checks on a known object that its identity and unchanged dicts do not imply."""
+        if node.kind is Kind.OBJECT and node.read:
+            # ``obj.__class__ = Other`` changes neither the object nor its dict.
+            return self.read_checks(node) + self._kept_shape_checks(node, plan)
+        return self._kept_shape_checks(node, plan)
+
+    def _kept_shape_checks(self, node, plan) -> list[str]:
+        if node.id in plan.versioned_ids:
+            value = node.value
+            if isinstance(value, collections.OrderedDict) and node.struct and len(node.snapshot) > 1:
+                # move_to_end reorders an OrderedDict without a new dict version.
+                return [f"tuple({var(node)}) == {self.literal(tuple(node.snapshot))}"]
+            return []
+        return self.shape_checks(node)
+
+    def relations_held(self, node, plan) -> list[bool]:
+        """For each of ``relations(node)``: whether the fast guard's premises imply it."""
+        a = plan.anchored
+        held = [node.id in a and parent.id in a and _stable_step(parent, rel, key) is not None
+                for parent, rel, key in node.aliases]
+        held += [node.id in a and other.id in a for other in node.distinct if other.id in self.needed]
+        return held
+
+    def path(self, node) -> str:
+        return self._step(node.parent, node.rel, node.key, node.value)
+
+    def _step(self, parent, rel, key, value) -> str:
+        if rel == ARG:
+            return f"args[{key}]"
+        if rel == KWARG:
+            return f"kwargs[{key!r}]"
+        if rel == CONST:
+            return self.names.const(value)
+        p = var(parent)
+        if rel == ATTR:
+            if not _plain_attr(parent.value, key):
+                return f"{p}.__dict__[{key!r}]"
+            if key.isidentifier() and not keyword.iskeyword(key):
+                return f"{p}.{key}"
+            return f"getattr({p}, {key!r})"   # setattr() takes any string: "odd name", "class"
+        if rel == DICT:
+            return f"{p}.__dict__[{key!r}]"
+        if rel == ITEM:
+            return f"{p}[{self.literal(key)}]"
+        if rel == CELL:
+            return f"{p}.cell_contents"
+        if rel == VAR:
+            return f"{p}.get()"
+        if rel == DEREF:
+            return f"{p}()"   # a weakref's call runs no Python code
+        raise CaptureError(f"no path step for relation {rel!r}")
+
+    def checks(self, node) -> list[str]:
+        return self.read_checks(node) + self.shape_checks(node)
+
+    def read_checks(self, node) -> list[str]:
+        """What the program saw of the value itself: type and value, or identity."""
+        v = var(node)
+        k = node.kind
+        if not node.read:
+            return []
+        if k is Kind.VALUE:
+            return value_checks(self.names, v, node.value)
+        if k in (Kind.STATIC, Kind.OPAQUE):
+            return [f"{v} is {self.names.const(node.value)}"]
+        if k in (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.SET, Kind.OBJECT):
+            return [f"type({v}) is {self.names.const(type(node.value))}"]
+        return []
+
+    def shape_checks(self, node) -> list[str]:
+        """What the program saw of a container's structure, and the names it found missing."""
+        v = var(node)
+        out = []
+        if node.struct:
+            snap = node.snapshot
+            k = node.kind
+            if k in (Kind.LIST, Kind.TUPLE):
+                out.append(f"len({v}) == {len(snap)}")
+            elif k is Kind.DICT:
+                out.append(f"tuple({v}) == {self.literal(tuple(snap))}")
+            elif k is Kind.OBJECT:
+                out.append(f"tuple({v}.__dict__) == {self.literal(tuple(snap))}")
+            elif k is Kind.SET and all(is_immutable(x) for x in snap):
+                out.append(f"{v} == {self.names.const(frozenset(snap))}")
+            elif k is Kind.SET:
+                # Members hashed by identity: the same objects (kept alive by the constant, so
+                # their ids stay theirs) in the same iteration order, compared without __eq__.
+                out.append(f"len({v}) == {len(snap)} and all(map(IS, {v}, {self.names.const(tuple(snap))}))")
+        for rel, key in node.absent:
+            if rel == ATTR:
+                out.append(f"{key!r} not in {v}.__dict__")
+            else:
+                out.append(f"{self.literal(key)} not in {v}")
+        return out
+
+    def relations(self, node) -> list[str]:
+        v = var(node)
+        out = [f"{self._step(parent, rel, key, node.value)} is {v}" for parent, rel, key in node.aliases]
+        out += [f"{v} is not {var(other)}" for other in node.distinct if other.id in self.needed]
+        return out
+
+    def literal(self, key) -> str:
+        if is_literal(key) or (type(key) is tuple and all(is_literal(x) for x in key)):
+            return repr(key)
+        return self.names.const(key)
+
+
+
+def _plain_attr(obj, name) -> bool:
+    """``obj.name`` reads the instance ``__dict__`` without running Python code."""
+    tp = type(obj)
+    if isinstance(obj, types.ModuleType):
+        return True
+    if isinstance(obj, type):
+        # type.__getattribute__ reads the class's MRO dicts and the metaclass's C getsets
+        # (``__name__``, ``__qualname__``); the rules guard Python descriptors of those apart.
+        return type_lookup(tp, "__getattribute__") is _TYPE_GETATTRIBUTE
+    if type_lookup(tp, "__getattribute__") is not _OBJECT_GETATTRIBUTE:
+        return False
+    raw = type_lookup(tp, name)
+    # C getset/member descriptors (``fn.__defaults__``, slots) run no Python code.
+    return raw is NULL or type_lookup(type(raw), "__set__") is NULL \
+        or type(raw) in (types.GetSetDescriptorType, types.MemberDescriptorType)
+
+
+
+@dataclass
+class _FastPlan:
+    known: set        # ids of nodes the fast guard does not load: the stamped objects
+    pinned: set       # ids of nodes it loads and checks to be the stamped objects
+    versioned: list   # nodes whose dict's version it checks
+    stamped: list     # known and pinned nodes, in load order: the full guard's stamp
+
+    def __post_init__(self):
+        # Asked once per guard node while writing: computed once.
+        self.anchored = self.known | self.pinned
+        self.versioned_ids = {n.id for n in self.versioned}
+
+
+def _fast_plan(g: RefGraph, nodes: list) -> _FastPlan:
+    """Which guard nodes a dict-version check makes known.
+
+    A node read through an unchanged dict (an object's ``__dict__``, a dict, a class's
+    dict) of a known object is the object read last time; so is a tuple's item.  Other
+    steps (list items, cells, ``fn.__defaults__``, a module's globals, which scripts write
+    all the time) are loaded again; what they give is pinned by identity when it can have
+    children, else checked in full.  Nothing under an argument that is not itself pinned
+    is known: arguments are new objects on every call.
+    """
+    known, pinned, versioned = set(), set(), {}
+    for n in nodes:
+        p = n.parent
+        if n.rel == CONST:
+            known.add(n.id)
+        elif n.rel in (ARG, KWARG):
+            if n.kind in (Kind.STATIC, Kind.OBJECT):
+                pinned.add(n.id)
+        elif p.id in known or p.id in pinned:
+            step = _stable_step(p, n.rel, n.key)
+            if step is not None:
+                known.add(n.id)
+                if step == "versioned":
+                    versioned[p.id] = p
+            elif not is_immutable(n.value) and n.kind is not Kind.TENSOR:
+                pinned.add(n.id)
+        if (n.id in known or n.id in pinned) and (n.struct or n.absent) and _versionable(n):
+            versioned[n.id] = n
+    anchored = known | pinned
+    for n in nodes:
+        for parent, rel, key in n.aliases:
+            if n.id in anchored and parent.id in anchored and _stable_step(parent, rel, key) == "versioned":
+                versioned[parent.id] = parent
+    return _FastPlan(known, pinned, sorted(versioned.values(), key=lambda n: n.id),
+                     [n for n in nodes if n.id in anchored])
+
+
+def _stable_step(parent, rel, key) -> str | None:
+    """"fixed" if the step from a known parent gives the same object while the parent is the
+    same, "versioned" if it does while the parent's dict is unchanged, else None."""
+    pv = parent.value
+    if rel == ITEM:
+        if parent.kind is Kind.TUPLE or (parent.kind is Kind.VALUE and type(pv) is tuple):
+            return "fixed"
+        return "versioned" if parent.kind is Kind.DICT and _versionable(parent) else None
+    if rel == DICT:
+        return "versioned" if isinstance(pv, type) else None
+    if rel == ATTR and _owns_dict(pv):
+        raw = type_lookup(type(pv), key)   # an instance-dict read, not a data descriptor
+        return "versioned" if raw is NULL or type_lookup(type(raw), "__set__") is NULL else None
+    return None
+
+
+def _versionable(node) -> bool:
+    v = node.value
+    if node.kind is Kind.DICT:
+        # Globals dicts (CONST) are written by every top-level statement of a script.
+        return node.rel != CONST and type_lookup(type(v), "__getitem__") is _DICT_GETITEM
+    return isinstance(v, type) or _owns_dict(v)
+
+
+def _owns_dict(v) -> bool:
+    return not isinstance(v, (type, types.ModuleType)) and type(getattr(v, "__dict__", None)) is dict
+
+
+def _dict_expr(node, name: str) -> str:
+    if node.kind is Kind.DICT:
+        return name
+    if isinstance(node.value, type):
+        return f"CLASS_DICT({name})"
+    return f"{name}.__dict__"
+
+
+def _class_dict(cls) -> dict:
+    return gc.get_referents(cls.__dict__)[0]   # the dict behind the mappingproxy
+
+
+
+NAMESPACE["CLASS_DICT"] = _class_dict

@@ -1,0 +1,332 @@
+"""The mock (paper §4.2): runs the compiled graph and reproduces the final program state.
+
+Pre-existing objects that changed are updated in place (so aliases held elsewhere see the
+change), new objects are built, and the return value has the structure eager returned.  It
+does so in two phases: first everything that can fail (the graph, building new objects,
+which may run a class's ``__reduce__`` state code), then the in-place updates of
+pre-existing objects, plain stores into their dicts, lists and cells.  So a mock that fails
+has left the program's Python state as it was, and the cache can run the call eagerly
+instead (see ``cache.py``).
+
+Which nodes it updates, and which it rewrites whole, is the RefGraph's choice
+(``RefGraph.mock_nodes``, ``ShadowNode.rewrite``); this module only writes them.
+"""
+from __future__ import annotations
+
+import collections
+import copyreg
+import types
+
+import torch
+
+from magpy.codegen.source import Names, is_literal, value_checks, var
+from magpy.errors import CaptureError
+from magpy.monitor import generators
+from magpy.opgraph import InputSource
+from magpy.refgraph.graph import ITEM, Kind, RefGraph, dict_items, is_immutable
+
+
+class MockCommitError(Exception):
+    """A mock failed while updating pre-existing objects in place, so the program's state is
+    partly updated; ``__cause__`` is the error."""
+
+
+
+
+class _Miss:
+    """What a mock returns when a check after an eager step fails (before any effect)."""
+
+    def __repr__(self):
+        return "MISS"
+
+
+MISS = _Miss()
+# What mock code refers to by name.
+NAMESPACE = {"FUNCTION": types.FunctionType, "CELL": types.CellType, "COMMIT_FAILED": MockCommitError,
+             "MISS": MISS}
+
+
+class MockWriter:
+    def __init__(self, g: RefGraph, recording, names: Names, refs: set):
+        self.g, self.names, self.refs = g, names, refs
+        self.rec = recording.recorder
+        self.steps = recording.steps
+        self.dynamic = recording.dynamic             # id(value) -> variable of the step that made it
+        self.new_functions = recording.new_functions
+        self.lines = []        # phase 1: graph outputs, new objects
+        self.commits = []      # phase 2: in-place updates of pre-existing objects
+        self._built = {}       # id(new object) -> variable
+        self.shared = set()    # ids of new objects referenced more than once
+        self._cells = []       # (variable, new cell) whose contents are still to be set
+        self._keep = []
+
+    def write(self, result):
+        """The mock's body: pieces and steps in program order, then the final state."""
+        pieces = []
+        for piece in self.rec.pieces:
+            for step in self.steps:
+                if step.before == piece.index:
+                    self.step(step)
+            if piece.op_count:
+                ins = ", ".join(sn.expr if isinstance(sn, InputSource) else self.load(sn)
+                                for sn, _ in piece.inputs)
+                self.lines.append(f"    out{piece.index} = GRAPH{piece.index}({ins})")
+            pieces, self.lines = pieces + self.lines, []
+        return pieces + self.final(result)
+
+    def step(self, step) -> None:
+        """An eager step: its call on the values at the break, or a check of what it gave."""
+        if step.kind == "check":
+            name, value = step.args
+            checks = " and ".join(value_checks(self.names, name, value))
+            self.lines.append(f"    if not ({checks}): return MISS")
+        elif step.kind == "truth":
+            name, truth = step.args
+            self.lines.append(f"    if {'not ' if truth else ''}{name}: return MISS")
+        else:
+            args = [self.expr(a) for a in step.args]
+            args += [f"{k}={self.expr(x)}" for k, x in (step.kwargs or {}).items()]
+            where = f"   # {step.where.reason}" if step.where is not None else ""
+            self.lines.append(f"    {step.var} = {self.callee(step.fn)}({', '.join(args)}){where}")
+
+    def callee(self, fn) -> str:
+        name = self.dynamic.get(id(fn))
+        if name is not None:
+            return name
+        owner = getattr(fn, "__self__", None)
+        if owner is not None and not isinstance(owner, (type, types.ModuleType)) and hasattr(fn, "__name__"):
+            # A bound method is made anew on each access: bind it to this call's object.
+            return f"getattr({self.expr(owner)}, {fn.__name__!r})"
+        return self.names.const(fn)
+
+    def final(self, result):
+        for node in self.g.mock_nodes():
+            self.update(node)
+        ret = self.expr(result)
+        self.fill_cells()
+        commits = []
+        if self.commits:
+            commits = (["    try:"] + ["    " + line for line in self.commits]
+                       + ["    except Exception as e:", "        raise COMMIT_FAILED from e"])
+        return self.lines + commits + [f"    return {ret}"]
+
+    def lone(self, v) -> bool:
+        """Is ``v`` a new object the final state refers to once (the return value itself)?"""
+        return id(v) in self._built and id(v) not in self.shared
+
+    def commit(self, line: str) -> None:
+        """An in-place update: written after everything that can fail (module docstring)."""
+        self.commits.append(line)
+
+    def load(self, node) -> str:
+        self.refs.add(node.id)
+        return var(node)
+
+    # ------------------------------------------------------------------ in-place updates
+    def update(self, node):
+        v = self.load(node)
+        k = node.kind
+        snap = node.snapshot
+        if k is Kind.LIST:
+            now = list(node.value)
+            if len(now) >= len(snap) and all(a is b for a, b in zip(now, snap)):
+                added = now[len(snap):]
+                self.commit(f"    {v}.extend([{', '.join(self.expr(x) for x in added)}])")
+            else:
+                self.read_all(node)
+                self.commit(f"    {v}[:] = [{', '.join(self.expr(x) for x in now)}]")
+        elif k is Kind.DICT:
+            self.dict_update(node, v, dict_items(node.value), snap, mapping=v)
+        elif k is Kind.OBJECT or isinstance(node.value, torch.nn.Module):
+            self.commit(f"    d{node.id} = {v}.__dict__")
+            self.dict_update(node, v, dict(node.value.__dict__), snap, mapping=f"d{node.id}")
+        elif k is Kind.CELL:
+            try:
+                self.commit(f"    {v}.cell_contents = {self.expr(node.value.cell_contents)}")
+            except ValueError:
+                self.commit(f"    del {v}.cell_contents")
+        elif k is Kind.CONTEXTVAR:
+            self.commit(f"    {v}.set({self.expr(node.value.get(None))})")
+        elif k is Kind.SET:
+            self.read_all(node)
+            self.commit(f"    {v}.clear(); {v}.update([{', '.join(self.expr(x) for x in node.value)}])")
+        else:
+            raise CaptureError(f"cannot reproduce the in-place change of a {type(node.value).__qualname__}")
+
+    def dict_update(self, node, v, now, snap, mapping):
+        kept = [key for key in snap if key in now]
+        expected = kept + [key for key in now if key not in snap]
+        if list(now) == expected:
+            for key in snap:
+                if key not in now:
+                    self.commit(f"    del {mapping}[{self.key(key)}]")
+            for key, val in now.items():
+                if key not in snap or snap[key] is not val:
+                    self.commit(f"    {mapping}[{self.key(key)}] = {self.expr(val)}")
+        else:
+            self.read_all(node)
+            items = ", ".join(f"{self.key(key)}: {self.expr(val)}" for key, val in now.items())
+            self.commit(f"    {mapping}.clear(); {mapping}.update({{{items}}})")
+
+    def read_all(self, node):
+        # The mock rewrites the whole container, so every initial element must be guarded.
+        node.struct = True
+        if node.kind is Kind.SET:
+            return   # a set's shape check fixes its members themselves
+        items = node.snapshot.items() if type(node.snapshot) is dict else enumerate(node.snapshot)
+        for key, val in items:
+            self.g.child(node, ITEM, key, val)
+
+    def key(self, key) -> str:
+        if is_literal(key):
+            return repr(key)
+        return self.expr(key)
+
+    # ------------------------------------------------------------------ values
+    def expr(self, v) -> str:
+        name = self.dynamic.get(id(v))
+        if name is not None:
+            return name
+        if is_immutable(v) and not (type(v) is tuple and any(map(self.dynamic_inside, v))):
+            return repr(v) if is_literal(v) else self.names.const(v)
+        node = self.g.node_of(v)
+        if node is not None:
+            return self.load(node)
+        if isinstance(v, torch.Tensor):
+            return self.tensor(v)
+        built = self._built.get(id(v))
+        if built is not None:
+            self.shared.add(id(v))
+            return built
+        return self.build(v)
+
+    def dynamic_inside(self, v) -> bool:
+        return id(v) in self.dynamic or (type(v) is tuple and any(map(self.dynamic_inside, v)))
+
+    def tensor(self, t) -> str:
+        piece = self.rec.produced(t)
+        if piece is None:
+            raise CaptureError(f"the call leaves behind a tensor of unknown origin (shape {tuple(t.shape)})")
+        return f"out{piece.index}[{piece.output(t)}]"
+
+    def build(self, v) -> str:
+        t = type(v)
+        if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType,
+                          types.MethodDescriptorType, types.WrapperDescriptorType)):
+            if isinstance(v, types.FunctionType) and id(v) in self.new_functions:
+                return self.function(v)
+            return self.names.const(v)
+        if t is types.CellType:
+            return self.cell(v)
+        if generators.is_monitored(v):
+            return self.generator(v)
+        if isinstance(v, torch.nn.Module):
+            raise CaptureError(f"the call leaves behind an nn.Module it created ({t.__qualname__})")
+        if t is list:
+            return self.bind(v, f"[{', '.join(self.expr(x) for x in v)}]")
+        if t is tuple:
+            items = ", ".join(self.expr(x) for x in v)
+            return f"({items}{',' if len(v) == 1 else ''})"
+        if t is dict:
+            return self.bind(v, "{" + ", ".join(f"{self.key(k)}: {self.expr(x)}" for k, x in v.items()) + "}")
+        if t is set:
+            return self.bind(v, f"{{{', '.join(self.expr(x) for x in v)}}}" if v else "set()")
+        if isinstance(v, tuple) and hasattr(t, "_fields") and hasattr(t, "_make"):
+            return f"{self.names.const(t)}._make(({', '.join(self.expr(x) for x in v)},))"
+        if isinstance(v, tuple) and t.__module__ == "torch.return_types":
+            return f"{self.names.const(t)}(({', '.join(self.expr(x) for x in v)},))"
+        if t is collections.OrderedDict:
+            items = ", ".join(f"({self.key(k)}, {self.expr(x)})" for k, x in v.items())
+            return self.bind(v, f"{self.names.const(t)}([{items}])")
+        return self.reduce(v)
+
+    def function(self, fn) -> str:
+        """A function the call created (a closure, a lambda, a generator expression's body),
+        made anew from its code, over this call's defaults and closure cells."""
+        cells = fn.__closure__
+        closure = f"({''.join(self.expr(c) + ', ' for c in cells)})" if cells else "None"
+        code = fn.__code__
+        name = self.bind(fn, f"FUNCTION({self.names.const(code)}, {self.names.const(fn.__globals__)}, "
+                             f"{fn.__name__!r}, {self.expr(fn.__defaults__)}, {closure})")
+        extras = {"__kwdefaults__": fn.__kwdefaults__, "__annotations__": fn.__annotations__,
+                  "__dict__": fn.__dict__,
+                  "__qualname__": fn.__qualname__ if fn.__qualname__ != code.co_qualname else None}
+        for attr, value in extras.items():
+            if value:
+                self.lines.append(f"    {name}.{attr} = {self.expr(value)}")
+        return name
+
+    def cell(self, c) -> str:
+        """A closure cell the call created.  Its contents are filled in once every new
+        object is built: a closure may hold itself (a recursive inner function)."""
+        name = self.bind(c, "CELL()")
+        self._cells.append((name, c))
+        return name
+
+    def fill_cells(self) -> None:
+        while self._cells:
+            name, c = self._cells.pop()
+            try:
+                contents = c.cell_contents
+            except ValueError:
+                continue   # an empty cell (a variable not assigned yet)
+            self.lines.append(f"    {name}.cell_contents = {self.expr(contents)}")
+
+    def generator(self, gen) -> str:
+        """A generator, coroutine or async generator the call created and returned (or
+        stored) before running it: a native one, made by calling its function natively with
+        the same arguments, as the program did.  One already started cannot be remade."""
+        call = generators.native_call(gen)
+        if call is None:
+            raise CaptureError(f"the call leaves behind a {gen.kind} it already started "
+                               f"({gen.__qualname__}); a running frame cannot be rebuilt")
+        fn, args, kwargs = call
+        items = [self.expr(a) for a in args]
+        if kwargs:
+            items.append("**{" + ", ".join(f"{k!r}: {self.expr(x)}" for k, x in kwargs.items()) + "}")
+        return self.bind(gen, f"{self.expr(fn)}({', '.join(items)})")
+
+    def bind(self, v, source) -> str:
+        name = f"n{len(self._built)}"
+        self._built[id(v)] = name
+        self._keep.append(v)
+        self.lines.append(f"    {name} = {source}")
+        return name
+
+    def reduce(self, v) -> str:
+        """Build an object of a Python class the way pickle/copy would (``__reduce_ex__``)."""
+        try:
+            rv = v.__reduce_ex__(4)
+        except Exception as e:  # noqa: BLE001 - anything unpicklable
+            raise CaptureError(f"cannot rebuild a {type(v).__qualname__} the call created: {e}") from e
+        if isinstance(rv, str) or len(rv) < 2:
+            return self.names.const(v)
+        fn, args = rv[0], rv[1]
+        state = rv[2] if len(rv) > 2 else None
+        listitems = rv[3] if len(rv) > 3 else None
+        dictitems = rv[4] if len(rv) > 4 else None
+        if fn is copyreg.__newobj__:
+            cls, *rest = args
+            k = self.names.const(cls)
+            call = f"{k}.__new__({k}{''.join(', ' + self.expr(a) for a in rest)})"
+        else:
+            call = f"{self.names.const(fn)}({', '.join(self.expr(a) for a in args)})"
+        name = self.bind(v, call)
+        if state is not None:
+            if hasattr(v, "__setstate__"):
+                self.lines.append(f"    {name}.__setstate__({self.expr(state)})")
+            else:
+                # pickle's default: a __dict__ state, or (__dict__ state, __slots__ state).
+                dstate, sstate = state if type(state) is tuple else (state, None)
+                if dstate:
+                    items = ", ".join(f"{self.key(k)}: {self.expr(x)}" for k, x in dstate.items())
+                    self.lines.append(f"    {name}.__dict__.update({{{items}}})")
+                for k, x in (sstate or {}).items():
+                    self.lines.append(f"    setattr({name}, {k!r}, {self.expr(x)})")
+        if listitems is not None:
+            self.lines.append(f"    {name}.extend([{', '.join(self.expr(x) for x in listitems)}])")
+        if dictitems is not None:
+            for k, x in dictitems:
+                self.lines.append(f"    {name}[{self.key(k)}] = {self.expr(x)}")
+        return name
+

@@ -1,0 +1,479 @@
+"""Segments (paper §5.3.1): a run cut into operator graphs around dynamic operations.
+
+When the recording run meets a dynamic operation (``float(t)``, ``t.item()``, ``if t:``,
+``print(t)``, an unannotated native), the current operator graph ends there
+(``OpRecorder.cut``), the operation becomes an *eager step* of the record, and recording
+goes on into the next graph.  The mock then runs: graph 1, the step on the values it needs,
+graph 2, ... and finally reproduces the program state as for one graph.
+
+What a step returns changes from call to call, so nothing computed from it may be baked
+into the record.  Its result is *dynamic*: tracked by identity (kept alive, so ids stay
+unique) through everything the program does with it:
+
+=========================================  ==================================================
+the program ...                            the record ...
+=========================================  ==================================================
+moves it (locals, containers, attributes,  writes its step variable where the final state
+arguments, the return value)               holds it (``log.append(e1)``): no guard
+computes from it natively (``x * 2``,      replays that computation as another step,
+``f"{x:.3f}"``, ``round(x)``, ``max(x,1)``)  whose result is dynamic in turn
+branches on it, or computes a result      checks it in the mock (``if not e2: MISS``):
+that has no identity (a bool, a small int)  a *steering* value is guarded
+feeds it to a tensor operation             checks its value (the graph holds it as a constant)
+does anything else with it (iterates it,   gives up: the call runs eagerly, as before
+uses it as a key, ...)
+=========================================  ==================================================
+
+A check that fails in the mock is a miss of that record: the cache tries the next record
+or records again.  That is only sound while nothing observable has happened yet, so a
+check may only follow pure steps and graphs that updated no input in place and drew no
+random numbers; otherwise the run gives up (continuations, which resume the monitor at the
+break, are the way past that).  Steps see their arguments as they were at the break
+(containers are copied then); program state changes are committed at the end of the mock,
+so a step that is not pure may not follow changes of module attributes (``sys.stdout``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+import weakref
+
+import torch
+import torch.fx as fx
+
+from magpy import annotations as ann
+from magpy.errors import GraphBreak
+from magpy.monitor import Monitor, Observer, operators
+from magpy.opgraph import OpRecorder
+from magpy.refgraph import Breaker, RefGraph, RefGraphBuilder
+
+_SMALL_INTS = range(-5, 257)   # CPython's cached ints: the same object wherever they come from
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+_TAINT_DEPTH = 4
+
+
+def ambiguous(v) -> bool:
+    """A value whose identity says nothing about where it came from (a cached singleton):
+    it cannot be tracked by identity, so a step's result like this is checked instead."""
+    t = type(v)
+    return (v is None or t is bool or (t is int and v in _SMALL_INTS) or (t is str and len(v) <= 1)
+            or (t is tuple and not v) or v is Ellipsis or v is NotImplemented)
+
+
+def format_value(which: int):
+    """FORMAT_VALUE's work: the conversion (``!s``, ``!r``, ``!a``) then ``format``."""
+    convert = (None, str, repr, ascii)[which]
+
+    def fmt(v, spec=""):
+        if convert is not None:
+            v = convert(v)
+        return v if not spec and type(v) is str else format(v, spec)
+    fmt.__name__ = fmt.__qualname__ = f"format_value{'_' + convert.__name__ if convert else ''}"
+    return fmt
+
+
+def _build_string(*parts):
+    return "".join(parts)
+
+
+def _contains(invert):
+    return (lambda a, b: b not in a) if invert else (lambda a, b: b in a)
+
+
+_NOT_IN = _contains(True)
+_NOT_IN.__name__ = _NOT_IN.__qualname__ = "not_contains"
+_IN = _contains(False)
+_IN.__name__ = _IN.__qualname__ = "contains"
+
+
+def _swapped_contains(fn):
+    # CONTAINS_OP's inputs are (item, container).
+    def op(item, container):
+        return fn(container, item)
+    op.__name__ = op.__qualname__ = fn.__name__
+    return op
+
+
+# Instructions whose native work computes a new value from their inputs: how to replay it
+# (``(instruction) -> callable(*inputs)``).  Their result is dynamic if an input is.
+_COMPUTES = {
+    "BINARY_OP": lambda ins: operators.BINARY[ins.arg][3] if ins.arg < len(operators.BINARY)
+    else operators.INPLACE[ins.arg - len(operators.BINARY)],
+    "COMPARE_OP": lambda ins: operators.COMPARE_OPS[ins.arg],
+    "UNARY_NEGATIVE": lambda ins: operator.neg, "UNARY_POSITIVE": lambda ins: operator.pos,
+    "UNARY_INVERT": lambda ins: operator.invert,
+    "BINARY_SUBSCR": lambda ins: operator.getitem,
+    "CONTAINS_OP": lambda ins: _swapped_contains(_NOT_IN if ins.arg else _IN),
+    "IS_OP": lambda ins: operator.is_not if ins.arg else operator.is_,
+    "FORMAT_VALUE": lambda ins: format_value(ins.arg & 3),
+    "BUILD_STRING": lambda ins: _build_string,
+    "BUILD_SLICE": lambda ins: slice,
+    "LOAD_ATTR": lambda ins: operator.attrgetter(ins.argval),
+}
+# Of those, the ones that look at an input only if it is itself dynamic (an attribute or an
+# item of a container that merely holds dynamic values is that value, by identity): input
+# positions that count whenever they hold a dynamic value anywhere, the others only directly.
+_DEEP_INPUTS = {"LOAD_ATTR": (), "BINARY_SUBSCR": (1,), "BUILD_SLICE": ()}
+# Conditional jumps: the truth of their input (the first) steers the program.
+_TRUTH = {"POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE",
+          "POP_JUMP_BACKWARD_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP", "UNARY_NOT"}
+_NONE_TESTS = {"POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NONE",
+               "POP_JUMP_BACKWARD_IF_NOT_NONE"}
+# Instructions that only move values (a dynamic value stays one), or call (see on_call).
+_MOVES = {
+    "LOAD_FAST", "STORE_FAST", "DELETE_FAST", "LOAD_DEREF", "STORE_DEREF", "LOAD_CLOSURE", "LOAD_GLOBAL",
+    "STORE_GLOBAL", "LOAD_NAME", "STORE_NAME", "LOAD_CONST", "POP_TOP", "COPY", "SWAP", "PUSH_NULL",
+    "RETURN_VALUE", "YIELD_VALUE", "BUILD_TUPLE", "BUILD_LIST", "LIST_APPEND", "LIST_EXTEND",
+    "LIST_TO_TUPLE", "STORE_ATTR", "PRECALL", "CALL", "KW_NAMES", "CALL_FUNCTION_EX", "RESUME", "NOP",
+    "CACHE", "RETURN_GENERATOR", "SEND", "GET_YIELD_FROM_ITER", "BEFORE_WITH", "DICT_UPDATE",
+    "DICT_MERGE", "POP_EXCEPT", "PUSH_EXC_INFO", "CHECK_EXC_MATCH", "RERAISE", "MAKE_FUNCTION",
+    "MAKE_CELL", "COPY_FREE_VARS", "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT",
+    "STORE_SUBSCR", "DELETE_SUBSCR", "DELETE_ATTR", "EXTENDED_ARG", "PRINT_EXPR", "IMPORT_NAME",
+    "IMPORT_FROM", "LOAD_BUILD_CLASS", "GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX",
+    # A method of a dynamic value is called with it as ``self``: the call is the step.
+    "LOAD_METHOD",
+}
+# Of those, the ones that look inside their input's own value (its length, its items):
+# fine for a container that holds dynamic values, not for a dynamic container itself.
+_STRUCTURAL = {"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX", "LIST_EXTEND", "LIST_TO_TUPLE",
+               "DICT_UPDATE", "DICT_MERGE", "CALL_FUNCTION_EX"}
+# Inputs of STORE_SUBSCR / DELETE_SUBSCR that are keys (a dynamic key decides where a value goes).
+_KEY_INPUTS = {"STORE_SUBSCR": (2,), "DELETE_SUBSCR": (1,)}
+
+
+@dataclasses.dataclass
+class Step:
+    """One eager step of a record, in program order, run before piece ``before``'s graph.
+
+    ``kind``: "call" (``var = fn(*args, **kwargs)``), "check" (the value bound to ``args[0]``
+    must be ``args[1]``), "truth" (``args[0]``'s truth must be ``args[1]``).
+    """
+
+    kind: str
+    before: int
+    var: str | None
+    fn: object = None
+    args: tuple = ()
+    kwargs: dict | None = None
+    where: GraphBreak | None = None   # the break that made it (None: computed from a dynamic value)
+
+
+class Segmenter(Observer):
+    """Turns the dynamic operations of a recording run into eager steps (module docstring).
+
+    The breaker calls :meth:`begin` when a dynamic operation starts; the step is complete when
+    the native call it happened in returns (``on_call``) or, for an operation of an
+    instruction itself (a truth test, ``FORMAT_VALUE``), when that instruction completes.
+    """
+
+    def __init__(self, recorder, breaker):
+        self.recorder = recorder
+        self.breaker = breaker
+        self.steps: list[Step] = []
+        self.dynamic: dict[int, str] = {}   # id(value) -> its step variable
+        self._keep: list = []
+        self._pending = None                # (frame, GraphBreak) of the step under way
+        self._callbacks = weakref.WeakSet()  # frames a native (an intrinsic) called back into
+        self._entered = None                # (frame, lasti) of an instruction that entered Python
+        self._unchecked = None              # (frame, lasti, var, value) of a result not tracked yet
+        self.effects = False                # an observable effect happened (no check may follow)
+        self._rng = torch.default_generator.get_state()
+        self.breaks: list[GraphBreak] = []
+
+    # ------------------------------------------------------------------ steps
+    def begin(self, brk: GraphBreak) -> bool:
+        """A dynamic operation is under way in the current frame: make it a step, if it can
+        be one (False: the run gives up on segments)."""
+        mon = self.breaker.monitor
+        frame = mon.current if mon is not None else None
+        if frame is None or not hasattr(frame, "info") or frame in self._callbacks:
+            return False
+        if self._pending is None:
+            self._pending = (frame, brk)
+            self.recorder._opaque += 1   # the step's own tensor work is not graph work
+        return True
+
+    def _finish(self, frame) -> GraphBreak | None:
+        pending, self._pending = self._pending, None
+        self.recorder._opaque -= 1
+        return pending[1]
+
+    def _step(self, fn, args, kwargs, result, brk: GraphBreak | None, pure: bool) -> None:
+        """Record ``result = fn(*args, **kwargs)`` as a step.  A dynamic operation, or one on
+        tensors, ends the current piece; a pure computation on dynamic values alone runs before
+        it (it needs nothing the piece computes)."""
+        if any(isinstance(x, torch.Tensor) for x in _leaves((result,))):
+            self.breaker.stop(brk or "an operation on a value computed eagerly that returns tensors")
+            return
+        if brk is not None:
+            self.breaks.append(brk)
+        if not pure:
+            if self.breaker.pending_module_writes():
+                self.breaker.stop(brk or "an eager step after the program changed a module's attributes")
+                return
+            self.effects = True
+        if brk is not None or not pure or any(isinstance(x, torch.Tensor) for x in _leaves((args, kwargs))):
+            try:
+                self.recorder.cut()
+            except Exception as e:  # noqa: BLE001 - the recorder's refusal (opgraph._Unsupported)
+                self.breaker.stop(brk or str(e))
+                return
+        var = f"e{len(self.steps)}"
+        self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
+                               self._freeze(kwargs) if kwargs else None, brk))
+        self._result(result, var)
+
+    def _before(self) -> int:
+        return len(self.recorder.pieces) - 1
+
+    def _result(self, v, var: str) -> None:
+        if ambiguous(v):
+            frame = self.breaker.monitor.current
+            if frame is not None and hasattr(frame, "info"):
+                # Decided at the frame's next instruction: a statement call's result (print's
+                # None) is just popped, and then nothing depends on it.
+                self._unchecked = (frame, frame.lasti, var, v)
+            else:
+                self.check(v, var)
+        else:
+            self.dynamic[id(v)] = var
+            self._keep.append(v)
+
+    def fix(self, v) -> None:
+        """``v`` becomes a constant of a graph: if it is dynamic (or holds dynamic values),
+        the record checks its value."""
+        if self.dynamic and self.is_dynamic(v):
+            if id(v) not in self.dynamic:
+                self.breaker.stop("a container of values computed eagerly used by a tensor operation")
+                return
+            self.check(v)
+
+    def check(self, v, var: str | None = None) -> None:
+        """The record depends on the exact value of dynamic ``v``: check it in the mock."""
+        var = var or self.dynamic.pop(id(v))
+        if self._guard_allowed():
+            self.steps.append(Step("check", self._before(), None, None, (var, v)))
+
+    def _truth(self, truth: bool, var: str) -> None:
+        if self._guard_allowed():
+            self.steps.append(Step("truth", self._before(), None, None, (var, truth)))
+
+    def _guard_allowed(self) -> bool:
+        with self.recorder.paused():
+            drew = not torch.equal(self._rng, torch.default_generator.get_state())
+        if self.effects or drew or self.recorder.inputs_updated():
+            self.breaker.stop("a value computed eagerly decides the call (the record would check it) after "
+                              "effects a failed check cannot take back (I/O or an unannotated native, "
+                              "in-place updates, random numbers)")
+            return False
+        return True
+
+    # ------------------------------------------------------------------ events
+    def on_enter(self, frame):
+        mon = self.breaker.monitor
+        if mon.in_intrinsic or mon.current in self._callbacks:
+            self._callbacks.add(frame)
+
+    def on_call(self, frame, callee, args, kwargs, result, entered):
+        if self.breaker.brk is not None:
+            return
+        if entered:
+            self._entered = (frame, frame.lasti) if hasattr(frame, "lasti") else None
+            return
+        pending = self._pending
+        if pending is not None and pending[0] is frame:
+            brk = self._finish(frame)
+            self._step(callee, args, kwargs, result, brk, pure=_pure(callee))
+            return
+        if self.dynamic and (self.is_dynamic(callee) or any(map(self.is_dynamic, args))
+                             or (kwargs and any(map(self.is_dynamic, kwargs.values())))):
+            self._derived_call(frame, callee, args, kwargs, result)
+
+    def _derived_call(self, frame, callee, args, kwargs, result):
+        a, bound = ann.lookup(callee)
+        if a is not None and not self.is_dynamic(callee):
+            full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
+            if not self._reads_value(a, full, kwargs):
+                return   # stores the value (list.append): a move
+            if a.inplace or not a.pure:
+                self.breaker.stop(f"{_describe(callee)} changes or keeps a value computed eagerly")
+                return
+        if frame in self._callbacks:
+            self.breaker.stop("a value computed eagerly used inside a callback of a native function")
+            return
+        self._step(callee, args, kwargs, result, None, pure=a is not None or _pure(callee))
+
+    def _reads_value(self, a, full, kwargs) -> bool:
+        for i, v in enumerate(full):
+            if self.is_dynamic(v) and a.read_kind(i) not in (ann.NONE, ann.TYPE):
+                return True
+        return bool(kwargs) and any(self.is_dynamic(v) and a.read_kind(len(full)) not in (ann.NONE, ann.TYPE)
+                                    for v in kwargs.values())
+
+    def on_instruction(self, frame, ins, inputs, outputs):
+        if self.breaker.brk is not None:
+            return
+        unchecked = self._unchecked
+        if unchecked is not None and unchecked[0] is frame and unchecked[1] != frame.lasti:
+            self._unchecked = None
+            if ins.opname != "POP_TOP":
+                self.check(unchecked[3], unchecked[2])
+        pending = self._pending
+        if pending is not None and pending[0] is frame:
+            self._instruction_step(frame, ins, inputs, outputs)
+            return
+        if not self.dynamic:
+            return
+        entered, self._entered = self._entered, None
+        name = ins.opname
+        if name in _MOVES:
+            self._move(name, inputs)
+            return
+        deep = _DEEP_INPUTS.get(name)
+        if deep is None:
+            uses = any(map(self.is_dynamic, inputs))
+        else:
+            uses = any(id(v) in self.dynamic or (i in deep and self.is_dynamic(v))
+                       for i, v in enumerate(inputs))
+        if not uses:
+            return
+        if frame in self._callbacks:
+            self.breaker.stop("a value computed eagerly used inside a callback of a native function")
+            return
+        if entered == (frame, frame.lasti):
+            return   # Python code did the work (a dunder): its own instructions were followed
+        if name in _TRUTH:
+            v = inputs[0]
+            self._truth(bool(v), self._var_of(v))
+        elif name in _NONE_TESTS:
+            pass   # a dynamic value is never None (None is checked where it is made)
+        elif name in _COMPUTES:
+            self._step(_COMPUTES[name](ins), inputs, None, outputs[0], None, pure=True)
+        else:
+            self.breaker.stop(f"{name} on a value computed eagerly")
+
+    def _instruction_step(self, frame, ins, inputs, outputs):
+        brk = self._finish(frame)
+        name = ins.opname
+        if name in _TRUTH:
+            v = inputs[0]
+            with self.recorder.paused():
+                truth = bool(v)
+            self._step(operator.truth, (v,), None, truth, brk, pure=True)
+        elif name == "FORMAT_VALUE":
+            self._step(_COMPUTES[name](ins), inputs, None, outputs[0], brk, pure=True)
+        else:
+            self.breaker.stop(brk.reason)
+
+    def _move(self, name, inputs) -> None:
+        if name in _STRUCTURAL and any(id(v) in self.dynamic for v in inputs):
+            self.breaker.stop(f"{name} on a value computed eagerly")
+            return
+        for i in _KEY_INPUTS.get(name, ()):
+            if self.is_dynamic(inputs[i]):
+                self.breaker.stop("a value computed eagerly used as a key")
+                return
+
+    def _var_of(self, v) -> str:
+        var = self.dynamic.get(id(v))
+        if var is None:   # a container holding dynamic values: its truth is its length
+            var = f"e{len(self.steps)}"
+            self._step(operator.truth, (v,), None, bool(v), None, pure=True)
+            return var
+        return var
+
+    def _freeze(self, v, depth=_TAINT_DEPTH):
+        """A step's argument as it is now: containers copied (the program may change them
+        later; the mock builds the copy), dynamic values and everything else themselves."""
+        t = type(v)
+        if not depth or t not in _CONTAINERS or id(v) in self.dynamic:
+            return v
+        if t is dict:
+            return {k: self._freeze(x, depth - 1) for k, x in v.items()}
+        return t(self._freeze(x, depth - 1) for x in v)
+
+    def is_dynamic(self, v, depth: int = _TAINT_DEPTH) -> bool:
+        """Is ``v`` a dynamic value, or a container holding one?"""
+        if id(v) in self.dynamic:
+            return True
+        t = type(v)
+        if depth and (t in _CONTAINERS):
+            items = v.items() if t is dict else v
+            if t is dict:
+                return any(self.is_dynamic(k, depth - 1) or self.is_dynamic(x, depth - 1) for k, x in items)
+            return any(self.is_dynamic(x, depth - 1) for x in items)
+        return False
+
+
+def _pure(callee) -> bool:
+    a, _ = ann.lookup(callee)
+    return (a is not None and a.pure) or ann.is_tensor_method(callee) or any(callee is f for f in _PURE_READS)
+
+
+# Natives that only read tensor data (through the tensor's own special methods).
+_PURE_READS = (float, int, bool, complex, str, format, repr, operator.truth)
+
+
+def _describe(fn) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+
+
+def _leaves(v, depth=_TAINT_DEPTH):
+    t = type(v)
+    if depth and t in _CONTAINERS:
+        for x in (v.values() if t is dict else v):
+            yield from _leaves(x, depth - 1)
+    else:
+        yield v
+
+
+
+
+class Capture:
+    """One recording run: the RefGraph and its rule builder, the operator recorder, the
+    breaker and the segmenter, and the monitor that runs the program under them."""
+
+    def __init__(self, policy_for):
+        self.refgraph = RefGraph()
+        self.breaker = Breaker(self.refgraph)
+        self.builder = RefGraphBuilder(self.refgraph, self.breaker)
+        self.recorder = OpRecorder(self.refgraph, self.breaker)
+        self.segmenter = Segmenter(self.recorder, self.breaker)
+        self.breaker.segmenter = self.segmenter
+        self.recorder.fixed = self.segmenter.fix
+        self.monitor = Monitor([self.builder, self.segmenter], policy=policy_for(self.recorder))
+        self.breaker.monitor = self.monitor
+
+    @property
+    def steps(self) -> list[Step]:
+        return self.segmenter.steps
+
+    @property
+    def dynamic(self) -> dict[int, str]:
+        return self.segmenter.dynamic
+
+    @property
+    def new_functions(self) -> set[int]:
+        return self.builder.new_functions
+
+    @property
+    def broken(self) -> GraphBreak | None:
+        """The dynamic operation that ended recording (the call then runs eagerly), if any."""
+        return self.breaker.brk
+
+    def run(self, fn, args: tuple, kwargs: dict):
+        """Run the program under the monitor; its real result."""
+        try:
+            with self.recorder:
+                return self.monitor.run(fn, *args, **kwargs)
+        finally:
+            # What the call leaves running (a generator, a coroutine) runs on unrecorded.
+            self.monitor.observers.clear()
+
+    def graphs(self) -> list[fx.GraphModule | None]:
+        """The finished graph of each piece (None: no operations), once code generation has
+        chosen every piece's outputs."""
+        return self.recorder.finish()
+
+    def example_inputs(self, piece: int) -> list:
+        return [ph.meta["example_value"] for _, ph in self.recorder.pieces[piece].inputs]
