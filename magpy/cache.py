@@ -26,7 +26,9 @@ import sys
 import warnings
 import weakref
 
-from magpy.codegen import MISS, MockCommitError
+import torch
+
+from magpy.codegen import MISS, MockCommitError, StepRaised
 from magpy.config import config
 from magpy.errors import CaptureError, GraphBreakError, GraphBreakWarning, MagpyError
 from magpy.monitor.tracebacks import is_magpy, program_entries
@@ -108,6 +110,10 @@ class RecordCache:
         versions = [tensor_version(env[i]) for i in rec.mutated]   # usually none
         try:
             result = rec.mock(env)
+        except StepRaised as e:
+            torch._C._set_grad_enabled(e.grad)
+            self.stats.mock_runs += 1
+            raise e.__cause__.with_traceback(e.__cause__.__traceback__) from None
         except MockCommitError as e:
             cause = e.__cause__
             raise self.half_done(rec, "the mock failed while updating objects in place", cause) from cause

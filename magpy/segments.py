@@ -156,6 +156,7 @@ class Step:
     args: tuple = ()
     kwargs: dict | None = None
     where: GraphBreak | None = None   # the break that made it (None: computed from a dynamic value)
+    undoable: bool = True             # nothing observable happened before it (see Segmenter.undoable)
 
 
 class Segmenter(Observer):
@@ -207,6 +208,7 @@ class Segmenter(Observer):
             return
         if brk is not None:
             self.breaks.append(brk)
+        undoable = self.undoable()
         if not pure:
             if self.breaker.pending_module_writes():
                 self.breaker.stop(brk or "an eager step after the program changed a module's attributes")
@@ -220,7 +222,7 @@ class Segmenter(Observer):
                 return
         var = f"e{len(self.steps)}"
         self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
-                               self._freeze(kwargs) if kwargs else None, brk))
+                               self._freeze(kwargs) if kwargs else None, brk, undoable))
         self._result(result, var)
 
     def _before(self) -> int:
@@ -258,10 +260,17 @@ class Segmenter(Observer):
         if self._guard_allowed():
             self.steps.append(Step("truth", self._before(), None, None, (var, truth)))
 
-    def _guard_allowed(self) -> bool:
+    def undoable(self) -> bool:
+        """Has nothing observable happened so far (a mock may still give up and the call run
+        again): no I/O or unannotated native, no input updated in place, no random numbers?"""
+        if self.effects:
+            return False
         with self.recorder.paused():
             drew = not torch.equal(self._rng, torch.default_generator.get_state())
-        if self.effects or drew or self.recorder.inputs_updated():
+        return not drew and not self.recorder.inputs_updated()
+
+    def _guard_allowed(self) -> bool:
+        if not self.undoable():
             self.breaker.stop("a value computed eagerly decides the call (the record would check it) after "
                               "effects a failed check cannot take back (I/O or an unannotated native, "
                               "in-place updates, random numbers)")
@@ -269,6 +278,12 @@ class Segmenter(Observer):
         return True
 
     # ------------------------------------------------------------------ events
+    def on_exception(self, frame, exc):
+        pending = self._pending
+        if pending is not None and pending[0] is frame:
+            # The operation raised: the program's control flow now depends on its exception.
+            self.breaker.stop(self._finish(frame))
+
     def on_enter(self, frame):
         mon = self.breaker.monitor
         if mon.in_intrinsic or mon.current in self._callbacks:
@@ -443,6 +458,7 @@ class Capture:
         self.recorder.fixed = self.segmenter.fix
         self.monitor = Monitor([self.builder, self.segmenter], policy=policy_for(self.recorder))
         self.breaker.monitor = self.monitor
+        self.grad_on_entry = torch.is_grad_enabled()
 
     @property
     def steps(self) -> list[Step]:

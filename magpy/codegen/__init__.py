@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 from magpy.codegen.guard import NAMESPACE as GUARD_NAMESPACE
 from magpy.codegen.guard import GuardWriter
-from magpy.codegen.mock import MISS, MockCommitError, MockWriter
+from magpy.codegen.mock import MISS, MockCommitError, MockWriter, StepRaised
 from magpy.codegen.mock import NAMESPACE as MOCK_NAMESPACE
 from magpy.codegen.source import Names, compile_source, same_value, var
 from magpy.refgraph.graph import RefGraph
 
-__all__ = ["MISS", "Generated", "MockCommitError", "compile_source", "generate", "same_value"]
+__all__ = ["MISS", "Generated", "MockCommitError", "StepRaised", "compile_source", "generate", "same_value"]
 
 
 @dataclass

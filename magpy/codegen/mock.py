@@ -33,6 +33,15 @@ class MockCommitError(Exception):
 
 
 
+class StepRaised(Exception):
+    """An eager step raised the program's exception (``__cause__``) after effects that cannot
+    be taken back: it propagates, with grad mode restored to ``grad`` (as on entry)."""
+
+    def __init__(self, grad: bool):
+        super().__init__(grad)
+        self.grad = grad
+
+
 class _Miss:
     """What a mock returns when a check after an eager step fails (before any effect)."""
 
@@ -43,7 +52,7 @@ class _Miss:
 MISS = _Miss()
 # What mock code refers to by name.
 NAMESPACE = {"FUNCTION": types.FunctionType, "CELL": types.CellType, "COMMIT_FAILED": MockCommitError,
-             "MISS": MISS}
+             "MISS": MISS, "STEP_RAISED": StepRaised}
 
 
 class MockWriter:
@@ -52,6 +61,7 @@ class MockWriter:
         self.rec = recording.recorder
         self.steps = recording.steps
         self.dynamic = recording.dynamic             # id(value) -> variable of the step that made it
+        self.grad_on_entry = recording.grad_on_entry
         self.new_functions = recording.new_functions
         self.lines = []        # phase 1: graph outputs, new objects
         self.commits = []      # phase 2: in-place updates of pre-existing objects
@@ -87,7 +97,12 @@ class MockWriter:
             args = [self.expr(a) for a in step.args]
             args += [f"{k}={self.expr(x)}" for k, x in (step.kwargs or {}).items()]
             where = f"   # {step.where.reason}" if step.where is not None else ""
-            self.lines.append(f"    {step.var} = {self.callee(step.fn)}({', '.join(args)}){where}")
+            self.lines.append("    try:")
+            self.lines.append(f"        {step.var} = {self.callee(step.fn)}({', '.join(args)}){where}")
+            # The program's own exception: before any effect, the call may run again (it will
+            # raise it itself); after one, it propagates from here (grad mode as on entry).
+            failed = "return MISS" if step.undoable else f"raise STEP_RAISED({self.grad_on_entry}) from e"
+            self.lines.append(f"    except Exception as e: {failed}")
 
     def callee(self, fn) -> str:
         name = self.dynamic.get(id(fn))

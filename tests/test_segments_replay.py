@@ -1,0 +1,86 @@
+"""Segments: what the mock does when an eager step behaves differently on a later call.
+
+A step's result that steers the call is checked (a failed check is a miss before anything
+observable happened); a step that raises is the program's own exception: before any effect
+the call runs again (and raises it itself, or handles it), after one it propagates from the
+mock with grad mode as on entry.  A step that raises while recording ends the recording
+(the call runs eagerly).  Dynamic values that would be baked into the record are refused.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+
+import pytest
+import torch
+
+import magpy
+from tests.compile_harness import fresh_magpy  # noqa: F401 - autouse fixture
+
+
+def _stats(c):
+    s = magpy.stats(c)
+    return s.monitor_runs, s.mock_runs, s.eager_runs
+
+
+def sqrt_of_sum(x):
+    y = x * 2
+    r = math.sqrt(float(y.sum()))      # a step, then a derived step that may raise
+    return y + 1, r
+
+
+def test_a_derived_step_that_raises_later_runs_the_call_again():
+    c = magpy.compile(sqrt_of_sum, backend="eager")
+    for x in (torch.ones(3), torch.full((3,), 2.0)):
+        out, r = c(x)
+        ref, rr = sqrt_of_sum(x)
+        assert torch.equal(out, ref) and r == rr
+    assert _stats(c) == (1, 1, 0)
+    with pytest.raises(ValueError, match="math domain error"):
+        c(-torch.ones(3))                 # math.sqrt of a negative number, as eagerly
+    assert _stats(c)[2] == 0              # the mock gave up before any effect; the monitor raised it
+    out, r = c(torch.ones(3))
+    assert torch.equal(out, sqrt_of_sum(torch.ones(3))[0])
+
+
+def print_then_sqrt(x):
+    y = x * 2
+    print("sum", float(y.sum()))          # I/O: an effect that cannot be taken back
+    with torch.no_grad():
+        r = math.sqrt(float(y.sum()))     # raises for negative sums, inside no_grad
+    return y + 1, r
+
+
+def test_a_step_that_raises_after_an_effect_propagates_once():
+    c = magpy.compile(print_then_sqrt, backend="eager")
+    for x in (torch.ones(3), torch.full((3,), 2.0)):
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            got = c(x)
+        ref = print_then_sqrt(x)
+        assert torch.equal(got[0], ref[0]) and got[1] == ref[1]
+        assert out.getvalue().count("sum") == 1
+    assert _stats(c) == (1, 1, 0)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), pytest.raises(ValueError, match="math domain error"):
+        c(-torch.ones(3))
+    assert buf.getvalue() == "sum -6.0\n"          # printed once, not again by a re-run
+    assert torch.is_grad_enabled()                 # the no_grad block was left, as eagerly
+    assert _stats(c) == (1, 2, 0)
+
+
+def safe_float(x):
+    y = x * 2
+    try:
+        v = float(y)                      # raises for more than one element
+    except (RuntimeError, ValueError):
+        v = -1.0
+    return y + v
+
+
+def test_a_step_that_raises_while_recording_ends_the_recording():
+    c = magpy.compile(safe_float, backend="eager")
+    x = torch.ones(3)
+    assert torch.equal(c(x), safe_float(x)) and torch.equal(c(x), safe_float(x))
+    s = magpy.stats(c)
+    assert (s.monitor_runs, s.eager_runs) == (1, 1) and "Tensor.__float__" in s.break_reasons[0], s
