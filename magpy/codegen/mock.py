@@ -23,7 +23,7 @@ from magpy.codegen.source import Names, is_literal, value_checks, var
 from magpy.errors import CaptureError
 from magpy.monitor import generators
 from magpy.opgraph import InputSource
-from magpy.refgraph.graph import ITEM, Kind, RefGraph, dict_items, is_immutable
+from magpy.refgraph.graph import ITEM, UNSET, Kind, RefGraph, is_immutable, state_of
 
 
 class MockCommitError(Exception):
@@ -97,8 +97,9 @@ class MockWriter:
             args = [self.expr(a) for a in step.args]
             args += [f"{k}={self.expr(x)}" for k, x in (step.kwargs or {}).items()]
             where = f"   # {step.where.reason}" if step.where is not None else ""
+            call = f"{self.callee(step.fn)}({', '.join(args)})"
             self.lines.append("    try:")
-            self.lines.append(f"        {step.var} = {self.callee(step.fn)}({', '.join(args)}){where}")
+            self.lines.append(f"        {step.var} = {call}{where}")
             # The program's own exception: before any effect, the call may run again (it will
             # raise it itself); after one, it propagates from here (grad mode as on entry).
             failed = "return MISS" if step.undoable else f"raise STEP_RAISED({self.grad_on_entry}) from e"
@@ -138,12 +139,15 @@ class MockWriter:
         return var(node)
 
     # ------------------------------------------------------------------ in-place updates
-    def update(self, node):
+    def update(self, node, now=None):
+        """Write ``node``'s change: from its first state to ``now`` (``refgraph.state_of``'s
+        form; default: its state now)."""
         v = self.load(node)
         k = node.kind
         snap = node.snapshot
+        if now is None:
+            now = state_of(node.value, k)
         if k is Kind.LIST:
-            now = list(node.value)
             if len(now) >= len(snap) and all(a is b for a, b in zip(now, snap)):
                 added = now[len(snap):]
                 self.commit(f"    {v}.extend([{', '.join(self.expr(x) for x in added)}])")
@@ -151,20 +155,20 @@ class MockWriter:
                 self.read_all(node)
                 self.commit(f"    {v}[:] = [{', '.join(self.expr(x) for x in now)}]")
         elif k is Kind.DICT:
-            self.dict_update(node, v, dict_items(node.value), snap, mapping=v)
+            self.dict_update(node, v, now, snap, mapping=v)
         elif k is Kind.OBJECT or isinstance(node.value, torch.nn.Module):
             self.commit(f"    d{node.id} = {v}.__dict__")
-            self.dict_update(node, v, dict(node.value.__dict__), snap, mapping=f"d{node.id}")
+            self.dict_update(node, v, now, snap, mapping=f"d{node.id}")
         elif k is Kind.CELL:
-            try:
-                self.commit(f"    {v}.cell_contents = {self.expr(node.value.cell_contents)}")
-            except ValueError:
+            if now:
+                self.commit(f"    {v}.cell_contents = {self.expr(now[0])}")
+            else:
                 self.commit(f"    del {v}.cell_contents")
         elif k is Kind.CONTEXTVAR:
-            self.commit(f"    {v}.set({self.expr(node.value.get(None))})")
+            self.commit(f"    {v}.set({self.expr(None if now[0] is UNSET else now[0])})")
         elif k is Kind.SET:
             self.read_all(node)
-            self.commit(f"    {v}.clear(); {v}.update([{', '.join(self.expr(x) for x in node.value)}])")
+            self.commit(f"    {v}.clear(); {v}.update([{', '.join(self.expr(x) for x in now)}])")
         else:
             raise CaptureError(f"cannot reproduce the in-place change of a {type(node.value).__qualname__}")
 

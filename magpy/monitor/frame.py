@@ -107,7 +107,7 @@ class Frame:
     __slots__ = ("code", "info", "ops", "globals", "builtins", "locals", "stack",
                  "shadow_locals", "shadow_stack", "pc", "lasti", "back", "fn", "ns",
                  "kwnames", "retval", "yielded", "ret_shadow", "monitor", "locals_dict",
-                 "exc_item", "__weakref__")
+                 "exc_item", "ins_base", "ins_inputs", "__weakref__")
 
     def __init__(self, code, globals, builtins=None, fn=None, ns=None, locals=None,
                  stack=None, offset=0, monitor=None):
@@ -133,6 +133,10 @@ class Frame:
         self.yielded = False
         self.ret_shadow = None
         self.monitor = monitor
+        # While observed: the stack depth below the executing instruction's inputs, and those
+        # inputs (the frame's state before the instruction, to resume it from there).
+        self.ins_base = 0
+        self.ins_inputs = ()
         self.locals_dict = None
         self.exc_item = None
 

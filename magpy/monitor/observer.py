@@ -89,6 +89,8 @@ def _observe(handler, ins, npop):
             in_sh = tuple(ss[base:])
         else:
             inputs = in_sh = ()
+        f.ins_base = base
+        f.ins_inputs = inputs
         mon = f.monitor
         mon.ret_shadow = None
         if handler(f, arg):

@@ -33,7 +33,7 @@ DEREF = "deref"     # parent(): the object a weak reference refers to (or None)
 
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
-_UNSET = object()   # a ContextVar without a value
+UNSET = object()   # a ContextVar without a value
 
 
 class Kind(enum.Enum):
@@ -116,7 +116,7 @@ def state_of(v, kind: Kind):
         except ValueError:
             return ()
     if kind is Kind.CONTEXTVAR:
-        return (v.get(_UNSET),)
+        return (v.get(UNSET),)
     if kind is Kind.OBJECT or (kind is Kind.STATIC and isinstance(v, torch.nn.Module)):
         return dict(v.__dict__)
     return None

@@ -8,7 +8,9 @@ calls follow their annotation (Figure 12): unannotated or impure natives are dyn
 from __future__ import annotations
 
 import array
+import os
 import sys
+import sysconfig
 import types
 
 import torch
@@ -106,7 +108,12 @@ class Breaker:
 
 
 def _is_library_file(filename: str) -> bool:
-    return "/torch/" in filename
+    # torch's own Python code and the standard library (logging, contextlib ...): a break
+    # there is reported at the user's line that called into it.
+    return "/torch/" in filename or filename.startswith(_STDLIB)
+
+
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 
 
 class RefGraphBuilder(Observer):
