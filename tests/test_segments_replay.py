@@ -84,3 +84,36 @@ def test_a_step_that_raises_while_recording_ends_the_recording():
     assert torch.equal(c(x), safe_float(x)) and torch.equal(c(x), safe_float(x))
     s = magpy.stats(c)
     assert (s.monitor_runs, s.eager_runs) == (1, 1) and "Tensor.__float__" in s.break_reasons[0], s
+
+
+def clear_then_log(x, log):
+    log.clear()                           # the old entries are gone: nothing to guard about them
+    h = x * 2
+    log.append(float(h.sum()))
+    return h
+
+
+def test_a_cleared_log_is_not_guarded_by_its_old_contents():
+    c = magpy.compile(clear_then_log, backend="eager")
+    log_c, log_e = [1.5, 2.5], [1.5, 2.5]
+    for i in range(4):
+        x = torch.full((3,), float(i))
+        assert torch.equal(c(x, log_c), clear_then_log(x, log_e)) and log_c == log_e
+        log_c.append(0.25 * i)            # other old contents on every call
+        log_e.append(0.25 * i)
+    assert _stats(c) == (1, 3, 0)
+
+
+def shift_in(x, log):
+    log.insert(0, float(x.sum()))         # the old entries stay, after the new one
+    del log[3:]
+    return x + 1
+
+
+def test_entries_a_rewritten_list_keeps_are_guarded():
+    c = magpy.compile(shift_in, backend="eager")
+    log_c, log_e = [1.0, 2.0], [1.0, 2.0]
+    for i in range(4):
+        x = torch.full((2,), float(i))
+        assert torch.equal(c(x, log_c), shift_in(x, log_e)) and log_c == log_e
+    assert magpy.stats(c).eager_runs == 0

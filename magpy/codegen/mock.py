@@ -23,7 +23,7 @@ from magpy.codegen.source import Names, is_literal, value_checks, var
 from magpy.errors import CaptureError
 from magpy.monitor import generators
 from magpy.opgraph import InputSource
-from magpy.refgraph.graph import ITEM, UNSET, Kind, RefGraph, is_immutable, state_of
+from magpy.refgraph.graph import UNSET, Kind, RefGraph, is_immutable, state_of
 
 
 class MockCommitError(Exception):
@@ -152,7 +152,7 @@ class MockWriter:
                 added = now[len(snap):]
                 self.commit(f"    {v}.extend([{', '.join(self.expr(x) for x in added)}])")
             else:
-                self.read_all(node)
+                self.g.rewritten(node, now)
                 self.commit(f"    {v}[:] = [{', '.join(self.expr(x) for x in now)}]")
         elif k is Kind.DICT:
             self.dict_update(node, v, now, snap, mapping=v)
@@ -167,7 +167,7 @@ class MockWriter:
         elif k is Kind.CONTEXTVAR:
             self.commit(f"    {v}.set({self.expr(None if now[0] is UNSET else now[0])})")
         elif k is Kind.SET:
-            self.read_all(node)
+            self.g.rewritten(node, now)
             self.commit(f"    {v}.clear(); {v}.update([{', '.join(self.expr(x) for x in now)}])")
         else:
             raise CaptureError(f"cannot reproduce the in-place change of a {type(node.value).__qualname__}")
@@ -183,18 +183,9 @@ class MockWriter:
                 if key not in snap or snap[key] is not val:
                     self.commit(f"    {mapping}[{self.key(key)}] = {self.expr(val)}")
         else:
-            self.read_all(node)
+            self.g.rewritten(node, now)
             items = ", ".join(f"{self.key(key)}: {self.expr(val)}" for key, val in now.items())
             self.commit(f"    {mapping}.clear(); {mapping}.update({{{items}}})")
-
-    def read_all(self, node):
-        # The mock rewrites the whole container, so every initial element must be guarded.
-        node.struct = True
-        if node.kind is Kind.SET:
-            return   # a set's shape check fixes its members themselves
-        items = node.snapshot.items() if type(node.snapshot) is dict else enumerate(node.snapshot)
-        for key, val in items:
-            self.g.child(node, ITEM, key, val)
 
     def key(self, key) -> str:
         if is_literal(key):

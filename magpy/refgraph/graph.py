@@ -258,6 +258,21 @@ class RefGraph:
                 node.changed = True
                 node.versions.append(ShadowVersion(self._refs_of(node, now)))
 
+    def rewritten(self, node: ShadowNode, now) -> None:
+        """The mock rewrites ``node``'s contents whole, as ``now`` (``state_of``'s form).  The
+        initial elements it still holds are read from outside (loaded by their path and
+        guarded: an immutable one is written as its value); the others need nothing."""
+        if node.kind is Kind.SET:
+            node.struct = True   # the guard fixes a set's members themselves
+            return
+        kept = {id(v) for v in (now.values() if type(now) is dict else now)}
+        snap = node.snapshot
+        rel = ATTR if node.kind is Kind.OBJECT else ITEM
+        for key, val in (snap.items() if type(snap) is dict else enumerate(snap)):
+            if id(val) in kept:
+                node.struct = True
+                self.child(node, rel, key, val)
+
     def _refs_of(self, node, state):
         refs = {}
         if node.kind in (Kind.LIST, Kind.TUPLE):
