@@ -28,12 +28,15 @@ import weakref
 
 import torch
 
+from magpy import continuations
 from magpy.codegen import MISS, MockCommitError, StepRaised
 from magpy.config import config
+from magpy.continuations import Resume
 from magpy.errors import CaptureError, GraphBreakError, GraphBreakWarning, MagpyError
+from magpy.monitor import Monitor
 from magpy.monitor.tracebacks import is_magpy, program_entries
 from magpy.opgraph import failed_assertion
-from magpy.record import FastGuardMismatch, Record, capture, machinery_failed
+from magpy.record import FastGuardMismatch, Record, capture, capture_continuation, machinery_failed
 from magpy.refgraph.graph import tensor_version
 
 _ALL_CACHES: weakref.WeakSet = weakref.WeakSet()
@@ -118,6 +121,8 @@ class RecordCache:
             cause = e.__cause__
             raise self.half_done(rec, "the mock failed while updating objects in place", cause) from cause
         except Exception as e:  # noqa: BLE001 - the mock is magpy's code
+            if rec.effects:
+                raise self.half_done(rec, "the mock failed after effects it cannot take back", e) from e
             if versions != [tensor_version(env[i]) for i in rec.mutated]:
                 what = "the compiled graph failed after updating tensors in place"
                 raise self.half_done(rec, what, e) from e
@@ -127,9 +132,40 @@ class RecordCache:
                 self.stats.eager_runs += 1
                 return self.fn(*args, **kwargs)
             return self.failed(rec, "running a record's mock", e, args, kwargs)
+        if type(result) is Resume:
+            self.stats.graphs_per_call += result.graphs
+            return self.resume(rec, result)
         if result is not MISS:
             self.stats.mock_runs += 1
-            self.stats.graphs_per_call = len(rec.graphs)
+            self.stats.graphs_per_call += len(rec.graphs)
+        return result
+
+    def resume(self, rec: Record, point: Resume):
+        """A check of ``rec`` failed after effects: the continuation recorded from there whose
+        guard passes on the frames' values, else a monitor run from there that records one."""
+        values = point.values()
+        conts = rec.continuations.setdefault(point.index, [])
+        for i, cont in enumerate(conts):
+            try:
+                env = cont.match(values, {})
+            except Exception as e:  # noqa: BLE001 - magpy's failure, after the call's effects
+                raise self.half_done(rec, "checking a continuation's guard failed", e) from e
+            if env is not None:
+                if i:
+                    conts.insert(0, conts.pop(i))
+                if cont.mock is None:   # the rest of the call met an operation that ends recording
+                    self.stats.eager_runs += 1
+                    return Monitor().resume(continuations.frames(point, None))
+                return self.run_mock(cont, env, values, {})
+        if len(conts) >= config.cache_size_limit:
+            self.stats.eager_runs += 1   # too many ways on from here: finish it unrecorded
+            return Monitor().resume(continuations.frames(point, None))
+        self.stats.monitor_runs += 1
+        errors = []
+        result, cont = capture_continuation(point, self.backend, errors)
+        if cont is not None:
+            conts.insert(0, cont)
+            self.count_record(cont)
         return result
 
     def failed(self, rec: Record, stage: str, err: Exception, args: tuple, kwargs: dict):
@@ -176,13 +212,17 @@ class RecordCache:
             self.stats.break_reasons.append(str(rec.graph_break))
             self.warn_break(rec.graph_break, "runs eagerly")
         else:
-            self.stats.graph_count += len(rec.graphs)
-            for brk in rec.breaks:
-                self.stats.breaks[brk.reason] = self.stats.breaks.get(brk.reason, 0) + 1
-                self.warn_break(brk, "runs in pieces (graphs with eager steps between them)")
+            self.count_record(rec)
         self.records.insert(0, rec)
         self.stats.records = len(self.records)
         return result
+
+    def count_record(self, rec: Record) -> None:
+        """A record that runs in pieces (or continues one): its graphs and breaks."""
+        self.stats.graph_count += len(rec.graphs)
+        for brk in rec.breaks:
+            self.stats.breaks[brk.reason] = self.stats.breaks.get(brk.reason, 0) + 1
+            self.warn_break(brk, "runs in pieces (graphs with eager steps between them)")
 
     def warn_break(self, brk, what: str) -> None:
         """One warning per callable and reason, at the program's line that broke the graph."""

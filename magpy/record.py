@@ -15,6 +15,7 @@ as they would eagerly.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import dis
 import functools
 import inspect
@@ -24,11 +25,12 @@ from dataclasses import dataclass
 
 import torch
 
-from magpy import annotations
+from magpy import annotations, continuations
 from magpy.codegen import compile_source, generate
 from magpy.config import config
+from magpy.continuations import Resume
 from magpy.errors import BackendError, CaptureError, GraphBreak
-from magpy.monitor import generators, shared_default_policy
+from magpy.monitor import Monitor, generators, shared_default_policy
 from magpy.refgraph.graph import ARG, KWARG, tensor_version
 from magpy.segments import Capture
 
@@ -50,6 +52,9 @@ class Record:
     changed: bool = False          # the run changed objects it reached from outside
     steps: tuple = ()              # the eager steps between the graphs (magpy.segments.Step)
     breaks: tuple = ()             # the dynamic operations that became steps (GraphBreak)
+    # resume point -> the records of the call's rest from there (magpy.continuations), MRU first
+    continuations: dict = dataclasses.field(default_factory=dict)
+    effects: bool = False          # its mock has effects before it ends (a failure cannot re-run the call)
 
     def match(self, args: tuple, kwargs: dict):
         """The mock's environment if this record covers the call, else None."""
@@ -215,6 +220,29 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | Non
     return result, rec
 
 
+def capture_continuation(resume: Resume, backend, errors: list | None = None) -> tuple[object, Record | None]:
+    """Resume the monitor on the frames of a failed check and record the rest of the call: a
+    continuation, whose arguments are the frames' values (``Resume.values``)."""
+    values = resume.values()
+    try:
+        with _stage("setting up the recording"):
+            cap = Capture(_policy)
+            for i, v in enumerate(values):
+                cap.refgraph.root(ARG, i, v)
+    except CaptureError as e:
+        _capture_failed(e, errors)
+        return Monitor().resume(continuations.frames(resume, None)), None
+    result = cap.resume(resume)
+    try:
+        if cap.breaker.internal is not None:
+            err = cap.breaker.internal
+            raise _stage_error(_observer_stage(err), err) from err
+        rec, result = _make_record(cap, result, values, {}, backend)
+    except CaptureError as e:
+        return result, _capture_failed(e, errors)
+    return result, rec
+
+
 def _recording(fn, args, kwargs, roots) -> Capture:
     """A capture whose RefGraph has the call's roots."""
     cap = Capture(_policy)
@@ -287,7 +315,7 @@ def _make_record(cap: Capture, result, args, kwargs, backend) -> tuple[Record, o
     mutated = tuple(i for i, sn in enumerate(env) if tensor_version(sn.value) != sn.tensor_version)
     rec = Record(guard, mock, tuple(gm for gm in graphs if gm is not None), gen.guard_source, gen.mock_source,
                  None, op_count, *fast, mutated=mutated, changed=changed, steps=tuple(cap.steps),
-                 breaks=tuple(cap.segmenter.breaks))
+                 breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects)
     if gen.lone_result:
         with _stage("handing back a native generator"):
             result = _native_twin(result)

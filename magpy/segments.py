@@ -42,6 +42,8 @@ import torch
 import torch.fx as fx
 
 from magpy import annotations as ann
+from magpy import continuations
+from magpy.continuations import Resume, ResumePoint
 from magpy.errors import GraphBreak
 from magpy.monitor import Monitor, Observer, operators
 from magpy.opgraph import OpRecorder
@@ -157,6 +159,7 @@ class Step:
     kwargs: dict | None = None
     where: GraphBreak | None = None   # the break that made it (None: computed from a dynamic value)
     undoable: bool = True             # nothing observable happened before it (see Segmenter.undoable)
+    resume: ResumePoint | None = None  # a failed check resumes the monitor here (after effects)
 
 
 class Segmenter(Observer):
@@ -177,7 +180,8 @@ class Segmenter(Observer):
         self._callbacks = weakref.WeakSet()  # frames a native (an intrinsic) called back into
         self._entered = None                # (frame, lasti) of an instruction that entered Python
         self._unchecked = None              # (frame, lasti, var, value) of a result not tracked yet
-        self.effects = False                # an observable effect happened (no check may follow)
+        self.effects = False                # an observable effect happened (checks need resume points)
+        self.points: list[ResumePoint] = []
         self._rng = torch.default_generator.get_state()
         self.breaks: list[GraphBreak] = []
 
@@ -199,7 +203,7 @@ class Segmenter(Observer):
         self.recorder._opaque -= 1
         return pending[1]
 
-    def _step(self, fn, args, kwargs, result, brk: GraphBreak | None, pure: bool) -> None:
+    def _step(self, fn, args, kwargs, result, brk: GraphBreak | None, pure: bool, call: bool = True) -> None:
         """Record ``result = fn(*args, **kwargs)`` as a step.  A dynamic operation, or one on
         tensors, ends the current piece; a pure computation on dynamic values alone runs before
         it (it needs nothing the piece computes)."""
@@ -223,18 +227,21 @@ class Segmenter(Observer):
         var = f"e{len(self.steps)}"
         self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
                                self._freeze(kwargs) if kwargs else None, brk, undoable))
-        self._result(result, var)
+        self._result(result, var, call)
 
     def _before(self) -> int:
         return len(self.recorder.pieces) - 1
 
-    def _result(self, v, var: str) -> None:
+    def _result(self, v, var: str, call: bool) -> None:
         if ambiguous(v):
             frame = self.breaker.monitor.current
-            if frame is not None and hasattr(frame, "info"):
+            if not call:   # an instruction's result: checked where the instruction ran
+                self.check(v, var, completed=True)
+            elif frame is not None and hasattr(frame, "info"):
                 # Decided at the frame's next instruction: a statement call's result (print's
                 # None) is just popped, and then nothing depends on it.
-                self._unchecked = (frame, frame.lasti, var, v)
+                # (The call has taken its inputs off the stack; its result goes on top.)
+                self._unchecked = (frame, frame.lasti, var, v, len(frame.stack))
             else:
                 self.check(v, var)
         else:
@@ -250,15 +257,29 @@ class Segmenter(Observer):
                 return
             self.check(v)
 
-    def check(self, v, var: str | None = None) -> None:
-        """The record depends on the exact value of dynamic ``v``: check it in the mock."""
+    def check(self, v, var: str | None = None, completed: bool = False, slot: int | None = None) -> None:
+        """The record depends on the exact value of dynamic ``v``: check it in the mock
+        (``completed``: the current instruction has run, a resume point runs it again from
+        its inputs; ``slot``: the stack position there that holds ``v``, untracked)."""
         var = var or self.dynamic.pop(id(v))
-        if self._guard_allowed():
-            self.steps.append(Step("check", self._before(), None, None, (var, v)))
+        self._check("check", (var, v), completed, None if slot is None else (slot, var))
 
-    def _truth(self, truth: bool, var: str) -> None:
-        if self._guard_allowed():
-            self.steps.append(Step("truth", self._before(), None, None, (var, truth)))
+    def _check(self, kind: str, args: tuple, completed: bool, slot=None) -> None:
+        if self.undoable():
+            self.steps.append(Step(kind, self._before(), None, None, args))
+            return
+        try:   # the state at the check must be the graphs' work so far: end the piece here
+            self.recorder.cut()
+            point = continuations.take(len(self.points), self.breaker.monitor, self.breaker.graph,
+                                       self.dynamic, completed, slot)
+        except Exception as e:  # noqa: BLE001 - Unresumable, or the recorder's refusal
+            self.breaker.stop("a value computed eagerly decides the call (the record would check it) "
+                              "after effects a failed check cannot take back, and the call cannot "
+                              f"resume there: {e}")
+            return
+        point.before = self._before()
+        self.points.append(point)
+        self.steps.append(Step(kind, self._before(), None, None, args, resume=point))
 
     def undoable(self) -> bool:
         """Has nothing observable happened so far (a mock may still give up and the call run
@@ -268,14 +289,6 @@ class Segmenter(Observer):
         with self.recorder.paused():
             drew = not torch.equal(self._rng, torch.default_generator.get_state())
         return not drew and not self.recorder.inputs_updated()
-
-    def _guard_allowed(self) -> bool:
-        if not self.undoable():
-            self.breaker.stop("a value computed eagerly decides the call (the record would check it) after "
-                              "effects a failed check cannot take back (I/O or an unannotated native, "
-                              "in-place updates, random numbers)")
-            return False
-        return True
 
     # ------------------------------------------------------------------ events
     def on_exception(self, frame, exc):
@@ -332,7 +345,7 @@ class Segmenter(Observer):
         if unchecked is not None and unchecked[0] is frame and unchecked[1] != frame.lasti:
             self._unchecked = None
             if ins.opname != "POP_TOP":
-                self.check(unchecked[3], unchecked[2])
+                self.check(unchecked[3], unchecked[2], completed=True, slot=unchecked[4])
         pending = self._pending
         if pending is not None and pending[0] is frame:
             self._instruction_step(frame, ins, inputs, outputs)
@@ -359,11 +372,15 @@ class Segmenter(Observer):
             return   # Python code did the work (a dunder): its own instructions were followed
         if name in _TRUTH:
             v = inputs[0]
-            self._truth(bool(v), self._var_of(v))
+            var = self.dynamic.get(id(v))
+            if var is not None:
+                self._check("truth", (var, bool(v)), completed=True)
+            else:   # a container holding dynamic values: its truth is its length, a step checked
+                self._step(operator.truth, (v,), None, bool(v), None, pure=True, call=False)
         elif name in _NONE_TESTS:
             pass   # a dynamic value is never None (None is checked where it is made)
         elif name in _COMPUTES:
-            self._step(_COMPUTES[name](ins), inputs, None, outputs[0], None, pure=True)
+            self._step(_COMPUTES[name](ins), inputs, None, outputs[0], None, pure=True, call=False)
         else:
             self.breaker.stop(f"{name} on a value computed eagerly")
 
@@ -374,9 +391,9 @@ class Segmenter(Observer):
             v = inputs[0]
             with self.recorder.paused():
                 truth = bool(v)
-            self._step(operator.truth, (v,), None, truth, brk, pure=True)
+            self._step(operator.truth, (v,), None, truth, brk, pure=True, call=False)
         elif name == "FORMAT_VALUE":
-            self._step(_COMPUTES[name](ins), inputs, None, outputs[0], brk, pure=True)
+            self._step(_COMPUTES[name](ins), inputs, None, outputs[0], brk, pure=True, call=False)
         else:
             self.breaker.stop(brk.reason)
 
@@ -388,14 +405,6 @@ class Segmenter(Observer):
             if self.is_dynamic(inputs[i]):
                 self.breaker.stop("a value computed eagerly used as a key")
                 return
-
-    def _var_of(self, v) -> str:
-        var = self.dynamic.get(id(v))
-        if var is None:   # a container holding dynamic values: its truth is its length
-            var = f"e{len(self.steps)}"
-            self._step(operator.truth, (v,), None, bool(v), None, pure=True)
-            return var
-        return var
 
     def _freeze(self, v, depth=_TAINT_DEPTH):
         """A step's argument as it is now: containers copied (the program may change them
@@ -469,6 +478,10 @@ class Capture:
         return self.segmenter.dynamic
 
     @property
+    def points(self) -> list[ResumePoint]:
+        return self.segmenter.points
+
+    @property
     def new_functions(self) -> set[int]:
         return self.builder.new_functions
 
@@ -479,9 +492,18 @@ class Capture:
 
     def run(self, fn, args: tuple, kwargs: dict):
         """Run the program under the monitor; its real result."""
+        return self._recording(self.monitor.run, fn, *args, **kwargs)
+
+    def resume(self, resume: Resume):
+        """Resume the frames of a failed check under the monitor (a continuation: effects
+        have happened before it); the outermost frame's result."""
+        self.segmenter.effects = True
+        return self._recording(self.monitor.resume, continuations.frames(resume, self.monitor))
+
+    def _recording(self, run, *args, **kwargs):
         try:
             with self.recorder:
-                return self.monitor.run(fn, *args, **kwargs)
+                return run(*args, **kwargs)
         finally:
             # What the call leaves running (a generator, a coroutine) runs on unrecorded.
             self.monitor.observers.clear()

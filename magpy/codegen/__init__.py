@@ -53,6 +53,8 @@ def generate(refgraph: RefGraph, recording, result, nargs: int, kwarg_names: tup
         writer = MockWriter(refgraph, recording, names, refs)
         body = writer.write(result)
         lone = writer.lone(result)
+        for point in recording.points:
+            body += writer.continuation(point)
     inputs = recording.recorder.env_inputs() if not broken else []
     env = [var(sn) for sn in inputs]
     env += [var(refgraph.nodes[i]) for i in sorted(refs) if var(refgraph.nodes[i]) not in env]

@@ -20,8 +20,9 @@ import types
 import torch
 
 from magpy.codegen.source import Names, is_literal, value_checks, var
+from magpy.continuations import Reduced, Resume, Variable
 from magpy.errors import CaptureError
-from magpy.monitor import generators
+from magpy.monitor import NULL, generators
 from magpy.opgraph import InputSource
 from magpy.refgraph.graph import UNSET, Kind, RefGraph, is_immutable, state_of
 
@@ -52,7 +53,7 @@ class _Miss:
 MISS = _Miss()
 # What mock code refers to by name.
 NAMESPACE = {"FUNCTION": types.FunctionType, "CELL": types.CellType, "COMMIT_FAILED": MockCommitError,
-             "MISS": MISS, "STEP_RAISED": StepRaised}
+             "MISS": MISS, "STEP_RAISED": StepRaised, "RESUME": Resume}
 
 
 class MockWriter:
@@ -69,6 +70,7 @@ class MockWriter:
         self.shared = set()    # ids of new objects referenced more than once
         self._cells = []       # (variable, new cell) whose contents are still to be set
         self._keep = []
+        self.used = None       # names of mock variables the code being written uses (continuations)
 
     def write(self, result):
         """The mock's body: pieces and steps in program order, then the final state."""
@@ -86,13 +88,15 @@ class MockWriter:
 
     def step(self, step) -> None:
         """An eager step: its call on the values at the break, or a check of what it gave."""
+        # A failed check after effects resumes the monitor there (magpy.continuations).
+        miss = "MISS" if step.resume is None else f"cont{step.resume.index}(locals())"
         if step.kind == "check":
             name, value = step.args
             checks = " and ".join(value_checks(self.names, name, value))
-            self.lines.append(f"    if not ({checks}): return MISS")
+            self.lines.append(f"    if not ({checks}): return {miss}")
         elif step.kind == "truth":
             name, truth = step.args
-            self.lines.append(f"    if {'not ' if truth else ''}{name}: return MISS")
+            self.lines.append(f"    if {'not ' if truth else ''}{name}: return {miss}")
         else:
             args = [self.expr(a) for a in step.args]
             args += [f"{k}={self.expr(x)}" for k, x in (step.kwargs or {}).items()]
@@ -108,23 +112,50 @@ class MockWriter:
     def callee(self, fn) -> str:
         name = self.dynamic.get(id(fn))
         if name is not None:
-            return name
+            return self.use(name)
         owner = getattr(fn, "__self__", None)
         if owner is not None and not isinstance(owner, (type, types.ModuleType)) and hasattr(fn, "__name__"):
             # A bound method is made anew on each access: bind it to this call's object.
             return f"getattr({self.expr(owner)}, {fn.__name__!r})"
         return self.names.const(fn)
 
+    def continuation(self, point) -> list[str]:
+        """``cont{k}(m)``: given the mock's variables ``m`` where check ``k`` failed, write back
+        the program state of the resume point and return its frames, built (a Resume)."""
+        saved = self.lines, self.commits, self._built, self.shared, self._cells, self.used
+        fresh = [], [], {}, set(), [], set()
+        self.lines, self.commits, self._built, self.shared, self._cells, self.used = fresh
+        try:
+            for node, now in point.changed:
+                self.update(node, now)
+            frames = []
+            for fs in point.frames:
+                local = ", ".join(self.expr(v) for v in fs.locals)
+                stack = ", ".join(self.expr(v) for v in fs.stack)
+                parts = ", ".join(self.names.const(x) for x in (fs.code, fs.globals, fs.builtins, fs.fn))
+                frames.append(f"({parts}, [{local}], [{stack}], {fs.pc}, {fs.kwnames!r})")
+            self.fill_cells()
+            body = self.lines + self.commit_block()
+            head = [f"def cont{point.index}(m):"]
+            head += [f"    {name} = m[{name!r}]" for name in sorted(self.used)]
+            ran = sum(1 for piece in self.rec.pieces[:point.before] if piece.op_count)
+            frames = "".join(f + ", " for f in frames)
+            return head + body + [f"    return RESUME({point.index}, ({frames}), {ran})"]
+        finally:
+            self.lines, self.commits, self._built, self.shared, self._cells, self.used = saved
+
+    def commit_block(self) -> list[str]:
+        if not self.commits:
+            return []
+        return (["    try:"] + ["    " + line for line in self.commits]
+                + ["    except Exception as e:", "        raise COMMIT_FAILED from e"])
+
     def final(self, result):
         for node in self.g.mock_nodes():
             self.update(node)
         ret = self.expr(result)
         self.fill_cells()
-        commits = []
-        if self.commits:
-            commits = (["    try:"] + ["    " + line for line in self.commits]
-                       + ["    except Exception as e:", "        raise COMMIT_FAILED from e"])
-        return self.lines + commits + [f"    return {ret}"]
+        return self.lines + self.commit_block() + [f"    return {ret}"]
 
     def lone(self, v) -> bool:
         """Is ``v`` a new object the final state refers to once (the return value itself)?"""
@@ -136,7 +167,13 @@ class MockWriter:
 
     def load(self, node) -> str:
         self.refs.add(node.id)
-        return var(node)
+        return self.use(var(node))
+
+    def use(self, name: str) -> str:
+        """``name``, a variable of the mock, used by the code being written."""
+        if self.used is not None:
+            self.used.add(name.split("[")[0])
+        return name
 
     # ------------------------------------------------------------------ in-place updates
     def update(self, node, now=None):
@@ -196,7 +233,13 @@ class MockWriter:
     def expr(self, v) -> str:
         name = self.dynamic.get(id(v))
         if name is not None:
-            return name
+            return self.use(name)
+        if type(v) is Reduced:   # taken at a resume point
+            return self._built.get(id(v)) or self.rebuild(v, v.parts)
+        if type(v) is Variable:
+            return self.use(v.name)
+        if v is NULL:
+            return self.names.const(v)
         if is_immutable(v) and not (type(v) is tuple and any(map(self.dynamic_inside, v))):
             return repr(v) if is_literal(v) else self.names.const(v)
         node = self.g.node_of(v)
@@ -217,7 +260,7 @@ class MockWriter:
         piece = self.rec.produced(t)
         if piece is None:
             raise CaptureError(f"the call leaves behind a tensor of unknown origin (shape {tuple(t.shape)})")
-        return f"out{piece.index}[{piece.output(t)}]"
+        return self.use(f"out{piece.index}[{piece.output(t)}]")
 
     def build(self, v) -> str:
         t = type(v)
@@ -309,6 +352,10 @@ class MockWriter:
             rv = v.__reduce_ex__(4)
         except Exception as e:  # noqa: BLE001 - anything unpicklable
             raise CaptureError(f"cannot rebuild a {type(v).__qualname__} the call created: {e}") from e
+        return self.rebuild(v, rv)
+
+    def rebuild(self, v, rv) -> str:
+        """Build ``v`` from its reduction ``rv`` (callable, args, state, list items, dict items)."""
         if isinstance(rv, str) or len(rv) < 2:
             return self.names.const(v)
         fn, args = rv[0], rv[1]

@@ -501,8 +501,11 @@ def _struct_read(position, dunder=None):
         if node.kind in _CONTAINERS:
             b.expand(node)
         elif dunder is not None:
+            # The first of the protocol's methods the type has is the one called (truth:
+            # ``__bool__``, else ``__len__``).
             for d in dunder:
-                if b.python_dunder(v, d):
+                if type_lookup(type(v), d) is not NULL:
+                    b.python_dunder(v, d)
                     return
     return rule
 

@@ -1,0 +1,215 @@
+"""Continuations: resuming the monitor where a record's check failed, instead of re-running.
+
+A record checks what steers the call after an eager step (``magpy.segments``).  When such
+a check fails on a later call, the work before it has already happened (an I/O step, an
+in-place update): running the call again would repeat it.  So at each check that follows
+such an effect, the recording run takes a :class:`ResumePoint`: every live frame of the call
+(innermost first: code, locals, value stack, the instruction to resume at) and the state of
+every object from outside it changed so far, as it was then.  A failed check makes the
+mock write that state back, build the frames' values (the way it builds new objects) and
+return a :class:`Resume`; the cache then resumes the monitor on those frames (DESIGN.md:
+deoptimization) and records a *continuation*: a record whose arguments are the frames'
+values, tried first on the next failure at that point.
+
+A frame chain can be resumed when every frame is a plain function frame (not a generator,
+class body or callback of a native), each outer frame waits on a ``CALL`` whose callee *is*
+the inner frame's function (so the callee's return value is the call's result), and no
+exception is being handled.  Values are taken as they are at the point: containers are
+copied, objects of Python classes and iterators are reduced (``__reduce_ex__``) then, so a
+list iterator resumes at the same position; objects from outside the call, tensors and
+values of eager steps are themselves.  What cannot be taken (a running generator, a new
+closure cell, a new module) makes the point unresumable, and the record does not check there
+(the call runs eagerly, as before).
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+
+import torch
+
+from magpy.monitor import NULL, Frame
+from magpy.monitor.protocols import py_method
+from magpy.refgraph.graph import RefGraph, is_immutable, same_state, state_of
+
+_CALLS = ("CALL", "CALL_FUNCTION_EX")
+_SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_COPIED = (list, tuple, dict, set, frozenset)
+_DEPTH = 32
+
+
+@dataclasses.dataclass
+class FrameState:
+    """One frame at a resume point: what :func:`frames` needs to make it again."""
+
+    code: types.CodeType
+    fn: types.FunctionType | None
+    globals: dict
+    builtins: dict
+    locals: list
+    stack: list
+    pc: int            # code unit to execute next
+    kwnames: tuple
+
+
+@dataclasses.dataclass
+class ResumePoint:
+    """The call's state at a check: its frames (innermost first) and the changed objects
+    from outside with their state then (``(ShadowNode, state)``, ``state_of``'s form)."""
+
+    index: int
+    frames: list[FrameState]
+    changed: list
+    before: int = 0    # the piece whose graph the check precedes
+
+
+class Reduced:
+    """An object taken at a resume point by its ``__reduce_ex__`` (its parts taken too)."""
+
+    __slots__ = ("original", "parts")
+
+    def __init__(self, original, parts: tuple):
+        self.original = original
+        self.parts = parts
+
+
+class Variable:
+    """A value at a resume point that the mock has in a variable (an eager step's result)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class Resume:
+    """What a mock returns when a check with a resume point fails: the point's index and the
+    frames' values, built (``(code, globals, builtins, fn, locals, stack, pc, kwnames)``)."""
+
+    __slots__ = ("index", "frames", "graphs")
+
+    def __init__(self, index: int, frames: tuple, graphs: int):
+        self.index = index
+        self.frames = frames
+        self.graphs = graphs   # how many graphs the mock ran before the check
+
+    def values(self) -> tuple:
+        """Every local and stack value of every frame, in order: the continuation's arguments."""
+        return tuple(v for f in self.frames for v in (*f[4], *f[5]))
+
+
+class Unresumable(Exception):
+    """The call's state here cannot be taken (the reason is the message)."""
+
+
+def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, slot=None) -> ResumePoint:
+    """The resume point of the call now, resuming the innermost frame's current instruction
+    from its inputs (``completed``: it has run).  ``slot``: ``(position, variable)``, a value of
+    that stack the mock has in a variable (an eager step's result).  Raises Unresumable."""
+    chain = _chain(monitor, completed)
+    taker = _Taker(graph, dynamic)
+    frames = []
+    for i, f in enumerate(chain):
+        if i == 0:   # from the instruction's inputs: it runs again
+            stack, pc = f.stack[:f.ins_base] + list(f.ins_inputs), f.lasti
+        else:        # waiting on its call: the result is pushed on resuming
+            stack, pc = f.stack[:f.ins_base], f.pc
+        stack = [taker.take(v) for v in stack]
+        if i == 0 and slot is not None:
+            stack[slot[0]] = Variable(slot[1])
+        frames.append(FrameState(f.code, f.fn, f.globals, f.builtins, [taker.take(v) for v in f.locals],
+                                 stack, pc, f.kwnames))
+    changed = []
+    for node in graph.nodes[1:]:
+        if node.snapshot is None:
+            continue
+        now = state_of(node.value, node.kind)
+        if not same_state(now, node.snapshot):
+            changed.append((node, taker.take(now)))
+    return ResumePoint(index, frames, changed)
+
+
+def _chain(monitor, completed: bool) -> list:
+    if len(monitor.exc_stack) != 1 or monitor.exc_stack[0][0] is not None:
+        raise Unresumable("an exception is being handled")
+    f = monitor.current
+    if completed and f.info.instructions[f.lasti].opname in _CALLS:
+        raise Unresumable("the check follows a call that has run")
+    chain = []
+    while isinstance(f, Frame):
+        if f.ns is not None or f.code.co_flags & _SUSPENDABLE or f.fn is None:
+            raise Unresumable(f"frame {f.code.co_qualname} is a generator, a class body or exec'd code")
+        if chain and not _waits_on(f, chain[-1]):
+            raise Unresumable(f"{f.code.co_qualname} reached {chain[-1].code.co_qualname} not by a call")
+        chain.append(f)
+        f = f.back
+    return chain
+
+
+def _waits_on(outer: Frame, inner: Frame) -> bool:
+    """Is ``outer`` executing a CALL whose result is ``inner``'s return value?"""
+    if outer.info.instructions[outer.lasti].opname not in _CALLS:
+        return False
+    ins = outer.ins_inputs
+    callee = ins[1] if ins[0] is NULL else ins[0]
+    fn = inner.fn
+    return (callee is fn or getattr(callee, "__func__", None) is fn
+            or (not isinstance(callee, type) and py_method(type(callee), "__call__") is fn))
+
+
+class _Taker:
+    """Takes values as they are now, keeping identities (a memo)."""
+
+    def __init__(self, graph: RefGraph, dynamic: dict):
+        self.graph, self.dynamic = graph, dynamic
+        self.memo: dict[int, object] = {}
+        self._keep = []
+
+    def take(self, v, depth: int = _DEPTH):
+        if (v is NULL or is_immutable(v) or isinstance(v, torch.Tensor) or id(v) in self.dynamic
+                or self.graph.node_of(v) is not None or depth == 0):
+            return v
+        got = self.memo.get(id(v))
+        if got is not None:
+            return got
+        self._keep.append(v)
+        t = type(v)
+        if t in _COPIED:
+            if t is dict:
+                got = self.memo[id(v)] = {}
+                got.update({self.take(k, depth - 1): self.take(x, depth - 1) for k, x in v.items()})
+                return got
+            if t is list:
+                got = self.memo[id(v)] = []
+                got.extend(self.take(x, depth - 1) for x in v)
+                return got
+            got = self.memo[id(v)] = t(self.take(x, depth - 1) for x in v)
+            return got
+        if isinstance(v, (types.FunctionType, type, types.ModuleType, types.BuiltinFunctionType)):
+            if isinstance(v, types.FunctionType) and v.__closure__:
+                raise Unresumable(f"a closure made in the call ({v.__qualname__}) is live")
+            return v
+        if isinstance(v, (types.CellType, torch.nn.Module, types.GeneratorType, types.CoroutineType)):
+            raise Unresumable(f"a {t.__qualname__} made in the call is live")
+        try:
+            rv = v.__reduce_ex__(4)
+        except Exception as e:  # noqa: BLE001 - anything that cannot be pickled
+            raise Unresumable(f"a {t.__qualname__} made in the call cannot be rebuilt: {e}") from e
+        if isinstance(rv, str):
+            return v
+        # Items and entries come as iterators: take them now.
+        rv = tuple(list(p) if i >= 3 and p is not None else p for i, p in enumerate(rv))
+        got = self.memo[id(v)] = Reduced(v, ())
+        got.parts = tuple(self.take(p, depth - 1) for p in rv)
+        return got
+
+
+def frames(resume: Resume, monitor) -> list[Frame]:
+    """Monitored frames made from a :class:`Resume`, innermost first."""
+    out = []
+    for code, globals_, builtins, fn, local, stack, pc, kwnames in resume.frames:
+        f = Frame(code, globals_, builtins, fn, None, list(local), list(stack), 2 * pc, monitor)
+        f.kwnames = kwnames
+        out.append(f)
+    return out
