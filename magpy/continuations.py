@@ -61,6 +61,9 @@ class ResumePoint:
     index: int
     frames: list[FrameState]
     changed: list
+    # Objects from outside the call the taken values hold (an iterator's modules): the
+    # continuation gets them as arguments too, so it reaches them as the parent did.
+    external: list
     before: int = 0    # the piece whose graph the check precedes
 
 
@@ -87,16 +90,18 @@ class Resume:
     """What a mock returns when a check with a resume point fails: the point's index and the
     frames' values, built (``(code, globals, builtins, fn, locals, stack, pc, kwnames)``)."""
 
-    __slots__ = ("index", "frames", "graphs")
+    __slots__ = ("index", "frames", "graphs", "external")
 
-    def __init__(self, index: int, frames: tuple, graphs: int):
+    def __init__(self, index: int, frames: tuple, graphs: int, external: tuple):
         self.index = index
         self.frames = frames
-        self.graphs = graphs   # how many graphs the mock ran before the check
+        self.graphs = graphs       # how many graphs the mock ran before the check
+        self.external = external   # ResumePoint.external, as this call has them
 
     def values(self) -> tuple:
-        """Every local and stack value of every frame, in order: the continuation's arguments."""
-        return tuple(v for f in self.frames for v in (*f[4], *f[5]))
+        """Every local and stack value of every frame, in order, then the objects from outside
+        they hold: the continuation's arguments."""
+        return tuple(v for f in self.frames for v in (*f[4], *f[5])) + self.external
 
 
 class Unresumable(Exception):
@@ -127,7 +132,8 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
         now = state_of(node.value, node.kind)
         if not same_state(now, node.snapshot):
             changed.append((node, taker.take(now)))
-    return ResumePoint(index, frames, changed)
+    direct = {id(v) for fs in frames for v in (*fs.locals, *fs.stack)}
+    return ResumePoint(index, frames, changed, [v for k, v in taker.external.items() if k not in direct])
 
 
 def _chain(monitor, completed: bool) -> list:
@@ -164,18 +170,24 @@ class _Taker:
     def __init__(self, graph: RefGraph, dynamic: dict):
         self.graph, self.dynamic = graph, dynamic
         self.memo: dict[int, object] = {}
+        self.external: dict[int, object] = {}   # objects from outside the call met, by id
         self._keep = []
 
     def take(self, v, depth: int = _DEPTH):
-        if (v is NULL or is_immutable(v) or isinstance(v, torch.Tensor) or id(v) in self.dynamic
-                or self.graph.node_of(v) is not None or depth == 0):
+        name = self.dynamic.get(id(v))
+        if name is not None:   # an eager step's value: the mock's variable (the record may
+            return Variable(name)   # hold it as a constant by the time the code is written)
+        t = type(v)
+        if self.graph.node_of(v) is not None:
+            self.external[id(v)] = v
+            return v
+        if v is NULL or (is_immutable(v) and t not in _COPIED) or isinstance(v, torch.Tensor) or depth == 0:
             return v
         got = self.memo.get(id(v))
         if got is not None:
             return got
         self._keep.append(v)
-        t = type(v)
-        if t in _COPIED:
+        if t in _COPIED:   # (a tuple of plain values too: it may hold an eager step's value)
             if t is dict:
                 got = self.memo[id(v)] = {}
                 got.update({self.take(k, depth - 1): self.take(x, depth - 1) for k, x in v.items()})
@@ -190,7 +202,14 @@ class _Taker:
             if isinstance(v, types.FunctionType) and v.__closure__:
                 raise Unresumable(f"a closure made in the call ({v.__qualname__}) is live")
             return v
-        if isinstance(v, (types.CellType, torch.nn.Module, types.GeneratorType, types.CoroutineType)):
+        if t is types.CellType:   # a frame's own cell (no closure over it is live): a new one
+            got = self.memo[id(v)] = types.CellType()
+            try:
+                got.cell_contents = self.take(v.cell_contents, depth - 1)
+            except ValueError:
+                pass   # empty: the variable is not bound yet
+            return got
+        if isinstance(v, (torch.nn.Module, types.GeneratorType, types.CoroutineType)):
             raise Unresumable(f"a {t.__qualname__} made in the call is live")
         try:
             rv = v.__reduce_ex__(4)

@@ -31,7 +31,7 @@ from magpy.config import config
 from magpy.continuations import Resume
 from magpy.errors import BackendError, CaptureError, GraphBreak
 from magpy.monitor import Monitor, generators, shared_default_policy
-from magpy.refgraph.graph import ARG, KWARG, tensor_version
+from magpy.refgraph.graph import ARG, KWARG, is_immutable, tensor_version
 from magpy.segments import Capture
 
 
@@ -228,7 +228,8 @@ def capture_continuation(resume: Resume, backend, errors: list | None = None) ->
         with _stage("setting up the recording"):
             cap = Capture(_policy)
             for i, v in enumerate(values):
-                cap.refgraph.root(ARG, i, v)
+                # Plain values (a loop counter, a step's small int) are constants of the record.
+                cap.refgraph.root(ARG, i, v, read=is_immutable(v))
     except CaptureError as e:
         _capture_failed(e, errors)
         return Monitor().resume(continuations.frames(resume, None)), None

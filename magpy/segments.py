@@ -261,8 +261,10 @@ class Segmenter(Observer):
         """The record depends on the exact value of dynamic ``v``: check it in the mock
         (``completed``: the current instruction has run, a resume point runs it again from
         its inputs; ``slot``: the stack position there that holds ``v``, untracked)."""
-        var = var or self.dynamic.pop(id(v))
+        var = var or self.dynamic[id(v)]
         self._check("check", (var, v), completed, None if slot is None else (slot, var))
+        # From here on the record holds it as a constant (a resume point took it as its variable).
+        self.dynamic.pop(id(v), None)
 
     def _check(self, kind: str, args: tuple, completed: bool, slot=None) -> None:
         if self.undoable():

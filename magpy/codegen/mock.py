@@ -134,13 +134,14 @@ class MockWriter:
                 stack = ", ".join(self.expr(v) for v in fs.stack)
                 parts = ", ".join(self.names.const(x) for x in (fs.code, fs.globals, fs.builtins, fs.fn))
                 frames.append(f"({parts}, [{local}], [{stack}], {fs.pc}, {fs.kwnames!r})")
+            external = "".join(self.expr(v) + ", " for v in point.external)
             self.fill_cells()
             body = self.lines + self.commit_block()
             head = [f"def cont{point.index}(m):"]
             head += [f"    {name} = m[{name!r}]" for name in sorted(self.used)]
             ran = sum(1 for piece in self.rec.pieces[:point.before] if piece.op_count)
             frames = "".join(f + ", " for f in frames)
-            return head + body + [f"    return RESUME({point.index}, ({frames}), {ran})"]
+            return head + body + [f"    return RESUME({point.index}, ({frames}), {ran}, ({external}))"]
         finally:
             self.lines, self.commits, self._built, self.shared, self._cells, self.used = saved
 
