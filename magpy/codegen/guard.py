@@ -67,19 +67,8 @@ class GuardWriter:
 
     def write(self, nargs, kwarg_names, env):
         g = self.g
-        for node in g.nodes[1:]:
-            if node.read or node.absent or node.struct:
-                self.needed.add(node.id)
-            for parent, _, _ in node.aliases:
-                self.needed.add(parent.id)
-                self.needed.add(node.id)
-        # Every needed node needs its ancestors loaded first.
-        for nid in sorted(self.needed):
-            p = g.nodes[nid].parent
-            while p is not None and p.id and p.id not in self.needed:
-                self.needed.add(p.id)
-                p = p.parent
-        nodes = [n for n in g.nodes[1:] if n.id in self.needed]
+        nodes = g.guard_nodes(self.needed)
+        self.needed = {n.id for n in nodes}
         kw = f" or tuple(kwargs) != {tuple(kwarg_names)!r}" if kwarg_names else " or kwargs"
         head = [f"if len(args) != {nargs}{kw}: return None"]
         tensors = [n for n in nodes if n.kind is Kind.TENSOR and n.read]

@@ -288,25 +288,24 @@ class RefGraph:
         return refs
 
     # ------------------------------------------------------------------ Algorithm 1
-    def search(self, version: int, src: ShadowNode | None = None) -> list[ShadowNode]:
-        """Nodes reachable from ``src`` (SN #0) through the refs of one version."""
-        src = src or self.sn0
-        result, seen, queue = [src], {src.id}, collections.deque([src])
-        while queue:
-            cur = queue.popleft()
-            vs = cur.versions
-            refs = vs[version].refs if -len(vs) <= version < len(vs) else {}
-            for nid in refs.values():
-                if nid not in seen:
-                    seen.add(nid)
-                    node = self.nodes[nid]
-                    queue.append(node)
-                    result.append(node)
-        return result
-
-    def guard_nodes(self) -> list[ShadowNode]:
-        """GetGuardNodes: what the run read from the initial state."""
-        return self.search(0)
+    def guard_nodes(self, loaded: set[int]) -> list[ShadowNode]:
+        """GetGuardNodes: the nodes the guard loads, in load order.  Those the run read from
+        its initial state (values, structures, names found missing, second paths to one
+        object), those the mock needs (``loaded``: graph inputs, objects it updates or
+        refers to), and every ancestor of these, which their paths go through."""
+        needed = set(loaded)
+        for node in self.nodes[1:]:
+            if node.read or node.absent or node.struct:
+                needed.add(node.id)
+            for parent, _, _ in node.aliases:
+                needed.add(parent.id)
+                needed.add(node.id)
+        for nid in sorted(needed):
+            p = self.nodes[nid].parent
+            while p is not None and p.id and p.id not in needed:
+                needed.add(p.id)
+                p = p.parent
+        return [n for n in self.nodes[1:] if n.id in needed]
 
     def mock_nodes(self) -> list[ShadowNode]:
         """GetMockNodes, part 2: pre-existing nodes updated in place.  (Part 1, new objects
