@@ -1,9 +1,12 @@
-"""One monitor run into one record: RefGraph + operator graph -> guard, mock, compiled graph.
+"""One monitor run into one record: a Capture's RefGraph and operator graphs -> guard, mock,
+compiled graphs.
 
 A record is what the cache stores: its guard decides whether a call may reuse it; its
-action is either the mock (which runs the compiled graph) or, when the run met a dynamic
-operation, running the call eagerly (the guard then covers what the run read before the
-dynamic operation, which is what decided that it would be met).
+action is either the mock (which runs the compiled graphs, with the eager steps between
+them, ``magpy.segments``) or, when the run met an operation that ended recording, running
+the call eagerly (the guard then covers what the run read before it, which is what decided
+that it would be met).  A continuation is a record of the rest of a call from a resume
+point (``magpy.continuations``), made by :func:`capture_continuation`.
 
 magpy's own machinery failing (a RefGraph rule, operator recording, code generation,
 compiling the generated source ...) is not the program's error: the monitor run already is

@@ -24,13 +24,17 @@ does anything else with it (iterates it,   gives up: the call runs eagerly, as b
 uses it as a key, ...)
 =========================================  ==================================================
 
-A check that fails in the mock is a miss of that record: the cache tries the next record
-or records again.  That is only sound while nothing observable has happened yet, so a
-check may only follow pure steps and graphs that updated no input in place and drew no
-random numbers; otherwise the run gives up (continuations, which resume the monitor at the
-break, are the way past that).  Steps see their arguments as they were at the break
-(containers are copied then); program state changes are committed at the end of the mock,
-so a step that is not pure may not follow changes of module attributes (``sys.stdout``).
+A check that fails in the mock before anything observable happened (only pure steps, no
+input updated in place, no random numbers) is a miss of that record: the cache tries the
+next record or records again.  After an effect the call must not run again: the check then
+carries a resume point, and a failure resumes the monitor there (``magpy.continuations``);
+where the call cannot resume, the run gives up.  Steps see their arguments as they were at
+the break (containers are copied then); program state changes are committed at the end of
+the mock, so a step that is not pure may not follow changes of module attributes
+(``sys.stdout``).
+
+:class:`Capture` owns one recording run: the RefGraph and its builder, the operator
+recorder, the breaker and the segmenter, and the monitor running the program under them.
 """
 from __future__ import annotations
 
