@@ -28,8 +28,29 @@ def _eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     with _quiet(categories=(DeprecationWarning,)):   # inductor's imports use deprecated torch.jit APIs
+        from torch._inductor import config as inductor_config
         from torch._inductor.compile_fx import compile_fx
-    return compile_fx(gm, example_inputs)
+        from torch._inductor.decomposition import select_decomp_table
+    if not _rounds(gm):
+        return compile_fx(gm, example_inputs)
+    # A rounding (fake quantization) turns a last-bit difference before it into a whole step.
+    # Inductor's channels-last convolutions and its decomposed BatchNorm sum in another order
+    # than eager's kernels; kept in eager's layout and as eager's kernel, they give eager's
+    # exact values.
+    table = {op: fn for op, fn in select_decomp_table().items() if "batch_norm" not in op.name()}
+    with inductor_config.patch(layout_optimization=False):
+        return compile_fx(gm, example_inputs, decompositions=table)
+
+
+# Operations whose result jumps where their input crosses a boundary.
+_ROUNDING = frozenset({"round", "floor", "ceil", "trunc", "floor_divide", "remainder", "fmod", "sign",
+                       "__floordiv__", "__mod__"})
+
+
+def _rounds(gm: torch.fx.GraphModule) -> bool:
+    return any(n.op in ("call_function", "call_method")
+               and (n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")) in _ROUNDING
+               for n in gm.graph.nodes)
 
 
 def _torchscript(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:

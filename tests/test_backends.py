@@ -171,3 +171,39 @@ def test_failing_named_backend_falls_back_or_raises():
                 compiled(x)
         finally:
             magpy.config.on_backend_error = "fallback"
+
+
+class _FakeQuantConvBN(torch.nn.Module):
+    """conv -> BatchNorm -> round to a 1/16 grid, twice: a last-bit difference before a
+    rounding becomes a whole step after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(16)
+        self.conv2 = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.bn2 = torch.nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        h = torch.round(self.bn1(self.conv1(x)) * 16) / 16
+        return torch.round(self.bn2(self.conv2(h)) * 16) / 16
+
+
+def test_inductor_keeps_eager_arithmetic_before_a_rounding():
+    # Inductor's channels-last convolutions and decomposed BatchNorm differ from eager in the
+    # last bits; magpy compiles graphs that round with eager's layout and BatchNorm kernel.
+    torch.manual_seed(0)
+    model = _FakeQuantConvBN().eval()
+    with torch.no_grad():
+        for bn in (model.bn1, model.bn2):
+            bn.running_mean.normal_()
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.normal_()
+            bn.bias.normal_()
+    compiled = magpy.compile(model, backend="inductor")
+    with torch.no_grad():
+        for seed in range(3):
+            torch.manual_seed(seed)
+            x = torch.randn(2, 8, 32, 32)
+            assert torch.equal(compiled(x), model(x)), seed
+    assert magpy.stats(compiled).mock_runs == 2
