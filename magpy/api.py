@@ -116,6 +116,7 @@ class Explanation:
     result: Any = None
     fast_guard_source: str | None = None   # the stamped fast form of the guard (see codegen)
     eager: bool = False                    # the call runs eagerly (the last break ended recording)
+    segments: list = dataclasses.field(default_factory=list)   # the mock's graphs and steps, in order
 
     def __str__(self) -> str:
         out = [f"graphs: {self.graph_count}, tensor operations: {self.op_count}, "
@@ -123,6 +124,9 @@ class Explanation:
         for i, b in enumerate(self.break_reasons):
             last = self.eager and i == len(self.break_reasons) - 1
             out.append(f"  break ({'ends recording: the call runs eagerly' if last else 'eager step'}): {b}")
+        if len(self.segments) > 1:
+            out.append("segments (what the mock runs, in order):")
+            out += [f"  {line}" for line in self.segments]
         for i, gm in enumerate(self.graphs):
             out.append(f"--- graph {i} ---\n{gm.code.strip()}")
         out.append(f"--- guard ---\n{self.guard_source}")
@@ -147,4 +151,33 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     graphs = list(rec.graphs)
     breaks = list(rec.breaks) + ([rec.graph_break] if rec.graph_break is not None else [])
     return Explanation(len(graphs), graphs, rec.op_count, breaks, rec.guard_source, rec.mock_source, result,
-                       rec.fast_source, rec.graph_break is not None)
+                       rec.fast_source, rec.graph_break is not None, _segments(rec))
+
+
+def _segments(rec) -> list[str]:
+    """One line per graph and eager step of a record, in the order its mock runs them."""
+    lines, graphs = [], iter(range(len(rec.graphs)))
+    ran = -1
+    for step in (*rec.steps, None):
+        before = step.before if step is not None else float("inf")
+        # Graphs of the pieces before this step (empty pieces compiled nothing).
+        while ran + 1 < len(rec.graphs) and rec.graph_pieces[ran + 1] < before:
+            ran = next(graphs)
+            ops = sum(n.op.startswith("call") for n in rec.graphs[ran].graph.nodes)
+            lines.append(f"graph {ran}: {ops} operations")
+        if step is None:
+            break
+        lines.append(_step_line(step))
+    return lines
+
+
+def _step_line(step) -> str:
+    if step.kind == "call":
+        name = getattr(step.fn, "__qualname__", None) or type(step.fn).__qualname__
+        why = f"  <- {step.where}" if step.where is not None else "  (computed from an eager value)"
+        return f"step {step.var} = {name}(...){why}".replace("\n", " ")
+    what = f"check {step.args[0]} == {step.args[1]!r}" if step.kind == "check" else \
+        f"check bool({step.args[0]}) is {step.args[1]}"
+    if step.resume is not None:
+        return f"{what}; if not, resume the monitor at {step.resume.where()}"
+    return f"{what}; if not, the call misses this record"

@@ -29,7 +29,7 @@ import types
 
 import torch
 
-from magpy.monitor import NULL, Frame
+from magpy.monitor import NULL, Frame, code_info
 from magpy.monitor.protocols import py_method
 from magpy.refgraph.graph import RefGraph, is_immutable, same_state, state_of
 
@@ -65,6 +65,11 @@ class ResumePoint:
     # continuation gets them as arguments too, so it reaches them as the parent did.
     external: list
     before: int = 0    # the piece whose graph the check precedes
+
+    def where(self) -> str:
+        """The innermost frame's line the call resumes at."""
+        f = self.frames[0]
+        return f"{f.code.co_filename}:{code_info(f.code).lineno(f.pc)} in {f.code.co_qualname}"
 
 
 class Reduced:

@@ -54,6 +54,7 @@ class Record:
     mutated: tuple = ()            # positions of graph inputs the run updated in place
     changed: bool = False          # the run changed objects it reached from outside
     steps: tuple = ()              # the eager steps between the graphs (magpy.segments.Step)
+    graph_pieces: tuple = ()       # the piece (Step.before) each of ``graphs`` was recorded as
     breaks: tuple = ()             # the dynamic operations that became steps (GraphBreak)
     # resume point -> the records of the call's rest from there (magpy.continuations), MRU first
     continuations: dict = dataclasses.field(default_factory=dict)
@@ -319,6 +320,7 @@ def _make_record(cap: Capture, result, args, kwargs, backend) -> tuple[Record, o
     mutated = tuple(i for i, sn in enumerate(env) if tensor_version(sn.value) != sn.tensor_version)
     rec = Record(guard, mock, tuple(gm for gm in graphs if gm is not None), gen.guard_source, gen.mock_source,
                  None, op_count, *fast, mutated=mutated, changed=changed, steps=tuple(cap.steps),
+                 graph_pieces=tuple(i for i, gm in enumerate(graphs) if gm is not None),
                  breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects)
     if gen.lone_result:
         with _stage("handing back a native generator"):

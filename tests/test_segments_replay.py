@@ -117,3 +117,25 @@ def test_entries_a_rewritten_list_keeps_are_guarded():
         x = torch.full((2,), float(i))
         assert torch.equal(c(x, log_c), shift_in(x, log_e)) and log_c == log_e
     assert magpy.stats(c).eager_runs == 0
+
+
+def print_float_branch(x):
+    y = x * 2
+    print("start")
+    v = float(y.sum())
+    if y.mean() > 0:
+        return y + v
+    return y - 1
+
+
+def test_explain_lists_graphs_steps_and_checks_in_order():
+    with contextlib.redirect_stdout(io.StringIO()):
+        text = str(magpy.explain(print_float_branch, torch.ones(3)))
+    seg = text[text.index("segments (what the mock runs, in order):"):text.index("--- graph 0 ---")]
+    lines = [line.strip() for line in seg.splitlines()[1:]]
+    kinds = [line.split()[0] + (" " + line.split()[1] if line.startswith("step") else "") for line in lines]
+    assert kinds == ["graph", "step e0", "graph", "step e1", "graph", "step e2", "check", "check", "graph"], lines
+    assert "print" in lines[1] and "Tensor.__float__" in lines[3] and "Tensor.__bool__" in lines[5]
+    # After the print, a failed check resumes the monitor at the branch's line.
+    line = print_float_branch.__code__.co_firstlineno + 4
+    assert f"resume the monitor at {__file__}:{line} in print_float_branch" in lines[6], lines[6]
