@@ -233,7 +233,7 @@ def capture_continuation(resume: Resume, backend, errors: list | None = None) ->
             cap = Capture(_policy)
             for i, v in enumerate(values):
                 # Plain values (a loop counter, a step's small int) are constants of the record.
-                cap.refgraph.root(ARG, i, v, read=is_immutable(v))
+                cap.refgraph.root(ARG, i, v, read=is_immutable(v), anew=True)
     except CaptureError as e:
         _capture_failed(e, errors)
         return Monitor().resume(continuations.frames(resume, None)), None

@@ -44,6 +44,7 @@ import weakref
 
 import torch
 import torch.fx as fx
+from torch._C._dynamo.guards import GlobalStateGuard
 
 from magpy import annotations as ann
 from magpy import continuations
@@ -507,6 +508,9 @@ class Capture:
         return self._recording(self.monitor.resume, continuations.frames(resume, self.monitor))
 
     def _recording(self, run, *args, **kwargs):
+        # What the guard checks of torch's global state: as the run found it (a continuation
+        # resumes inside the call, under the grad mode the call had there).
+        self.entry_state = GlobalStateGuard()
         try:
             with self.recorder:
                 return run(*args, **kwargs)

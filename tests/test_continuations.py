@@ -250,3 +250,53 @@ def test_continuations_with_inductor(backend):
     st = magpy.stats(compiled)
     assert (st.monitor_runs, st.eager_runs, st.mock_runs) == (2, 0, 2), st
     assert copy.copy(st.graphs_per_call) >= 2
+
+
+class Scoped(nn.Module):
+    """Branches after effects inside ``with torch.no_grad()``, a user context manager and a
+    ``try/finally``: the resumed frames hold the managers' ``__exit__`` on their stacks."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.events = []
+
+    def forward(self, x):
+        with torch.no_grad(), Tracker(self.events):
+            h = self.lin(x)
+            print("inside")
+            try:
+                if h.sum() > 0:
+                    h = h * 2
+                else:
+                    h = h - 3
+            finally:
+                self.events.append("finally")
+        return h + 1, torch.is_grad_enabled()
+
+
+class Tracker:
+    def __init__(self, events):
+        self.events = events
+
+    def __enter__(self):
+        self.events.append("enter")
+        return self
+
+    def __exit__(self, *exc):
+        self.events.append("exit")
+        return False
+
+
+def _scoped_build():
+    torch.manual_seed(3)
+    m = Scoped()
+    with torch.no_grad():
+        m.lin.weight.copy_(torch.eye(4))
+        m.lin.bias.zero_()
+    return m
+
+
+def test_branch_inside_with_blocks_and_try_finally_resumes():
+    inputs = [_sign_flip(i) for i in range(6)]
+    _compare(_scoped_build, inputs, monitor_runs=2)

@@ -59,7 +59,8 @@ def generate(refgraph: RefGraph, recording, result, nargs: int, kwarg_names: tup
     env = [var(sn) for sn in inputs]
     env += [var(refgraph.nodes[i]) for i in sorted(refs) if var(refgraph.nodes[i]) not in env]
     needed = refs | {sn.id for sn in inputs}
-    guard_lines, fast_lines = GuardWriter(refgraph, names, needed).write(nargs, kwarg_names, env)
+    guard_lines, fast_lines = GuardWriter(refgraph, names, needed, recording.entry_state).write(
+        nargs, kwarg_names, env)
     mock_src = None
     if not broken:
         head = ["def mock(env):"]

@@ -28,7 +28,7 @@ import operator
 import types
 from dataclasses import dataclass
 
-from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
+from torch._C._dynamo.guards import TensorGuards
 
 from magpy.codegen.source import is_literal, same_value, value_checks, var
 from magpy.errors import CaptureError
@@ -62,8 +62,9 @@ class GuardWriter:
     """Writes the full guard and, from the same per-node lines, the fast guard (see
     :func:`_fast_plan`)."""
 
-    def __init__(self, g, names, needed):
+    def __init__(self, g, names, needed, entry_state):
         self.g, self.names, self.needed = g, names, needed
+        self.entry_state = entry_state   # torch's global state (grad mode ...) where the run began
 
     def write(self, nargs, kwarg_names, env):
         g = self.g
@@ -79,7 +80,7 @@ class GuardWriter:
                               dynamic_dims_strides=[list(n.value.stride()) for n in tensors])
             names = ", ".join(var(n) for n in tensors)
             tail.append(f"if not {self.names.const(tg, 'TENSORS')}.check({names}): return None")
-        state = self.names.const(GlobalStateGuard(), "GLOBAL_STATE")   # grad mode, autocast ...
+        state = self.names.const(self.entry_state, "GLOBAL_STATE")   # grad mode, autocast ...
         tail.append(f"if not {state}.check(): return None")
         ret = f"({', '.join(env)}{',' if len(env) == 1 else ''})"
 
@@ -207,7 +208,7 @@ class GuardWriter:
             return value_checks(self.names, v, node.value)
         if k in (Kind.STATIC, Kind.OPAQUE):
             return [f"{v} is {self.names.const(node.value)}"]
-        if k in (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.SET, Kind.OBJECT):
+        if k in (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.SET, Kind.OBJECT, Kind.METHOD):
             return [f"type({v}) is {self.names.const(type(node.value))}"]
         return []
 

@@ -49,6 +49,7 @@ class Kind(enum.Enum):
     OBJECT = "object"    # an instance of a Python class: type, then its attributes
     CELL = "cell"
     CONTEXTVAR = "contextvar"
+    METHOD = "method"    # a bound method made anew on each call: its function, then its object
     OPAQUE = "opaque"    # something else (a C object): identity
 
 
@@ -233,11 +234,21 @@ class RefGraph:
                             self.child(node, ATTR, name, d[name], read=False)
         if read:
             parent.versions[0].refs[edge] = node.id
+            if node.kind is Kind.METHOD and not node.read:
+                # A method made anew on each access (``obj.method``) is the same method when
+                # its function and object are: what the program used of it.
+                self.child(node, ATTR, "__func__", value.__func__)
+                self.child(node, ATTR, "__self__", value.__self__, read=False)
             node.read = True
         return node
 
-    def root(self, rel: str, key, value, *, read: bool = False) -> ShadowNode:
-        """A node reached directly from SN #0 (an argument, or an object of the callable's)."""
+    def root(self, rel: str, key, value, *, read: bool = False, anew: bool = False) -> ShadowNode:
+        """A node reached directly from SN #0 (an argument, or an object of the callable's).
+        ``anew``: the caller makes the value anew on every call (a continuation's frame value),
+        so a bound method is known by its function and object, not by its identity."""
+        node = self.child(self.sn0, rel, key, value, read=False)
+        if anew and type(value) is types.MethodType and node.kind is Kind.OPAQUE:
+            node.kind = Kind.METHOD
         return self.child(self.sn0, rel, key, value, read=read)
 
     def const(self, value) -> ShadowNode:
