@@ -139,13 +139,16 @@ _MOVES = {
     "IMPORT_FROM", "LOAD_BUILD_CLASS", "GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX",
     # A method of a dynamic value is called with it as ``self``: the call is the step.
     "LOAD_METHOD",
+    # Dicts: dynamic values are fine, dynamic keys are not (_key_inputs).
+    "BUILD_MAP", "BUILD_CONST_KEY_MAP", "MAP_ADD",
 }
 # Of those, the ones that look inside their input's own value (its length, its items):
 # fine for a container that holds dynamic values, not for a dynamic container itself.
 _STRUCTURAL = {"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX", "LIST_EXTEND", "LIST_TO_TUPLE",
                "DICT_UPDATE", "DICT_MERGE", "CALL_FUNCTION_EX"}
-# Inputs of STORE_SUBSCR / DELETE_SUBSCR that are keys (a dynamic key decides where a value goes).
-_KEY_INPUTS = {"STORE_SUBSCR": (2,), "DELETE_SUBSCR": (1,)}
+# The inputs of an instruction that are keys (a dynamic key decides where a value goes).
+_KEY_INPUTS = {"STORE_SUBSCR": lambda n: (2,), "DELETE_SUBSCR": lambda n: (1,), "MAP_ADD": lambda n: (0,),
+               "BUILD_MAP": lambda n: range(0, n, 2), "BUILD_CONST_KEY_MAP": lambda n: (n - 1,)}
 
 
 @dataclasses.dataclass
@@ -362,7 +365,7 @@ class Segmenter(Observer):
         entered, self._entered = self._entered, None
         name = ins.opname
         if name in _MOVES:
-            self._move(name, inputs)
+            self._move(frame, name, inputs)
             return
         deep = _DEEP_INPUTS.get(name)
         if deep is None:
@@ -404,11 +407,17 @@ class Segmenter(Observer):
         else:
             self.breaker.stop(brk.reason)
 
-    def _move(self, name, inputs) -> None:
+    def _move(self, frame, name, inputs) -> None:
         if name in _STRUCTURAL and any(id(v) in self.dynamic for v in inputs):
             self.breaker.stop(f"{name} on a value computed eagerly")
             return
-        for i in _KEY_INPUTS.get(name, ()):
+        if name == "YIELD_VALUE" and self.is_dynamic(inputs[0]) and not _monitored_consumer(frame):
+            # A native consumer (sorted, max, sum ...) computes from what the generator yields,
+            # unseen: its result would be baked into the record.
+            self.breaker.stop("a generator yields a value computed eagerly to a native function")
+            return
+        keys = _KEY_INPUTS.get(name)
+        for i in keys(len(inputs)) if keys is not None else ():
             if self.is_dynamic(inputs[i]):
                 self.breaker.stop("a value computed eagerly used as a key")
                 return
@@ -434,6 +443,14 @@ class Segmenter(Observer):
                 return any(self.is_dynamic(k, depth - 1) or self.is_dynamic(x, depth - 1) for k, x in items)
             return any(self.is_dynamic(x, depth - 1) for x in items)
         return False
+
+
+def _monitored_consumer(frame) -> bool:
+    """Is the generator ``frame`` resumed by a ``for`` loop (or ``yield from``) of monitored code,
+    which receives what it yields by identity?"""
+    consumer = frame.back
+    info = getattr(consumer, "info", None)
+    return info is not None and info.instructions[consumer.lasti].opname in ("FOR_ITER", "SEND")
 
 
 def _pure(callee) -> bool:

@@ -139,3 +139,81 @@ def test_explain_lists_graphs_steps_and_checks_in_order():
     # After the print, a failed check resumes the monitor at the branch's line.
     line = print_float_branch.__code__.co_firstlineno + 4
     assert f"resume the monitor at {__file__}:{line} in print_float_branch" in lines[6], lines[6]
+
+
+def _floats(x):
+    for row in x:
+        yield float(row.sum())
+
+
+def sort_floats(x):
+    return x * 2, sorted(_floats(x))          # sorted compares the yielded values natively
+
+
+def max_float(x):
+    return x + 1, max(_floats(x))
+
+
+def loop_floats(x):
+    total = []
+    for v in _floats(x):                      # a monitored loop receives them by identity
+        total.append(v)
+    return x - 1, total
+
+
+@pytest.mark.parametrize("fn", [sort_floats, max_float])
+def test_a_native_consuming_yielded_eager_values_runs_eagerly(fn):
+    c = magpy.compile(fn, backend="eager")
+    for seed in range(4):
+        torch.manual_seed(seed)
+        x = torch.randn(3, 2)
+        got, want = c(x), fn(x)
+        assert torch.equal(got[0], want[0]) and got[1] == want[1], seed
+    assert "yields a value computed eagerly to a native" in magpy.stats(c).break_reasons[0]
+
+
+def test_a_loop_over_yielded_eager_values_replays():
+    c = magpy.compile(loop_floats, backend="eager")
+    for seed in range(4):
+        torch.manual_seed(seed)
+        x = torch.randn(3, 2)
+        got, want = c(x), loop_floats(x)
+        assert torch.equal(got[0], want[0]) and got[1] == want[1], seed
+    assert _stats(c) == (1, 3, 0)
+
+
+HISTORY: list = []
+
+
+def dict_logging(x):
+    y = x * 2
+    HISTORY.append({"loss": float(y.sum()), "max": float(y.max())})   # eager values as dict values
+    extra = {}
+    extra["min"] = float(y.min())
+    return y + 1, extra
+
+
+def test_eager_values_in_dicts_replay():
+    c = magpy.compile(dict_logging, backend="eager")
+    for seed in range(4):
+        torch.manual_seed(seed)
+        x = torch.randn(3)
+        got = c(x)
+        logged = HISTORY[-1]
+        want = dict_logging(x)
+        assert torch.equal(got[0], want[0]) and got[1] == want[1] and logged == HISTORY[-1], seed
+    assert _stats(c) == (1, 3, 0)
+    HISTORY.clear()
+
+
+def key_from_eager(x, table):
+    return x * table[int(x.sum() > 0)]        # a small int used as a key: checked, not baked
+
+
+def test_a_small_int_from_a_step_used_as_a_key_is_checked():
+    c = magpy.compile(key_from_eager, backend="eager")
+    table = [0.5, 3.0]
+    for v in (1.0, -1.0, 2.0, -2.0, 1.0):
+        x = torch.full((2,), v)
+        assert torch.equal(c(x, table), key_from_eager(x, table)), v
+    assert _stats(c) == (2, 3, 0)
