@@ -103,9 +103,10 @@ def reset() -> None:
     reset_all()
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class Explanation:
-    """What magpy makes of one call: graphs, breaks and the generated guard and mock."""
+    """What magpy makes of one call.  ``print()`` it for a summary (graphs, operations, breaks,
+    the guarded inputs in words, the segments); :meth:`full` adds the generated code."""
 
     graph_count: int
     graphs: list
@@ -117,16 +118,42 @@ class Explanation:
     fast_guard_source: str | None = None   # the stamped fast form of the guard (see codegen)
     eager: bool = False                    # the call runs eagerly (the last break ended recording)
     segments: list = dataclasses.field(default_factory=list)   # the mock's graphs and steps, in order
+    inputs: list = dataclasses.field(default_factory=list)     # the guard's checks on the inputs, in words
+
+    def __repr__(self) -> str:
+        counts = f"graphs={self.graph_count}, ops={self.op_count}, breaks={len(self.break_reasons)}"
+        return f"Explanation({counts}{', eager' * self.eager})"
 
     def __str__(self) -> str:
-        out = [f"graphs: {self.graph_count}, tensor operations: {self.op_count}, "
-               f"graph breaks: {len(self.break_reasons)}" + (" (runs eagerly)" if self.eager else "")]
+        return "\n".join(self.summary())
+
+    def summary(self) -> list[str]:
+        """The summary's lines (what ``print`` shows)."""
+        out = [f"magpy.explain: {self.graph_count} graph{'s' * (self.graph_count != 1)}, "
+               f"{self.op_count} tensor operations, {len(self.break_reasons)} graph breaks"
+               + (" (the call runs eagerly)" if self.eager else "")]
+        if self.inputs:
+            out.append("guarded inputs:")
+            out += [f"  {line}" for line in self.inputs]
+        for i, gm in enumerate(self.graphs):
+            out.append(f"graph {i}: {_op_summary(gm)}")
         for i, b in enumerate(self.break_reasons):
             last = self.eager and i == len(self.break_reasons) - 1
-            out.append(f"  break ({'ends recording: the call runs eagerly' if last else 'eager step'}): {b}")
+            out.append(f"break ({'ends recording: the call runs eagerly' if last else 'eager step'}): {b}")
         if len(self.segments) > 1:
             out.append("segments (what the mock runs, in order):")
             out += [f"  {line}" for line in self.segments]
+        sizes = [f"guard {_lines(self.guard_source)} lines"]
+        if self.fast_guard_source:
+            sizes.append(f"fast guard {_lines(self.fast_guard_source)}")
+        if self.mock_source:
+            sizes.append(f"mock {_lines(self.mock_source)}")
+        out.append(f"generated code: {', '.join(sizes)} (print(explanation.full()) shows it)")
+        return out
+
+    def full(self) -> str:
+        """The summary, then each graph's code, the guard, the fast guard and the mock."""
+        out = self.summary()
         for i, gm in enumerate(self.graphs):
             out.append(f"--- graph {i} ---\n{gm.code.strip()}")
         out.append(f"--- guard ---\n{self.guard_source}")
@@ -135,6 +162,22 @@ class Explanation:
         if self.mock_source:
             out.append(f"--- mock ---\n{self.mock_source}")
         return "\n".join(out)
+
+
+def _lines(src: str) -> int:
+    return src.count("\n") + 1
+
+
+def _op_summary(gm) -> str:
+    """``52 operations (conv2d 20, batch_norm 20, relu 17, ...)``: the most frequent first."""
+    counts: dict[str, int] = {}
+    for n in gm.graph.nodes:
+        if n.op.startswith("call"):
+            name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
+            counts[name] = counts.get(name, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: -kv[1])
+    listed = ", ".join(f"{k} {v}" for k, v in top[:6]) + (", ..." if len(top) > 6 else "")
+    return f"{sum(counts.values())} operations ({listed})" if counts else "0 operations"
 
 
 def explain(fn: Callable, *args, **kwargs) -> Explanation:
@@ -151,7 +194,7 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     graphs = list(rec.graphs)
     breaks = list(rec.breaks) + ([rec.graph_break] if rec.graph_break is not None else [])
     return Explanation(len(graphs), graphs, rec.op_count, breaks, rec.guard_source, rec.mock_source, result,
-                       rec.fast_source, rec.graph_break is not None, _segments(rec))
+                       rec.fast_source, rec.graph_break is not None, _segments(rec), list(rec.inputs))
 
 
 def _segments(rec) -> list[str]:

@@ -30,6 +30,7 @@ import torch
 
 from magpy import annotations, continuations
 from magpy.codegen import compile_source, generate
+from magpy.codegen.guard import inputs_in_words
 from magpy.config import config
 from magpy.continuations import Resume
 from magpy.errors import BackendError, CaptureError, GraphBreak
@@ -55,6 +56,7 @@ class Record:
     changed: bool = False          # the run changed objects it reached from outside
     steps: tuple = ()              # the eager steps between the graphs (magpy.segments.Step)
     graph_pieces: tuple = ()       # the piece (Step.before) each of ``graphs`` was recorded as
+    inputs: tuple = ()             # the guard's checks on the arguments, in words (explain)
     breaks: tuple = ()             # the dynamic operations that became steps (GraphBreak)
     # resume point -> the records of the call's rest from there (magpy.continuations), MRU first
     continuations: dict = dataclasses.field(default_factory=dict)
@@ -218,10 +220,19 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | Non
         if cap.breaker.internal is not None:
             err = cap.breaker.internal
             raise _stage_error(_observer_stage(err), err) from err
-        rec, result = _make_record(cap, result, args, kwargs, backend)
+        rec, result = _make_record(cap, result, args, kwargs, backend, _parameter_names(fn))
     except CaptureError as e:
         return result, _capture_failed(e, errors)
     return result, rec
+
+
+def _parameter_names(fn) -> list[str]:
+    """The names of ``fn``'s positional parameters as a caller passes them (no ``self``)."""
+    if isinstance(fn, torch.nn.Module):
+        fn = fn.forward
+    skip = 1 if isinstance(fn, types.MethodType) else 0
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return list(code.co_varnames[skip:code.co_argcount]) if code is not None else []
 
 
 def capture_continuation(resume: Resume, backend, errors: list | None = None) -> tuple[object, Record | None]:
@@ -242,7 +253,8 @@ def capture_continuation(resume: Resume, backend, errors: list | None = None) ->
         if cap.breaker.internal is not None:
             err = cap.breaker.internal
             raise _stage_error(_observer_stage(err), err) from err
-        rec, result = _make_record(cap, result, values, {}, backend)
+        names = [f"resumed value {i}" for i in range(len(values))]
+        rec, result = _make_record(cap, result, values, {}, backend, names)
     except CaptureError as e:
         return result, _capture_failed(e, errors)
     return result, rec
@@ -289,7 +301,7 @@ def _used_parameters(fn):
         name: name in loaded for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]}
 
 
-def _make_record(cap: Capture, result, args, kwargs, backend) -> tuple[Record, object]:
+def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Record, object]:
     """The record of a finished monitor run, and the result to hand back (see
     :func:`_native_twin`); each stage's failure is a :class:`CaptureError` naming it."""
     g = cap.refgraph
@@ -297,6 +309,7 @@ def _make_record(cap: Capture, result, args, kwargs, backend) -> tuple[Record, o
     with _stage("finding what the call changed (RefGraph)"):
         g.finish()
         changed = bool(g.mock_nodes())
+        inputs = tuple(inputs_in_words(g, names))
     with _stage("generating the guard and mock (codegen)"):
         gen = generate(g, cap, result, len(args), tuple(kwargs), broken)
     with _stage("compiling the generated guard (compile_source)"):
@@ -308,7 +321,7 @@ def _make_record(cap: Capture, result, args, kwargs, backend) -> tuple[Record, o
     op_count = cap.recorder.op_count
     if broken:
         return Record(guard, None, (), gen.guard_source, None, cap.broken, op_count, *fast,
-                      changed=changed, breaks=tuple(cap.segmenter.breaks)), result
+                      changed=changed, breaks=tuple(cap.segmenter.breaks), inputs=inputs), result
     with _stage("closing the operator graphs (opgraph)"):
         graphs = cap.graphs()
     with _stage("compiling the graphs (backend)"):
@@ -320,7 +333,7 @@ def _make_record(cap: Capture, result, args, kwargs, backend) -> tuple[Record, o
     mutated = tuple(i for i, sn in enumerate(env) if tensor_version(sn.value) != sn.tensor_version)
     rec = Record(guard, mock, tuple(gm for gm in graphs if gm is not None), gen.guard_source, gen.mock_source,
                  None, op_count, *fast, mutated=mutated, changed=changed, steps=tuple(cap.steps),
-                 graph_pieces=tuple(i for i, gm in enumerate(graphs) if gm is not None),
+                 graph_pieces=tuple(i for i, gm in enumerate(graphs) if gm is not None), inputs=inputs,
                  breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects)
     if gen.lone_result:
         with _stage("handing back a native generator"):

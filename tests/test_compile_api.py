@@ -413,10 +413,14 @@ def test_explain_reports_graph_guard_and_mock():
     for src in (exp.guard_source, exp.mock_source, exp.fast_guard_source):
         assert isinstance(src, str) and src.strip()
         compile(src, "<generated>", "exec")          # generated Python must parse
-    text = str(exp)
+    text = exp.full()
     assert exp.guard_source.strip() in text and exp.mock_source.strip() in text
     assert exp.fast_guard_source.strip() in text
     assert re.search(r"graph(s|[ _]?count)\W*1\b|\b1 graphs?\b", text, re.IGNORECASE), text
+    summary = str(exp)
+    assert exp.guard_source.strip() not in summary and "print(explanation.full())" in summary
+    assert "x: Tensor float32 [3, 4], contiguous, requires_grad=False" in summary, summary
+    assert repr(exp) == "Explanation(graphs=1, ops=3, breaks=0)"
 
 
 def test_explain_on_a_module():
@@ -646,3 +650,16 @@ def test_graph_break_warns_once_per_reason_at_the_program_line():
     assert breaks[0].filename == __file__
     assert breaks[0].lineno == _reads_data.__code__.co_firstlineno + 1
     assert "Tensor.__float__ reads tensor data" in str(breaks[0].message)
+
+
+def test_explain_summary_of_a_resnet_fits_a_screen():
+    from benchmarks.models import MODELS
+    model, args, kwargs = MODELS["resnet50"]("test")[:3]
+    with torch.no_grad():
+        exp = magpy.explain(model, *args, **kwargs)
+    lines = str(exp).splitlines()
+    assert len(lines) < 40, "\n".join(lines)
+    assert f"  x: Tensor float32 {list(args[0].shape)}, contiguous, requires_grad=False" in lines, lines
+    assert any(line.startswith("graph 0: ") and "conv2d" in line for line in lines), lines
+    assert "training is False" in str(exp)
+    assert len(exp.full().splitlines()) > 1000   # the guard of every module is there on request

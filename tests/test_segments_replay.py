@@ -131,7 +131,7 @@ def print_float_branch(x):
 def test_explain_lists_graphs_steps_and_checks_in_order():
     with contextlib.redirect_stdout(io.StringIO()):
         text = str(magpy.explain(print_float_branch, torch.ones(3)))
-    seg = text[text.index("segments (what the mock runs, in order):"):text.index("--- graph 0 ---")]
+    seg = text[text.index("segments (what the mock runs, in order):"):text.index("generated code:")]
     lines = [line.strip() for line in seg.splitlines()[1:]]
     kinds = [line.split()[0] + (" " + line.split()[1] if line.startswith("step") else "") for line in lines]
     assert kinds == ["graph", "step e0", "graph", "step e1", "graph", "step e2", "check", "check", "graph"], lines

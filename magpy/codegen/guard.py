@@ -28,6 +28,7 @@ import operator
 import types
 from dataclasses import dataclass
 
+import torch
 from torch._C._dynamo.guards import TensorGuards
 
 from magpy.codegen.source import is_literal, same_value, value_checks, var
@@ -361,3 +362,41 @@ def _class_dict(cls) -> dict:
 
 
 NAMESPACE["CLASS_DICT"] = _class_dict
+
+
+def inputs_in_words(g: RefGraph, names: list[str]) -> list[str]:
+    """The guard's checks on the call's arguments, and on the compiled module's own flags
+    (``training``), in words: ``x: Tensor float32 [8, 16], contiguous, requires_grad=False``.
+    ``names``: the positional parameters' names."""
+    out = []
+    training: dict[bool, int] = {}
+    for node in g.nodes[1:]:
+        if node.rel in (ARG, KWARG) and node.parent is g.sn0:
+            name = names[node.key] if node.rel == ARG and node.key < len(names) else str(node.key)
+            if node.read or node.struct:
+                out.append(f"{name}: {_value_in_words(node)}")
+        if isinstance(node.value, torch.nn.Module):
+            flag = node.children.get((ATTR, "training"))
+            if flag is not None and flag.read and flag.kind is Kind.VALUE:
+                training[flag.value] = training.get(flag.value, 0) + 1
+    for value, count in sorted(training.items()):
+        out.append(f"training is {value} ({count} module{'s' * (count != 1)} read it)")
+    return out
+
+
+def _value_in_words(node) -> str:
+    v = node.value
+    if node.kind is Kind.TENSOR:
+        parts = [f"Tensor {str(v.dtype).replace('torch.', '')} {list(v.shape)}"]
+        if v.device.type != "cpu":
+            parts.append(str(v.device))
+        parts.append("contiguous" if v.is_contiguous() else f"strides {list(v.stride())}")
+        parts.append(f"requires_grad={v.requires_grad}")
+        return ", ".join(parts)
+    if node.kind is Kind.VALUE:
+        return f"{type(v).__name__} == {v!r}"
+    if node.kind in (Kind.LIST, Kind.TUPLE, Kind.DICT) and node.struct:
+        return f"{type(v).__name__} of {len(v)}"
+    if node.kind is Kind.STATIC:
+        return f"is {getattr(v, '__qualname__', type(v).__qualname__)}"
+    return type(v).__qualname__
