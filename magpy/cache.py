@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 import warnings
 import weakref
 
 import torch
 
-from magpy import continuations
+from magpy import continuations, logs
 from magpy.codegen import MISS, MockCommitError, StepRaised
 from magpy.config import config
 from magpy.continuations import Resume
@@ -200,8 +201,12 @@ class RecordCache:
             self.stats.eager_runs += 1
             return self.fn(*args, **kwargs)
         self.stats.monitor_runs += 1
+        if self.records and logs.on("recompiles"):
+            self.log_recompile(args, kwargs)
         errors = []
+        start = time.perf_counter()
         result, rec = capture(self.fn, args, kwargs, self.backend, self.roots, errors)
+        self.log_recording(rec, time.perf_counter() - start)
         if rec is None:
             self.eager_reason = str(errors[0])
             self.stats.break_reasons.append(self.eager_reason)
@@ -216,6 +221,31 @@ class RecordCache:
         self.records.insert(0, rec)
         self.stats.records = len(self.records)
         return result
+
+    def log_recompile(self, args, kwargs) -> None:
+        """MAGPY_LOGS=recompiles: why each record did not cover this call."""
+        out = logs.logger("recompiles")
+        for i, rec in enumerate(self.records):
+            try:
+                why = rec.diagnose(args, kwargs) if rec.diagnose is not None else None
+            except Exception as e:  # noqa: BLE001 - a diagnosis must never break the call
+                why = f"(no diagnosis: {type(e).__name__}: {e})"
+            why = why or "the guard passed, then a check after an eager step failed"
+            out.info("%s: recording again; record %d of %d: %s", self.name(), i + 1, len(self.records), why)
+
+    def log_recording(self, rec: Record | None, seconds: float) -> None:
+        if rec is None:
+            return
+        what = f"{len(rec.graphs)} graph(s), {rec.op_count} operations, {len(rec.breaks)} eager step(s)"
+        if seconds > logs.SLOW_RECORDING_S:
+            logs.logger("progress").info("%s: recorded and compiled in %.1f s (%s)", self.name(), seconds,
+                                         what)
+        logs.logger("perf").info("%s: recording took %.3f s (%s)", self.name(), seconds, what)
+        for brk in rec.breaks:
+            logs.logger("breaks").info("%s: eager step: %s", self.name(), brk)
+        if rec.graph_break is not None:
+            logs.logger("breaks").info("%s: runs eagerly: %s", self.name(), rec.graph_break)
+        logs.logger("guards").info("%s: new record's guard:\n%s", self.name(), rec.guard_source)
 
     def count_record(self, rec: Record) -> None:
         """A record that runs in pieces (or continues one): its graphs and breaks."""

@@ -22,13 +22,14 @@ import dataclasses
 import dis
 import functools
 import inspect
+import time
 import types
 import warnings
 from dataclasses import dataclass
 
 import torch
 
-from magpy import annotations, continuations
+from magpy import annotations, continuations, logs
 from magpy.codegen import compile_source, generate
 from magpy.codegen.guard import inputs_in_words
 from magpy.config import config
@@ -50,6 +51,7 @@ class Record:
     op_count: int
     make_fast: object = None       # stamp -> fast guard (args, kwargs) -> env | None
     fast_source: str | None = None
+    diagnose: object = None        # (args, kwargs) -> why the guard fails, in words (logs)
     fast: object = None            # the fast guard of the last stamp
     misses: int = 0                # fast guard misses in a row that the full guard passed
     mutated: tuple = ()            # positions of graph inputs the run updated in place
@@ -311,13 +313,14 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
         changed = bool(g.mock_nodes())
         inputs = tuple(inputs_in_words(g, names))
     with _stage("generating the guard and mock (codegen)"):
-        gen = generate(g, cap, result, len(args), tuple(kwargs), broken)
+        gen = generate(g, cap, result, len(args), tuple(kwargs), broken, names)
     with _stage("compiling the generated guard (compile_source)"):
         guard = compile_source(gen.guard_source, gen.namespace, "guard", f"guard {id(gen):x}")
+        diagnose = _diagnosis(gen)
         make_fast = None
         if gen.fast_source is not None:
             make_fast = compile_source(gen.fast_source, gen.namespace, "make_fast", f"fast guard {id(gen):x}")
-    fast = (make_fast, gen.fast_source)
+    fast = (make_fast, gen.fast_source, diagnose)
     op_count = cap.recorder.op_count
     if broken:
         return Record(guard, None, (), gen.guard_source, None, cap.broken, op_count, *fast,
@@ -353,10 +356,24 @@ def _native_twin(result):
     return fn(*args, **kwargs)
 
 
+def _diagnosis(gen):
+    """The record's ``diagnose`` (for logs only: a failure to make it never fails the record)."""
+    try:
+        return compile_source(gen.diagnose_source, gen.namespace, "diagnose", f"diagnose {id(gen):x}")
+    except Exception as e:  # noqa: BLE001 - magpy's bug, reported where the diagnosis is shown
+        why = f"(no diagnosis: {type(e).__name__}: {e})"
+        return lambda args, kwargs: why
+
+
 def _compile_graph(backend, gm, example):
     name, fn = backend
     try:
-        return fn(gm, example)
+        start = time.perf_counter()
+        compiled = fn(gm, example)
+        ops = sum(n.op.startswith("call") for n in gm.graph.nodes)
+        logs.logger("graphs").info("compiled a graph of %d operations with %r in %.3f s", ops, name,
+                                   time.perf_counter() - start)
+        return compiled
     except Exception as e:  # noqa: BLE001 - any backend failure
         if config.on_backend_error == "raise":
             raise BackendError(f"backend {name!r} failed to compile the graph: {e!r}") from e

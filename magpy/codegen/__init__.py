@@ -28,6 +28,7 @@ class Generated:
     mock_source: str | None
     namespace: dict
     fast_source: str | None = None   # defines make_fast(*stamp) -> fast guard; None: no fast path
+    diagnose_source: str = ""        # defines diagnose(args, kwargs) -> why the guard fails, in words
     lone_result: bool = False        # the return value is a new object the final state holds nowhere else
 
     def link(self, graphs: list) -> None:
@@ -38,7 +39,7 @@ class Generated:
 
 
 def generate(refgraph: RefGraph, recording, result, nargs: int, kwarg_names: tuple,
-             broken: bool) -> Generated:
+             broken: bool, params: list[str]) -> Generated:
     """Guard source (and, unless the run broke, mock source) for one recording run.
 
     ``recording`` is the run's :class:`magpy.segments.Capture`: its operator recorder
@@ -59,8 +60,9 @@ def generate(refgraph: RefGraph, recording, result, nargs: int, kwarg_names: tup
     env = [var(sn) for sn in inputs]
     env += [var(refgraph.nodes[i]) for i in sorted(refs) if var(refgraph.nodes[i]) not in env]
     needed = refs | {sn.id for sn in inputs}
-    guard_lines, fast_lines = GuardWriter(refgraph, names, needed, recording.entry_state).write(
-        nargs, kwarg_names, env)
+    writer = GuardWriter(refgraph, names, needed, recording.entry_state)
+    guard_lines, fast_lines = writer.write(nargs, kwarg_names, env)
+    diagnose = "\n".join(writer.write_diagnose(nargs, kwarg_names, params))
     mock_src = None
     if not broken:
         head = ["def mock(env):"]
@@ -68,4 +70,4 @@ def generate(refgraph: RefGraph, recording, result, nargs: int, kwarg_names: tup
             head.append(f"    {', '.join(env)}{',' if len(env) == 1 else ''} = env")
         mock_src = "\n".join(head + body)
     fast_src = None if fast_lines is None else "\n".join(fast_lines)
-    return Generated("\n".join(guard_lines), mock_src, ns, fast_src, lone)
+    return Generated("\n".join(guard_lines), mock_src, ns, fast_src, diagnose, lone)

@@ -56,7 +56,7 @@ _OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
 _TYPE_GETATTRIBUTE = type.__dict__["__getattribute__"]
 # What guard code refers to by name.
 NAMESPACE = {"SAME": same_value, "DICT_VERSION": _DICT_VERSION, "GET_DICT": operator.attrgetter("__dict__"),
-             "IS": operator.is_, "CLASS_DICT": None}
+             "IS": operator.is_, "CLASS_DICT": None, "_short": None}
 
 
 class GuardWriter:
@@ -101,6 +101,47 @@ class GuardWriter:
         full += ["  except NameError:", "    raise", "  except Exception:", "    return None"]
         fast = None if plan is None else self.write_fast(plan, nodes, head, tail, ret)
         return full, fast
+
+    def write_diagnose(self, nargs, kwarg_names, params) -> list[str]:
+        """``diagnose(args, kwargs)``: why the guard fails on a call, in words (the first check
+        that fails, with what the record expected and what the call has), else None.  The
+        same loads and checks as the guard, in the same order; only run when it failed."""
+        nodes = [n for n in self.g.nodes[1:] if n.id in self.needed]
+        words = {n.id: _path_in_words(n, params) for n in nodes}
+        kw = self.names.const(tuple(kwarg_names))
+        out = ["def diagnose(args, kwargs):", "  where = 'the arguments'", "  try:",
+               f"    if len(args) != {nargs}:",
+               f"      return f'{{len(args)}} positional arguments, recorded with {nargs}'",
+               f"    if tuple(kwargs) != {kw}:",
+               f"      return f'keyword arguments {{tuple(kwargs)}}, recorded with {{{kw}}}'"]
+        relations = []
+        for node in nodes:
+            v, w = var(node), words[node.id]
+            out.append(f"    where = {w!r}")
+            out.append(f"    {v} = {self.path(node)}")
+            checks = self.checks(node)
+            if checks:
+                expected = _expected_in_words(node)
+                why = f"{_brace(w)}: expected {_brace(expected)}, got {{_short({v})}}"
+                out.append(f"    if not ({' and '.join(checks)}): return f'{why}'")
+            relations += [(rel, w) for rel in self.relations(node)]
+        for rel, w in relations:
+            why = f"{w}: no longer the same object as another path to it"
+            out.append(f"    if not ({rel}): return {why!r}")
+        tensors = [n for n in nodes if n.kind is Kind.TENSOR and n.read]
+        if tensors:
+            tg = TensorGuards(*[n.value for n in tensors], tensor_check_names=[words[n.id] for n in tensors],
+                              dynamic_dims_sizes=[list(n.value.size()) for n in tensors],
+                              dynamic_dims_strides=[list(n.value.stride()) for n in tensors])
+            loaded = ", ".join(var(n) for n in tensors)
+            out.append(f"    why = {self.names.const(tg, 'TENSORS')}.check_verbose({loaded}, "
+                       f"tensor_check_names={[words[n.id] for n in tensors]!r})")
+            out.append("    if why is not True: return why")
+        state = self.names.const(self.entry_state, "GLOBAL_STATE")
+        out.append(f"    if not {state}.check(): return 'torch global state: ' + {state}.reason()")
+        out += ["    return None", "  except Exception as e:",
+                "    return f'{where}: could not be read ({type(e).__name__}: {e})'"]
+        return out
 
     def write_fast(self, plan, nodes, head, tail, ret):
         """The fast guard: a closure over the objects and dict versions the last passing full
@@ -361,7 +402,19 @@ def _class_dict(cls) -> dict:
 
 
 
+def _short(v) -> str:
+    """A value as a diagnosis shows it."""
+    if isinstance(v, torch.Tensor):
+        return f"a Tensor {str(v.dtype).replace('torch.', '')} {list(v.shape)}"
+    try:
+        text = repr(v) if type(v).__repr__ is not object.__repr__ else f"another {type(v).__qualname__}"
+    except Exception:  # noqa: BLE001 - a value whose repr fails (an int of 5000 digits)
+        text = f"a {type(v).__qualname__}"
+    return text if len(text) < 60 else text[:57] + "..."
+
+
 NAMESPACE["CLASS_DICT"] = _class_dict
+NAMESPACE["_short"] = _short
 
 
 def inputs_in_words(g: RefGraph, names: list[str]) -> list[str]:
@@ -400,3 +453,49 @@ def _value_in_words(node) -> str:
     if node.kind is Kind.STATIC:
         return f"is {getattr(v, '__qualname__', type(v).__qualname__)}"
     return type(v).__qualname__
+
+
+def _brace(text: str) -> str:
+    """``text`` inside an f-string of generated code, taken literally."""
+    return text.replace("{", "{{").replace("}", "}}").replace("'", "\\'")
+
+
+def _path_in_words(node, params) -> str:
+    """How the program reached ``node``: ``x``, ``self.layer.weight``, ``THRESHOLD`` (a global)."""
+    p, rel, key = node.parent, node.rel, node.key
+    if rel == ARG:
+        return params[key] if key < len(params) else f"args[{key}]"
+    if rel == KWARG:
+        return key
+    if rel == CONST:
+        v = node.value
+        if isinstance(v, dict) and "__name__" in v:
+            return ""                                  # a globals dict: its items are globals
+        if isinstance(v, dict) and "__build_class__" in v:
+            return "builtins"
+        if isinstance(v, torch.nn.Module):
+            return "self"
+        return getattr(v, "__qualname__", None) or f"<{type(v).__qualname__}>"
+    base = _path_in_words(p, params)
+    if rel == ITEM:
+        return str(key) if base == "" else f"{base}[{key!r}]"
+    if rel == ATTR:
+        return f"{base}.{key}"
+    if rel == DICT:
+        return f"{base}.__dict__[{key!r}]"
+    if rel == CELL:
+        return f"{base} (closure cell)"
+    return f"{base}.{rel}"
+
+
+def _expected_in_words(node) -> str:
+    v = node.value
+    if node.kind is Kind.VALUE:
+        text = repr(v) if not (type(v) is int and v.bit_length() > 200) else ""
+        return text if 0 < len(text) < 60 else f"a {type(v).__name__}"
+    if node.kind in (Kind.STATIC, Kind.OPAQUE):
+        return f"the recorded {getattr(v, '__qualname__', type(v).__qualname__)}"
+    if node.struct and node.kind in (Kind.LIST, Kind.TUPLE, Kind.DICT):
+        return f"a {type(v).__name__} of {len(node.snapshot)}"
+    missing = " without " + ", ".join(str(k) for _, k in node.absent) if node.absent else ""
+    return f"a {type(v).__qualname__}{missing}"
