@@ -22,7 +22,6 @@ warning (or raises :class:`CaptureError` with ``on_capture_error="raise"``).
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 import warnings
 import weakref
@@ -35,7 +34,7 @@ from magpy.config import config
 from magpy.continuations import Resume
 from magpy.errors import CaptureError, GraphBreakError, GraphBreakWarning, MagpyError
 from magpy.monitor import Monitor
-from magpy.monitor.tracebacks import is_magpy, program_entries
+from magpy.monitor.tracebacks import program_entries, user_stacklevel
 from magpy.opgraph import failed_assertion
 from magpy.record import FastGuardMismatch, Record, capture, capture_continuation, machinery_failed
 from magpy.refgraph.graph import tensor_version
@@ -271,20 +270,12 @@ class RecordCache:
         self.stats.break_reasons.append(reason)
         # Named by its qualified name (a module's repr can be hundreds of lines), pointing at
         # the user's call.
-        warnings.warn(f"magpy: {self.name()}: {reason}", UserWarning, stacklevel=_user_stacklevel())
+        warnings.warn(f"magpy: {self.name()}: {reason}", UserWarning, stacklevel=user_stacklevel())
 
     def clear(self) -> None:
         self.records.clear()
         self.stats.records = 0
         self.eager_reason = None
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` of the innermost caller outside magpy (the user's call)."""
-    f, level = sys._getframe(1), 1
-    while f is not None and is_magpy(f.f_code.co_filename):
-        f, level = f.f_back, level + 1
-    return level
 
 
 def reset_all() -> None:

@@ -36,6 +36,7 @@ from magpy.config import config
 from magpy.continuations import Resume
 from magpy.errors import BackendError, CaptureError, GraphBreak
 from magpy.monitor import Monitor, generators, shared_default_policy
+from magpy.monitor.tracebacks import user_stacklevel
 from magpy.refgraph.graph import ARG, KWARG, is_immutable, tensor_version
 from magpy.segments import Capture
 
@@ -378,7 +379,7 @@ def _compile_graph(backend, gm, example):
         if config.on_backend_error == "raise":
             raise BackendError(f"backend {name!r} failed to compile the graph: {e!r}") from e
         warnings.warn(f"magpy: backend {name!r} failed to compile a graph ({type(e).__name__}: {e}); "
-                      "running the graph eagerly instead", RuntimeWarning, stacklevel=5)
+                      "running the graph eagerly instead", RuntimeWarning, stacklevel=user_stacklevel())
         return gm.forward
 
 
@@ -416,7 +417,8 @@ def machinery_failed(err: CaptureError) -> None:
     is "raise", else warn (once per callable: its cache then runs it eagerly)."""
     if config.on_capture_error == "raise":
         raise err
-    warnings.warn(f"{err}; running this callable eagerly from now on", RuntimeWarning, stacklevel=6)
+    warnings.warn(f"{err}; running this callable eagerly from now on", RuntimeWarning,
+                  stacklevel=user_stacklevel())
 
 
 def _capture_failed(err: CaptureError, errors: list | None) -> None:

@@ -96,3 +96,42 @@ def test_env_switch_prints_to_stderr():
                          capture_output=True, text=True, timeout=120)
     assert "[magpy.recompiles]" in out.stderr, out.stderr
     assert "size mismatch at index 0. expected 2, actual 3" in out.stderr, out.stderr
+
+
+def _warnings_of(call):
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call()
+    return [w for w in caught if "magpy" in str(w.message)]
+
+
+@pytest.mark.magpy_rerecords
+def test_magpys_warnings_point_at_the_users_call(monkeypatch):
+    # A capture failure, a backend failure and the cache limit: each warning's file is this one.
+    from magpy import record
+
+    def boom(*a, **k):
+        raise RuntimeError("injected fault")
+
+    monkeypatch.setattr(record, "generate", boom)
+    f = magpy.compile(lambda x: x + 1, backend="eager")
+    caught = _warnings_of(lambda: f(torch.ones(2)))
+    assert caught and all(w.filename == __file__ for w in caught), [(w.filename, str(w.message)) for w in caught]
+    monkeypatch.undo()
+
+    def failing_backend(gm, example):
+        raise RuntimeError("backend fault")
+
+    g = magpy.compile(lambda x: x * 3, backend=failing_backend)
+    caught = _warnings_of(lambda: g(torch.ones(2)))
+    assert caught and all(w.filename == __file__ for w in caught), [(w.filename, str(w.message)) for w in caught]
+
+    magpy.config.cache_size_limit = 1
+    try:
+        h = magpy.compile(lambda x: x - 1, backend="eager")
+        h(torch.ones(2))
+        caught = _warnings_of(lambda: h(torch.ones(3)))
+        assert caught and all(w.filename == __file__ for w in caught), [(w.filename, str(w.message)) for w in caught]
+    finally:
+        magpy.config.cache_size_limit = 8

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import types
 
 _MAGPY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -67,3 +68,12 @@ def with_entry(tb: types.TracebackType | None, code: types.CodeType, lineno: int
     """``tb`` after the exception passed a monitored frame of ``code`` at ``lineno``."""
     frame = frame_object(code.co_filename, code.co_name, lineno)
     return types.TracebackType(tb, frame, -1, lineno)
+
+
+def user_stacklevel() -> int:
+    """The ``warnings.warn`` stacklevel, for the function calling this one, that points at the
+    innermost caller outside magpy (the user's call)."""
+    f, level = sys._getframe(1), 1
+    while f is not None and is_magpy(f.f_code.co_filename):
+        f, level = f.f_back, level + 1
+    return level
