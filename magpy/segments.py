@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import types
 import weakref
 
 import torch
@@ -53,6 +54,7 @@ from magpy.errors import GraphBreak
 from magpy.monitor import Monitor, Observer, operators
 from magpy.opgraph import OpRecorder
 from magpy.refgraph import Breaker, RefGraph, RefGraphBuilder
+from magpy.refgraph.graph import is_immutable
 
 _SMALL_INTS = range(-5, 257)   # CPython's cached ints: the same object wherever they come from
 _CONTAINERS = (list, tuple, dict, set, frozenset)
@@ -224,6 +226,12 @@ class Segmenter(Observer):
         if not pure:
             if self.breaker.pending_module_writes():
                 self.breaker.stop(brk or "an eager step after the program changed a module's attributes")
+                return
+            if not any(fn is f for f in _READS_ONLY) and self._mutable_inside((args, kwargs)):
+                # It may change them: the mock would pass it copies, and write back the values
+                # this run left, not the ones a later call's step makes.
+                what = brk.reason if brk else _describe(fn)
+                self.breaker.stop(f"{what}, given a mutable object it may change")
                 return
             self.effects = True
         if brk is not None or not pure or any(isinstance(x, torch.Tensor) for x in _leaves((args, kwargs))):
@@ -422,6 +430,20 @@ class Segmenter(Observer):
                 self.breaker.stop("a value computed eagerly used as a key")
                 return
 
+    def _mutable_inside(self, v, depth: int = _TAINT_DEPTH) -> bool:
+        """Does ``v`` hold an object a native could change (not a value, tensor, function,
+        class or module, nor an eager step's value)?"""
+        t = type(v)
+        if id(v) in self.dynamic or is_immutable(v) or isinstance(v, (torch.Tensor, *_STATIC)):
+            return False
+        if t is tuple and depth:
+            return any(self._mutable_inside(x, depth - 1) for x in v)
+        if t is dict and depth and not v:
+            return False
+        if t is dict and depth == _TAINT_DEPTH:   # the kwargs of the call itself
+            return any(self._mutable_inside(x, depth - 1) for x in v.values())
+        return True
+
     def _freeze(self, v, depth=_TAINT_DEPTH):
         """A step's argument as it is now: containers copied (the program may change them
         later; the mock builds the copy), dynamic values and everything else themselves."""
@@ -451,6 +473,11 @@ def _monitored_consumer(frame) -> bool:
     consumer = frame.back
     info = getattr(consumer, "info", None)
     return info is not None and info.instructions[consumer.lasti].opname in ("FOR_ITER", "SEND")
+
+
+# Impure natives known to only read their arguments (their effect is I/O).
+_READS_ONLY = (print,)
+_STATIC = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType, type, types.ModuleType)
 
 
 def _pure(callee) -> bool:

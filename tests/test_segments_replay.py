@@ -217,3 +217,26 @@ def test_a_small_int_from_a_step_used_as_a_key_is_checked():
         x = torch.full((2,), v)
         assert torch.equal(c(x, table), key_from_eager(x, table)), v
     assert _stats(c) == (2, 3, 0)
+
+
+def _fill(lst, v):                 # stands for a native that changes its argument
+    lst.append(v * 2)
+
+
+magpy.annotate(_fill, pure=False)
+
+
+def fills_a_new_list(x):
+    out = []
+    _fill(out, float(x.sum()))
+    return x + 1, out
+
+
+def test_an_impure_native_given_a_mutable_object_runs_the_call_eagerly():
+    # The step would get a copy, and the list would be rebuilt with this run's values.
+    c = magpy.compile(fills_a_new_list, backend="eager")
+    for v in (1.0, 2.0, 3.0):
+        x = torch.full((2,), v)
+        got, want = c(x), fills_a_new_list(x)
+        assert torch.equal(got[0], want[0]) and got[1] == want[1], (v, got[1], want[1])
+    assert "given a mutable object it may change" in magpy.stats(c).break_reasons[0]
