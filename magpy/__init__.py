@@ -1,7 +1,7 @@
 """magpy: a JIT compiler for eager-mode PyTorch programs that finds full operator graphs by
 monitoring execution states (see README.md and shared DESIGN)."""
 from magpy import monitor
-from magpy.annotations import annotate
+from magpy.annotations import annotate, disable
 from magpy.api import CompiledModule, Explanation, compile, explain, reset, stats
 from magpy.config import config
 from magpy.errors import (
@@ -13,7 +13,7 @@ from magpy.errors import (
     MagpyError,
 )
 
-__all__ = ["compile", "explain", "stats", "reset", "annotate", "config", "CompiledModule", "Explanation",
+__all__ = ["compile", "explain", "stats", "reset", "annotate", "disable", "config", "CompiledModule", "Explanation",
            "GraphBreak", "GraphBreakError", "GraphBreakWarning", "CaptureError", "BackendError", "MagpyError",
            "monitor"]
 __version__ = "0.1.0"

@@ -328,7 +328,7 @@ def annotate(fn: Callable | None = None, *, pure: bool = True, reads: str | tupl
 
     Use it for helpers magpy should not look into, or native functions it does not know:
     ``magpy.annotate(my_c_function, pure=True)``.  Returns ``fn`` (usable as a decorator).
-    A callee annotated ``pure=False`` makes the calls that reach it run eagerly.
+    A callee annotated ``pure=False`` runs eagerly on each call (see :func:`disable`).
     """
     def register(f):
         if not callable(f):
@@ -337,6 +337,16 @@ def annotate(fn: Callable | None = None, *, pure: bool = True, reads: str | tupl
         return f
 
     return register if fn is None else register(fn)
+
+
+def disable(fn: Callable) -> Callable:
+    """Run ``fn`` as it is, unmonitored, inside compiled calls (a decorator).
+
+    Each call of it is an eager step between graphs, made again on every call: its result is
+    a value computed eagerly (``magpy.segments``).  Given a mutable object (a list, a module)
+    or returning tensors, it makes the calling call run eagerly instead.  Returns ``fn``.
+    """
+    return annotate(fn, pure=False)
 
 
 def native_functions() -> list[Callable]:

@@ -240,3 +240,29 @@ def test_an_impure_native_given_a_mutable_object_runs_the_call_eagerly():
         got, want = c(x), fills_a_new_list(x)
         assert torch.equal(got[0], want[0]) and got[1] == want[1], (v, got[1], want[1])
     assert "given a mutable object it may change" in magpy.stats(c).break_reasons[0]
+
+
+@magpy.disable
+def _report(step, value):
+    print(f"step {step}: {value:.2f}")     # runs as it is, on every call
+    return value * 10
+
+
+def uses_a_disabled_helper(x):
+    y = x * 2
+    scaled = _report(1, float(y.sum()))
+    return y + 1, scaled
+
+
+def test_a_disabled_function_runs_as_an_eager_step():
+    c = magpy.compile(uses_a_disabled_helper, backend="eager")
+    for v in (1.0, 2.0, 3.0):
+        x = torch.full((2,), v)
+        out_c, out_e = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out_c):
+            got = c(x)
+        with contextlib.redirect_stdout(out_e):
+            want = uses_a_disabled_helper(x)
+        assert torch.equal(got[0], want[0]) and got[1] == want[1] and out_c.getvalue() == out_e.getvalue()
+    assert _stats(c) == (1, 2, 0)
+    assert any("_report" in reason for reason in magpy.stats(c).breaks)
