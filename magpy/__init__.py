@@ -13,7 +13,7 @@ from magpy.errors import (
     MagpyError,
 )
 
-__all__ = ["compile", "explain", "stats", "reset", "annotate", "disable", "config", "CompiledModule", "Explanation",
-           "GraphBreak", "GraphBreakError", "GraphBreakWarning", "CaptureError", "BackendError", "MagpyError",
-           "monitor"]
+__all__ = ["compile", "explain", "stats", "reset", "annotate", "disable", "config", "CompiledModule",
+           "Explanation", "GraphBreak", "GraphBreakError", "GraphBreakWarning", "CaptureError",
+           "BackendError", "MagpyError", "monitor"]
 __version__ = "0.1.0"
