@@ -339,14 +339,32 @@ def annotate(fn: Callable | None = None, *, pure: bool = True, reads: str | tupl
     return register if fn is None else register(fn)
 
 
-def disable(fn: Callable) -> Callable:
+def disable(fn: Callable | None = None):
     """Run ``fn`` as it is, unmonitored, inside compiled calls (a decorator).
 
     Each call of it is an eager step between graphs, made again on every call: its result is
     a value computed eagerly (``magpy.segments``).  Given a mutable object (a list, a module)
     or returning tensors, it makes the calling call run eagerly instead.  Returns ``fn``.
+
+    ``with magpy.disable():`` inside a compiled function makes each call that enters the
+    block run eagerly (outside compiled code it does nothing).
     """
+    if fn is None:
+        return _DisabledBlock()
     return annotate(fn, pure=False)
+
+
+class _DisabledBlock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def ends_recording(callee) -> bool:
+    """Does calling ``callee`` make the call run eagerly (entering ``magpy.disable()``)?"""
+    return getattr(callee, "__func__", callee) is _DisabledBlock.__enter__
 
 
 def native_functions() -> list[Callable]:

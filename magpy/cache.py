@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import types
 import warnings
 import weakref
 
@@ -34,7 +35,7 @@ from magpy.config import config
 from magpy.continuations import Resume
 from magpy.errors import CaptureError, GraphBreakError, GraphBreakWarning, MagpyError
 from magpy.monitor import Monitor
-from magpy.monitor.tracebacks import program_entries, user_stacklevel
+from magpy.monitor.tracebacks import frame_object, program_entries, user_stacklevel
 from magpy.opgraph import failed_assertion
 from magpy.record import FastGuardMismatch, Record, capture, capture_continuation, machinery_failed
 from magpy.refgraph.graph import tensor_version
@@ -116,7 +117,12 @@ class RecordCache:
         except StepRaised as e:
             torch._C._set_grad_enabled(e.grad)
             self.stats.mock_runs += 1
-            raise e.__cause__.with_traceback(e.__cause__.__traceback__) from None
+            cause = e.__cause__
+            at = rec.steps[e.step].at
+            tb = cause.__traceback__
+            if at:   # the program's line that ran the step, as eager's traceback shows it
+                tb = types.TracebackType(tb, frame_object(*at), -1, at[2])
+            raise cause.with_traceback(tb) from None
         except MockCommitError as e:
             cause = e.__cause__
             raise self.half_done(rec, "the mock failed while updating objects in place", cause) from cause
@@ -266,6 +272,7 @@ class RecordCache:
         return getattr(self.fn, "__qualname__", None) or type(self.fn).__qualname__
 
     def give_up(self, reason: str) -> None:
+        logs.logger("recompiles").info("%s: %s", self.name(), reason)
         self.eager_reason = reason
         self.stats.break_reasons.append(reason)
         # Named by its qualified name (a module's repr can be hundreds of lines), pointing at

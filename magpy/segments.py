@@ -169,6 +169,7 @@ class Step:
     kwargs: dict | None = None
     where: GraphBreak | None = None   # the break that made it (None: computed from a dynamic value)
     undoable: bool = True             # nothing observable happened before it (see Segmenter.undoable)
+    at: tuple = ()                    # (file, function, line) of the program where it happens
     resume: ResumePoint | None = None  # a failed check resumes the monitor here (after effects)
 
 
@@ -242,13 +243,19 @@ class Segmenter(Observer):
                 return
         var = f"e{len(self.steps)}"
         self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
-                               self._freeze(kwargs) if kwargs else None, brk, undoable))
+                               self._freeze(kwargs) if kwargs else None, brk, undoable, self._at()))
         self._result(result, var, call)
+
+    def _at(self) -> tuple:
+        f = self.breaker.monitor.current
+        return (f.code.co_filename, f.code.co_name, f.f_lineno) if hasattr(f, "info") else ()
 
     def _before(self) -> int:
         return len(self.recorder.pieces) - 1
 
     def _result(self, v, var: str, call: bool) -> None:
+        if id(v) in self.dynamic:
+            return   # an eager value given back (``__enter__`` returns self): it keeps its name
         if ambiguous(v):
             frame = self.breaker.monitor.current
             if not call:   # an instruction's result: checked where the instruction ran

@@ -266,3 +266,55 @@ def test_a_disabled_function_runs_as_an_eager_step():
         assert torch.equal(got[0], want[0]) and got[1] == want[1] and out_c.getvalue() == out_e.getvalue()
     assert _stats(c) == (1, 2, 0)
     assert any("_report" in reason for reason in magpy.stats(c).breaks)
+
+
+def test_an_exception_from_a_step_shows_the_programs_line():
+    import traceback
+    c = magpy.compile(print_then_sqrt, backend="eager")
+    with contextlib.redirect_stdout(io.StringIO()):
+        c(torch.ones(3))
+        c(torch.ones(3))
+        with pytest.raises(ValueError) as ei:
+            c(-torch.ones(3))
+    entries = traceback.extract_tb(ei.value.__traceback__)
+    line = print_then_sqrt.__code__.co_firstlineno + 4       # r = math.sqrt(float(y.sum()))
+    assert any(e.filename == __file__ and e.name == "print_then_sqrt" and e.lineno == line for e in entries), \
+        [(e.filename, e.name, e.lineno) for e in entries]
+    assert not any("<magpy" in e.filename for e in entries)
+
+
+def with_a_disabled_block(x):
+    y = x * 2
+    with magpy.disable():
+        z = y + 1
+    return z
+
+
+def test_a_disabled_block_runs_the_call_eagerly():
+    c = magpy.compile(with_a_disabled_block, backend="eager")
+    for v in (1.0, 2.0):
+        x = torch.full((2,), v)
+        assert torch.equal(c(x), with_a_disabled_block(x))
+    st = magpy.stats(c)
+    assert (st.monitor_runs, st.eager_runs) == (1, 1) and "magpy.disable() block" in st.break_reasons[0], st
+
+
+@magpy.disable
+def _passthrough(v):
+    print("got", v)                       # an effect, then its argument back
+    return v
+
+
+def returns_its_argument(x):
+    w = _passthrough(float(x.sum()))
+    return x * 2, w
+
+
+def test_a_step_that_gives_back_an_eager_value():
+    c = magpy.compile(returns_its_argument, backend="eager")
+    for v in (1.0, 2.0, 3.0):
+        x = torch.full((2,), v)
+        with contextlib.redirect_stdout(io.StringIO()):
+            got, want = c(x), returns_its_argument(x)
+        assert torch.equal(got[0], want[0]) and got[1] == want[1]
+    assert _stats(c) == (1, 2, 0)

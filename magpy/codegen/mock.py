@@ -38,9 +38,10 @@ class StepRaised(Exception):
     """An eager step raised the program's exception (``__cause__``) after effects that cannot
     be taken back: it propagates, with grad mode restored to ``grad`` (as on entry)."""
 
-    def __init__(self, grad: bool):
-        super().__init__(grad)
+    def __init__(self, grad: bool, step: int):
+        super().__init__(grad, step)
         self.grad = grad
+        self.step = step   # its index in the record's steps
 
 
 class _Miss:
@@ -106,7 +107,9 @@ class MockWriter:
             self.lines.append(f"        {step.var} = {call}{where}")
             # The program's own exception: before any effect, the call may run again (it will
             # raise it itself); after one, it propagates from here (grad mode as on entry).
-            failed = "return MISS" if step.undoable else f"raise STEP_RAISED({self.grad_on_entry}) from e"
+            index = self.steps.index(step)
+            failed = ("return MISS" if step.undoable
+                      else f"raise STEP_RAISED({self.grad_on_entry}, {index}) from e")
             self.lines.append(f"    except Exception as e: {failed}")
 
     def callee(self, fn) -> str:

@@ -191,6 +191,9 @@ class RefGraphBuilder(Observer):
                 self.g.child(dnode, ITEM, key, defaults[key])
 
     def _native_call(self, callee, args, kwargs, result):
+        if ann.ends_recording(callee):
+            self.dynamic("a magpy.disable() block")
+            return
         a, bound = ann.lookup(callee)
         if a is None:
             if not ann.is_tensor_method(callee):
