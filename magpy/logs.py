@@ -16,7 +16,8 @@ topic           what is logged
 
 Whatever the switch says, a recording that takes more than two seconds logs one line at
 INFO (``magpy.progress``), so a long first compile is not silent.  Records propagate to the
-root logger as usual; ``configure`` is applied once, at import, from the environment.
+root logger as usual (a topic that is off drops its INFO records even when the root logger
+is at INFO); ``configure`` is applied once, at import, from the environment.
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def configure(spec: str | None) -> set[str]:
     if unknown:
         raise ValueError(f"MAGPY_LOGS: unknown topic(s) {sorted(unknown)}; known: {', '.join(TOPICS)}, all")
     for topic in TOPICS:
-        logger(topic).setLevel(logging.INFO if topic in topics else logging.NOTSET)
+        # Off means off even under a root logger at INFO (a guard is thousands of lines).
+        logger(topic).setLevel(logging.INFO if topic in topics else logging.WARNING)
     logger("progress").setLevel(logging.INFO)
     if not any(getattr(h, "_magpy", False) for h in _root.handlers):
         handler = logging.StreamHandler(sys.stderr)
