@@ -121,15 +121,17 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
     taker = _Taker(graph, dynamic)
     frames = []
     for i, f in enumerate(chain):
+        kwnames = f.kwnames
         if i == 0:   # from the instruction's inputs: it runs again
             stack, pc = f.stack[:f.ins_base] + list(f.ins_inputs), f.lasti
+            kwnames = _kwnames_of(f)
         else:        # waiting on its call: the result is pushed on resuming
             stack, pc = f.stack[:f.ins_base], f.pc
         stack = [taker.take(v) for v in stack]
         if i == 0 and slot is not None:
             stack[slot[0]] = Variable(slot[1])
         frames.append(FrameState(f.code, f.fn, f.globals, f.builtins, [taker.take(v) for v in f.locals],
-                                 stack, pc, f.kwnames))
+                                 stack, pc, kwnames))
     changed = []
     for node in graph.nodes[1:]:
         if node.snapshot is None:
@@ -139,6 +141,18 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
             changed.append((node, taker.take(now)))
     direct = {id(v) for fs in frames for v in (*fs.locals, *fs.stack)}
     return ResumePoint(index, frames, changed, [v for k, v in taker.external.items() if k not in direct])
+
+
+def _kwnames_of(f) -> tuple:
+    """The keyword names a CALL at ``f.lasti`` was given (its handler has taken them from the
+    frame by now): the ``KW_NAMES`` before its ``PRECALL``."""
+    ins = f.info.instructions
+    if ins[f.lasti].opname != "CALL":
+        return f.kwnames
+    before = [i for i in ins[:f.lasti] if i is not None][-2:]
+    if len(before) == 2 and before[1].opname == "PRECALL" and before[0].opname == "KW_NAMES":
+        return f.code.co_consts[before[0].arg]   # (dis does not resolve KW_NAMES' constant)
+    return ()
 
 
 def _chain(monitor, completed: bool) -> list:
@@ -203,7 +217,10 @@ class _Taker:
                 return got
             got = self.memo[id(v)] = t(self.take(x, depth - 1) for x in v)
             return got
-        if isinstance(v, (types.FunctionType, type, types.ModuleType, types.BuiltinFunctionType)):
+        owner = getattr(v, "__self__", None) if t is types.BuiltinMethodType else None
+        if owner is not None and not isinstance(owner, (types.ModuleType, type)):
+            pass   # a builtin method bound to an object (``x.clamp``): reduced below, getattr(obj, name)
+        elif isinstance(v, (types.FunctionType, type, types.ModuleType, types.BuiltinFunctionType)):
             if isinstance(v, types.FunctionType) and v.__closure__:
                 raise Unresumable(f"a closure made in the call ({v.__qualname__}) is live")
             return v

@@ -85,8 +85,11 @@ class OpRecorder(TorchFunctionMode):
         self._keep: list = []
         self._opaque = 0                                # inside an operation recorded whole
         # A Python value an eager step computed, about to become a constant of the graph:
-        # ``fixed(value)`` makes the record check it (magpy.segments).
+        # ``fixed(value)`` makes the record check it (magpy.segments).  ``lifted(value)``: the
+        # mock's variable of a float an eager step computed, or None (it can be a graph input).
         self.fixed = None
+        self.lifted = None
+        self._lift = False   # the operation being recorded takes such floats as 0-d tensors
 
     @property
     def piece(self) -> Piece:
@@ -219,8 +222,14 @@ class OpRecorder(TorchFunctionMode):
     # ------------------------------------------------------------------ recording
     def _record(self, func, name, args, kwargs, out):
         self._sync_modes()
+        # Arithmetic of floating tensors with a Python float computes as with a 0-d float64
+        # tensor (the same result dtype and values): an eager step's float becomes an input.
+        self._lift = name in _LIFTABLE and all(
+            t.is_floating_point() for t in args if isinstance(t, torch.Tensor)) and self.lifted is not None
         try:
-            fargs, fkwargs = pytree.tree_map(self._arg, (tuple(args), dict(kwargs)))
+            fargs = pytree.tree_map(self._arg, tuple(args))
+            self._lift = False
+            fkwargs = pytree.tree_map(self._arg, dict(kwargs))
         except _Unsupported:
             if not _made_from_data(args, kwargs, out):
                 raise
@@ -281,6 +290,10 @@ class OpRecorder(TorchFunctionMode):
     def _arg(self, a):
         if isinstance(a, torch.Tensor):
             return self.tensor_node(a)
+        if self._lift and type(a) is float:
+            var = self.lifted(a)
+            if var is not None:
+                return self._scalar_input(a, var)
         if self.fixed is not None:
             self.fixed(a)
         if _literal(a):
@@ -289,6 +302,17 @@ class OpRecorder(TorchFunctionMode):
             # numpy scalars, enums, complex infinities ...: np.float64(2.0) is not 2.0 to torch.
             return self.graph.call_function(_constant(a), ())
         raise _Unsupported(f"tensor operation argument of type {type(a).__qualname__}")
+
+    def _scalar_input(self, value: float, var: str) -> fx.Node:
+        """A placeholder for the float the mock has in ``var``, passed as a 0-d float64 tensor."""
+        piece = self.piece
+        key = source = InputSource(f"SCALAR({var})")
+        ph = piece.placeholders.get(key)
+        if ph is None:
+            ph = piece.placeholders[key] = self.graph.placeholder(f"in{len(piece.inputs)}")
+            ph.meta["example_value"] = scalar_tensor(value)
+            piece.inputs.append((source, ph))
+        return ph
 
     def tensor_node(self, t) -> fx.Node:
         """The fx node holding ``t`` in the current piece: the op that made it, or a
@@ -364,6 +388,17 @@ class _Paused:
 
     def __exit__(self, *exc):
         self.recorder._opaque -= 1
+
+
+def scalar_tensor(value: float) -> torch.Tensor:
+    """A float as the 0-d tensor a graph takes it as."""
+    return torch.tensor(value, dtype=torch.float64)
+
+
+# Operations whose Python-float operand may be a 0-d tensor instead (see _record).
+_LIFTABLE = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__",
+                       "__rmul__", "__imul__", "__truediv__", "__rdiv__", "__rtruediv__", "__itruediv__",
+                       "add", "sub", "mul", "div", "true_divide", "add_", "sub_", "mul_", "div_"})
 
 
 class _Unsupported(Exception):

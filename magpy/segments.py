@@ -271,6 +271,11 @@ class Segmenter(Observer):
             self.dynamic[id(v)] = var
             self._keep.append(v)
 
+    def lifted(self, v) -> str | None:
+        """The variable of ``v`` if it is a float an eager step computed (a graph takes it as an
+        input, unchecked), else None."""
+        return self.dynamic.get(id(v)) if type(v) is float else None
+
     def fix(self, v) -> None:
         """``v`` becomes a constant of a graph: if it is dynamic (or holds dynamic values),
         the record checks its value."""
@@ -342,7 +347,14 @@ class Segmenter(Observer):
                              or (kwargs and any(map(self.is_dynamic, kwargs.values())))):
             self._derived_call(frame, callee, args, kwargs, result)
 
+    def _graph_made(self, values) -> bool:
+        """Is this an operation the graph recorded (a tensor op taking an eager float as input)?"""
+        first = values[0] if values else None
+        return isinstance(first, torch.Tensor) and self.recorder.produced(first) is not None
+
     def _derived_call(self, frame, callee, args, kwargs, result):
+        if self._graph_made((result,)):
+            return
         a, bound = ann.lookup(callee)
         if a is not None and not self.is_dynamic(callee):
             full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
@@ -388,7 +400,7 @@ class Segmenter(Observer):
         else:
             uses = any(id(v) in self.dynamic or (i in deep and self.is_dynamic(v))
                        for i, v in enumerate(inputs))
-        if not uses:
+        if not uses or self._graph_made(outputs):
             return
         if frame in self._callbacks:
             self.breaker.stop("a value computed eagerly used inside a callback of a native function")
@@ -523,6 +535,7 @@ class Capture:
         self.segmenter = Segmenter(self.recorder, self.breaker)
         self.breaker.segmenter = self.segmenter
         self.recorder.fixed = self.segmenter.fix
+        self.recorder.lifted = self.segmenter.lifted
         self.monitor = Monitor([self.builder, self.segmenter], policy=policy_for(self.recorder))
         self.breaker.monitor = self.monitor
         self.grad_on_entry = torch.is_grad_enabled()

@@ -66,7 +66,7 @@ def test_resnet_gradients_match_eager():
 def test_quantized_resnet_runs_in_segments():
     # QuantMeasure.forward calls float() on its running-range buffers: a value read of a
     # tensor, so each becomes an eager step between graphs; the floats feed tensor arithmetic,
-    # so the record checks them (eval mode: the buffers do not change, the checks pass).
+    # so the graphs take them as inputs (no check: new ranges replay the same record).
     torch.manual_seed(0)
     model, args, kwargs = MODELS["quantized"]("test")
     compiled = magpy.compile(model, backend="eager")
@@ -77,11 +77,11 @@ def test_quantized_resnet_runs_in_segments():
     assert (stats.monitor_runs, stats.mock_runs, stats.eager_runs) == (1, 2, 0), stats
     assert stats.graph_count == stats.graphs_per_call > 10, stats
     assert all("reads tensor data into Python" in reason for reason in stats.breaks), stats
-    # The running ranges move: the checks fail and the model records anew, correctly.
+    # The running ranges move: the same record replays them, correctly.
     measure = next(m for m in model.modules() if type(m).__name__ == "QuantMeasure")
     measure.running_max.mul_(1.5)
     with torch.no_grad():
         assert _close(compiled(*args, **kwargs), model(*args, **kwargs))
         assert _close(compiled(*args, **kwargs), model(*args, **kwargs))
     stats = magpy.stats(compiled)
-    assert (stats.monitor_runs, stats.mock_runs, stats.eager_runs) == (2, 3, 0), stats
+    assert (stats.monitor_runs, stats.mock_runs, stats.eager_runs) == (1, 4, 0), stats

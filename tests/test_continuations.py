@@ -177,8 +177,9 @@ def test_early_exit_from_a_module_list_loop_resumes_inside_the_loop():
 
 
 class ScaleAfterEffect(nn.Module):
-    """A value read after an effect feeds tensor arithmetic: a check that fails whenever the
-    value changes, so every new value resumes (correct, never repeated effects)."""
+    """A value read after an effect becomes a constant of the graph (a clamp bound): a check
+    that fails whenever the value changes, so every new value resumes (correct, never
+    repeated effects)."""
 
     def __init__(self):
         super().__init__()
@@ -188,7 +189,7 @@ class ScaleAfterEffect(nn.Module):
         print("in")
         s = float(x.sum())
         self.history.append(s)
-        return x * s
+        return x.clamp(max=s)
 
 
 def test_a_value_that_changes_every_call_resumes_every_call():

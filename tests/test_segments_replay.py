@@ -134,7 +134,7 @@ def test_explain_lists_graphs_steps_and_checks_in_order():
     seg = text[text.index("segments (what the mock runs, in order):"):text.index("generated code:")]
     lines = [line.strip() for line in seg.splitlines()[1:]]
     kinds = [line.split()[0] + (" " + line.split()[1] if line.startswith("step") else "") for line in lines]
-    assert kinds == ["graph", "step e0", "graph", "step e1", "graph", "step e2", "check", "check", "graph"], lines
+    assert kinds == ["graph", "step e0", "graph", "step e1", "graph", "step e2", "check", "graph"], lines
     assert "print" in lines[1] and "Tensor.__float__" in lines[3] and "Tensor.__bool__" in lines[5]
     # After the print, a failed check resumes the monitor at the branch's line.
     line = print_float_branch.__code__.co_firstlineno + 4

@@ -23,7 +23,7 @@ from magpy.codegen.source import Names, is_literal, value_checks, var
 from magpy.continuations import Reduced, Resume, Variable
 from magpy.errors import CaptureError
 from magpy.monitor import NULL, generators
-from magpy.opgraph import InputSource
+from magpy.opgraph import InputSource, scalar_tensor
 from magpy.refgraph.graph import UNSET, Kind, RefGraph, is_immutable, state_of
 
 
@@ -54,7 +54,7 @@ class _Miss:
 MISS = _Miss()
 # What mock code refers to by name.
 NAMESPACE = {"FUNCTION": types.FunctionType, "CELL": types.CellType, "COMMIT_FAILED": MockCommitError,
-             "MISS": MISS, "STEP_RAISED": StepRaised, "RESUME": Resume}
+             "MISS": MISS, "STEP_RAISED": StepRaised, "RESUME": Resume, "SCALAR": scalar_tensor}
 
 
 class MockWriter:
@@ -268,6 +268,8 @@ class MockWriter:
 
     def build(self, v) -> str:
         t = type(v)
+        if t is types.BuiltinMethodType and _bound(v):
+            return f"getattr({self.expr(v.__self__)}, {v.__name__!r})"   # made anew per object
         if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType,
                           types.MethodDescriptorType, types.WrapperDescriptorType)):
             if isinstance(v, types.FunctionType) and id(v) in self.new_functions:
@@ -391,3 +393,9 @@ class MockWriter:
                 self.lines.append(f"    {name}[{self.key(k)}] = {self.expr(x)}")
         return name
 
+
+
+def _bound(fn) -> bool:
+    """Is ``fn`` a builtin method bound to an object (not a module's function)?"""
+    owner = getattr(fn, "__self__", None)
+    return owner is not None and not isinstance(owner, (types.ModuleType, type))
