@@ -318,3 +318,36 @@ def test_a_step_that_gives_back_an_eager_value():
             got, want = c(x), returns_its_argument(x)
         assert torch.equal(got[0], want[0]) and got[1] == want[1]
     assert _stats(c) == (1, 2, 0)
+
+
+def scale_by_own_sum(x):
+    s = float(x.sum())
+    return x * s - s / 2, (x > 0).long() * s      # float tensor: an input; int tensor: checked
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_an_eager_float_feeding_tensor_arithmetic_is_a_graph_input(backend):
+    c = magpy.compile(scale_by_own_sum, backend=backend)
+    for seed in range(4):
+        torch.manual_seed(seed)
+        x = torch.randn(5)
+        got, want = c(x), scale_by_own_sum(x)
+        assert got[0].dtype == want[0].dtype and got[1].dtype == want[1].dtype
+        assert torch.allclose(got[0], want[0]) and torch.allclose(got[1], want[1]), seed
+    st = magpy.stats(c)
+    assert st.eager_runs == 0 and st.monitor_runs == 4, st   # the int-tensor product is checked
+
+
+def float_only(x):
+    s = float(x.sum())
+    return (x - s) / (s + 1.0)
+
+
+def test_a_changing_float_replays_one_record():
+    c = magpy.compile(float_only, backend="eager")
+    for seed in range(5):
+        torch.manual_seed(seed)
+        x = torch.rand(4) + 0.1
+        assert torch.equal(c(x), float_only(x)), seed
+    assert _stats(c) == (1, 4, 0)
+    assert "SCALAR(e0)" in c._magpy_cache.records[0].mock_source
