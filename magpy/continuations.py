@@ -31,7 +31,7 @@ import torch
 
 from magpy.monitor import NULL, Frame, code_info
 from magpy.monitor.protocols import py_method
-from magpy.refgraph.graph import RefGraph, is_immutable, same_state, state_of
+from magpy.refgraph.graph import RefGraph, is_immutable
 
 _CALLS = ("CALL", "CALL_FUNCTION_EX")
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -132,13 +132,7 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
             stack[slot[0]] = Variable(slot[1])
         frames.append(FrameState(f.code, f.fn, f.globals, f.builtins, [taker.take(v) for v in f.locals],
                                  stack, pc, kwnames))
-    changed = []
-    for node in graph.nodes[1:]:
-        if node.snapshot is None:
-            continue
-        now = state_of(node.value, node.kind)
-        if not same_state(now, node.snapshot):
-            changed.append((node, taker.take(now)))
+    changed = [(node, taker.take(now)) for node, now in graph.changes()]
     direct = {id(v) for fs in frames for v in (*fs.locals, *fs.stack)}
     return ResumePoint(index, frames, changed, [v for k, v in taker.external.items() if k not in direct])
 

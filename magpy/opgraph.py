@@ -118,8 +118,7 @@ class OpRecorder(TorchFunctionMode):
 
     def inputs_updated(self) -> bool:
         """Has a recorded operation updated a tensor read from outside in place?"""
-        return any(tensor_version(sn.value) != sn.tensor_version
-                   for p in self.pieces for sn, _ in p.inputs if not isinstance(sn, InputSource))
+        return any(map(updated_in_place, self.env_inputs()))
 
     def env_inputs(self) -> list:
         """The ShadowNodes of the tensors the graphs read from outside, first use first."""
@@ -388,6 +387,11 @@ class _Paused:
 
     def __exit__(self, *exc):
         self.recorder._opaque -= 1
+
+
+def updated_in_place(sn) -> bool:
+    """Has the tensor of input node ``sn`` been updated in place since the run reached it?"""
+    return tensor_version(sn.value) != sn.tensor_version
 
 
 def scalar_tensor(value: float) -> torch.Tensor:

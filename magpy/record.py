@@ -37,7 +37,8 @@ from magpy.continuations import Resume
 from magpy.errors import BackendError, CaptureError, GraphBreak
 from magpy.monitor import Monitor, generators, shared_default_policy
 from magpy.monitor.tracebacks import user_stacklevel
-from magpy.refgraph.graph import ARG, KWARG, is_immutable, tensor_version
+from magpy.opgraph import updated_in_place
+from magpy.refgraph.graph import ARG, KWARG, is_immutable
 from magpy.segments import Capture
 
 
@@ -334,7 +335,7 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
     with _stage("compiling the generated mock (compile_source)"):
         mock = compile_source(gen.mock_source, gen.namespace, "mock", f"mock {id(gen):x}")
     env = cap.recorder.env_inputs()
-    mutated = tuple(i for i, sn in enumerate(env) if tensor_version(sn.value) != sn.tensor_version)
+    mutated = tuple(i for i, sn in enumerate(env) if updated_in_place(sn))
     rec = Record(guard, mock, tuple(gm for gm in graphs if gm is not None), gen.guard_source, gen.mock_source,
                  None, op_count, *fast, mutated=mutated, changed=changed, steps=tuple(cap.steps),
                  graph_pieces=tuple(i for i, gm in enumerate(graphs) if gm is not None), inputs=inputs,
@@ -358,12 +359,21 @@ def _native_twin(result):
 
 
 def _diagnosis(gen):
-    """The record's ``diagnose`` (for logs only: a failure to make it never fails the record)."""
-    try:
-        return compile_source(gen.diagnose_source, gen.namespace, "diagnose", f"diagnose {id(gen):x}")
-    except Exception as e:  # noqa: BLE001 - magpy's bug, reported where the diagnosis is shown
-        why = f"(no diagnosis: {type(e).__name__}: {e})"
-        return lambda args, kwargs: why
+    """The record's ``diagnose``, compiled on its first use (only MAGPY_LOGS=recompiles uses
+    it: the recording does not pay for it).  A failure to make it never fails the call."""
+    compiled = []
+
+    def diagnose(args, kwargs):
+        if not compiled:
+            try:
+                compiled.append(compile_source(gen.diagnose_source, gen.namespace, "diagnose",
+                                               f"diagnose {id(gen):x}"))
+            except Exception as e:  # noqa: BLE001 - magpy's bug, reported in the log line
+                why = f"(no diagnosis: {type(e).__name__}: {e})"
+                compiled.append(lambda args, kwargs: why)
+        return compiled[0](args, kwargs)
+
+    return diagnose
 
 
 def _compile_graph(backend, gm, example):

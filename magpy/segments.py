@@ -209,7 +209,7 @@ class Segmenter(Observer):
             self.recorder._opaque += 1   # the step's own tensor work is not graph work
         return True
 
-    def _finish(self, frame) -> GraphBreak | None:
+    def _finish(self) -> GraphBreak | None:
         pending, self._pending = self._pending, None
         self.recorder._opaque -= 1
         return pending[1]
@@ -325,7 +325,7 @@ class Segmenter(Observer):
         pending = self._pending
         if pending is not None and pending[0] is frame:
             # The operation raised: the program's control flow now depends on its exception.
-            self.breaker.stop(self._finish(frame))
+            self.breaker.stop(self._finish())
 
     def on_enter(self, frame):
         mon = self.breaker.monitor
@@ -340,7 +340,7 @@ class Segmenter(Observer):
             return
         pending = self._pending
         if pending is not None and pending[0] is frame:
-            brk = self._finish(frame)
+            brk = self._finish()
             self._step(callee, args, kwargs, result, brk, pure=_pure(callee))
             return
         if self.dynamic and (self.is_dynamic(callee) or any(map(self.is_dynamic, args))
@@ -422,7 +422,7 @@ class Segmenter(Observer):
             self.breaker.stop(f"{name} on a value computed eagerly")
 
     def _instruction_step(self, frame, ins, inputs, outputs):
-        brk = self._finish(frame)
+        brk = self._finish()
         name = ins.opname
         if name in _TRUTH:
             v = inputs[0]

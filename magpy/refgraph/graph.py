@@ -259,15 +259,20 @@ class RefGraph:
         return node
 
     # ------------------------------------------------------------------ final state
-    def finish(self) -> None:
-        """Add a last version to every node whose state changed (paper: InPlace)."""
+    def changes(self):
+        """``(node, state now)`` for every node whose state is no longer its first one."""
         for node in self.nodes[1:]:
             if node.snapshot is None:
                 continue
             now = state_of(node.value, node.kind)
             if not same_state(now, node.snapshot):
-                node.changed = True
-                node.versions.append(ShadowVersion(self._refs_of(node, now)))
+                yield node, now
+
+    def finish(self) -> None:
+        """Add a last version to every node whose state changed (paper: InPlace)."""
+        for node, now in self.changes():
+            node.changed = True
+            node.versions.append(ShadowVersion(self._refs_of(node, now)))
 
     def rewritten(self, node: ShadowNode, now) -> None:
         """The mock rewrites ``node``'s contents whole, as ``now`` (``state_of``'s form).  The
