@@ -1,6 +1,7 @@
 """The public API: ``compile``, ``explain``, ``stats``, ``reset``."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import types
@@ -10,6 +11,7 @@ import torch
 
 from magpy import backends
 from magpy.cache import RecordCache, Stats, reset_all
+from magpy.dynamic import Lifting
 from magpy.errors import GraphBreak
 from magpy.monitor import bytecode
 from magpy.monitor.frame import unsupported_python_message
@@ -119,6 +121,7 @@ class Explanation:
     eager: bool = False                    # the call runs eagerly (the last break ended recording)
     segments: list = dataclasses.field(default_factory=list)   # the mock's graphs and steps, in order
     inputs: list = dataclasses.field(default_factory=list)     # the guard's checks on the inputs, in words
+    dynamic: list = dataclasses.field(default_factory=list)    # the symbolic sizes, in words (magpy.dynamic)
 
     def __repr__(self) -> str:
         counts = f"graphs={self.graph_count}, ops={self.op_count}, breaks={len(self.break_reasons)}"
@@ -135,6 +138,9 @@ class Explanation:
         if self.inputs:
             out.append("guarded inputs:")
             out += [f"  {line}" for line in self.inputs]
+        if self.dynamic:
+            out.append("dynamic sizes (one record serves them all; the guard checks the conditions):")
+            out += [f"  {line}" for line in self.dynamic]
         for i, gm in enumerate(self.graphs):
             out.append(f"graph {i}: {_op_summary(gm)}")
         for i, b in enumerate(self.break_reasons):
@@ -183,18 +189,23 @@ def _op_summary(gm) -> str:
 def explain(fn: Callable, *args, **kwargs) -> Explanation:
     """Run ``fn(*args, **kwargs)`` once under the monitor and report what magpy records.
 
-    The call really runs (its side effects happen), as with ``torch._dynamo.explain``.
+    The call really runs (its side effects happen), as with ``torch._dynamo.explain``.  For
+    a compiled callable, the sizes its calls were seen to change are symbolic, as in its
+    next record.
     """
     target = _original(fn)
     if not callable(target):
         raise TypeError(f"magpy.explain needs a callable, got {type(target).__name__}")
-    result, rec = capture(target, args, kwargs, backends.resolve("eager"), _roots(target))
+    cache = getattr(fn, "_magpy_cache", None)
+    lifting = copy.deepcopy(cache.lifting) if cache is not None and cache.lifting is not None else Lifting()
+    result, rec = capture(target, args, kwargs, backends.resolve("eager"), _roots(target), lifting=lifting)
     if rec is None:
         return Explanation(0, [], 0, [GraphBreak("capture failed")], "", None, result)
     graphs = list(rec.graphs)
     breaks = list(rec.breaks) + ([rec.graph_break] if rec.graph_break is not None else [])
     return Explanation(len(graphs), graphs, rec.op_count, breaks, rec.guard_source, rec.mock_source, result,
-                       rec.fast_source, rec.graph_break is not None, _segments(rec), list(rec.inputs))
+                       rec.fast_source, rec.graph_break is not None, _segments(rec), list(rec.inputs),
+                       list(rec.lifted))
 
 
 def _segments(rec) -> list[str]:

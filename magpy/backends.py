@@ -31,6 +31,11 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         from torch._inductor import config as inductor_config
         from torch._inductor.compile_fx import compile_fx
         from torch._inductor.decomposition import select_decomp_table
+    with _symbolic(example_inputs):
+        return _inductor_compile(gm, example_inputs, compile_fx, inductor_config, select_decomp_table)
+
+
+def _inductor_compile(gm, example_inputs, compile_fx, inductor_config, select_decomp_table):
     if not _rounds(gm):
         return compile_fx(gm, example_inputs)
     # A rounding (fake quantization) turns a last-bit difference before it into a whole step.
@@ -40,6 +45,17 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     table = {op: fn for op, fn in select_decomp_table().items() if "batch_norm" not in op.name()}
     with inductor_config.patch(layout_optimization=False):
         return compile_fx(gm, example_inputs, decompositions=table)
+
+
+def _symbolic(example_inputs: list):
+    """Compiling for fake tensors with symbolic sizes (magpy.dynamic) happens in their mode."""
+    from torch._guards import TracingContext, detect_fake_mode, tracing
+    mode = detect_fake_mode(example_inputs)
+    return tracing(TracingContext(mode)) if mode is not None else contextlib.nullcontext()
+
+
+# Backends that compile graphs for symbolic sizes (fake tensor example inputs).
+SYMBOLIC = frozenset({"eager", "inductor"})
 
 
 # Operations whose result jumps where their input crosses a boundary.

@@ -30,9 +30,11 @@ import weakref
 import torch
 
 from magpy import continuations, logs
+from magpy.backends import SYMBOLIC
 from magpy.codegen import MISS, MockCommitError, StepRaised
 from magpy.config import config
 from magpy.continuations import Resume
+from magpy.dynamic import Lifting
 from magpy.errors import CaptureError, GraphBreakError, GraphBreakWarning, MagpyError
 from magpy.monitor import Monitor
 from magpy.monitor.tracebacks import frame_object, program_entries, user_stacklevel
@@ -69,6 +71,8 @@ class RecordCache:
         self.stats = Stats()
         self.eager_reason: str | None = None   # set once the callable gave up compiling
         self.warned: set[str] = set()          # break reasons already warned about
+        # The sizes recordings met, to lift those that change (backends that compile symbolic sizes).
+        self.lifting = Lifting() if backend[0] in SYMBOLIC else None
         _ALL_CACHES.add(self)
 
     def __call__(self, args: tuple, kwargs: dict):
@@ -210,7 +214,7 @@ class RecordCache:
             self.log_recompile(args, kwargs)
         errors = []
         start = time.perf_counter()
-        result, rec = capture(self.fn, args, kwargs, self.backend, self.roots, errors)
+        result, rec = capture(self.fn, args, kwargs, self.backend, self.roots, errors, self.lifting)
         self.log_recording(rec, time.perf_counter() - start)
         if rec is None:
             self.eager_reason = str(errors[0])
@@ -281,6 +285,8 @@ class RecordCache:
 
     def clear(self) -> None:
         self.records.clear()
+        if self.lifting is not None:
+            self.lifting = Lifting()
         self.stats.records = 0
         self.eager_reason = None
 

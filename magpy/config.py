@@ -14,6 +14,11 @@ class Config:
     ``on_capture_error``: ``"fallback"`` runs a call eagerly when magpy's own capture
     machinery fails on it (and remembers why); ``"raise"`` raises :class:`CaptureError`.
     ``on_backend_error``: the same choice when a backend fails to compile a graph.
+    ``dynamic``: which tensor sizes become symbolic (``magpy.dynamic``), as
+    ``torch.compile(dynamic=...)``: None (automatic: a dimension that a guard miss shows to
+    have changed is lifted in the next record), True (every dimension of the tensor
+    arguments from the first call; parameters and buffers stay static), False (never: one
+    record per size).
     ``verify_fast_guard``: debugging aid (magpy's tests turn it on): whenever the full guard
     passes and stamps a fast guard, check that the fast guard passes too with the same values.
     """
@@ -22,12 +27,15 @@ class Config:
     on_capture_error: str = "fallback"
     on_backend_error: str = "fallback"
     verify_fast_guard: bool = False
+    dynamic: bool | None = None
 
     def __setattr__(self, name, value):
         if name not in {f.name for f in dataclasses.fields(self)}:
             raise AttributeError(f"magpy.config has no option {name!r}")
         if name.startswith("on_") and value not in ("fallback", "raise"):
             raise ValueError(f"magpy.config.{name} must be 'fallback' or 'raise', not {value!r}")
+        if name == "dynamic" and value not in (None, True, False):
+            raise ValueError(f"magpy.config.dynamic must be None (automatic), True or False, not {value!r}")
         if name == "cache_size_limit" and (not isinstance(value, int) or value < 1):
             raise ValueError(f"magpy.config.cache_size_limit must be a positive int, not {value!r}")
         object.__setattr__(self, name, value)

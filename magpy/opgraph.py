@@ -90,6 +90,7 @@ class OpRecorder(TorchFunctionMode):
         self.fixed = None
         self.lifted = None
         self._lift = False   # the operation being recorded takes such floats as 0-d tensors
+        self.shapes = None   # magpy.dynamic.Shapes of a recording that may lift dimensions
 
     @property
     def piece(self) -> Piece:
@@ -146,6 +147,11 @@ class OpRecorder(TorchFunctionMode):
             self.dynamic.fail(e)
             name = None
         out = func(*args, **kwargs)
+        if name is None and self.shapes is not None and args and isinstance(args[0], torch.Tensor):
+            try:
+                self._size_read(func, args, out)
+            except Exception as e:  # noqa: BLE001 - magpy's failure, never the program's
+                self.dynamic.fail(e)
         if name is not None:
             try:
                 self._record_result(func, name, args, kwargs, out)
@@ -207,6 +213,13 @@ class OpRecorder(TorchFunctionMode):
         self.graph.call_function(_ASSERT, (cond, message))
         self.piece.op_count += 1
 
+    def _size_read(self, func, args, out) -> None:
+        if ann.torch_name(func) in ann.TORCH_METADATA:
+            shapes = self.shapes
+            shapes.consider(args[0])
+            if shapes.active:
+                shapes.read(func, args, out)
+
     def _record_result(self, func, name, args, kwargs, out):
         if name in ann.TORCH_TRUTH:
             self._record_assertion(func, args[0], out)
@@ -221,6 +234,11 @@ class OpRecorder(TorchFunctionMode):
     # ------------------------------------------------------------------ recording
     def _record(self, func, name, args, kwargs, out):
         self._sync_modes()
+        shapes = self.shapes if self.shapes is not None and self.shapes.active else None
+        if shapes is not None:
+            symbolic = shapes.arguments(args, kwargs)
+            if symbolic is not None:
+                args, kwargs = symbolic
         # Arithmetic of floating tensors with a Python float computes as with a 0-d float64
         # tensor (the same result dtype and values): an eager step's float becomes an input.
         self._lift = name in _LIFTABLE and all(
@@ -251,6 +269,8 @@ class OpRecorder(TorchFunctionMode):
                     self._made(t, self.graph.call_function(operator.getitem, (node, i)))
         elif out is not None:
             raise _Unsupported(f"{_qualname(func)} returned {type(out).__name__}")
+        if shapes is not None:
+            shapes.propagate(func, args, kwargs, out)
 
     def apply_function(self, apply, run, args, kwargs):
         """``MyFunction.apply(*args)`` of a custom ``torch.autograd.Function``, carried out by
@@ -289,6 +309,8 @@ class OpRecorder(TorchFunctionMode):
     def _arg(self, a):
         if isinstance(a, torch.Tensor):
             return self.tensor_node(a)
+        if type(a) is torch.SymInt:
+            return self.shapes.size_node(a, self.tensor_node, self.graph)
         if self._lift and type(a) is float:
             var = self.lifted(a)
             if var is not None:
@@ -330,6 +352,8 @@ class OpRecorder(TorchFunctionMode):
             if source is None:
                 raise _Unsupported(f"a tensor of unknown origin (shape {tuple(t.shape)}) reached an op")
             key = source.id
+            if self.shapes is not None:
+                self.shapes.consider(t)
         ph = piece.placeholders.get(key)
         if ph is None:
             ph = piece.placeholders[key] = self.graph.placeholder(f"in{len(piece.inputs)}")

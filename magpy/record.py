@@ -31,14 +31,15 @@ import torch
 
 from magpy import annotations, continuations, logs
 from magpy.codegen import compile_source, generate
-from magpy.codegen.guard import inputs_in_words
+from magpy.codegen.guard import inputs_in_words, path_in_words, write_shape_check
 from magpy.config import config
 from magpy.continuations import Resume
 from magpy.errors import BackendError, CaptureError, GraphBreak
 from magpy.monitor import Monitor, generators, shared_default_policy
 from magpy.monitor.tracebacks import user_stacklevel
 from magpy.opgraph import updated_in_place
-from magpy.refgraph.graph import ARG, KWARG, is_immutable
+from magpy.dynamic import Lifting
+from magpy.refgraph.graph import ARG, KWARG, Kind, is_immutable
 from magpy.segments import Capture
 
 
@@ -65,6 +66,7 @@ class Record:
     # resume point -> the records of the call's rest from there (magpy.continuations), MRU first
     continuations: dict = dataclasses.field(default_factory=dict)
     effects: bool = False          # its mock has effects before it ends (a failure cannot re-run the call)
+    lifted: tuple = ()             # its symbolic sizes, in words (magpy.dynamic)
 
     def match(self, args: tuple, kwargs: dict):
         """The mock's environment if this record covers the call, else None."""
@@ -205,17 +207,19 @@ def record_policy():
     return policy
 
 
-def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | None = None
-            ) -> tuple[object, Record | None]:
+def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | None = None,
+            lifting: Lifting | None = None) -> tuple[object, Record | None]:
     """Run ``fn(*args, **kwargs)`` under the monitor; return its result and its record.
 
     The result is the real one (the monitor run *is* the eager execution).  The record is
     None when magpy's own machinery failed and ``config.on_capture_error`` is "fallback"
     (a warning names the stage; ``errors``, if given, receives the :class:`CaptureError`).
+    ``lifting``: the callable's memory of input sizes, to lift those that keep changing
+    (None: the backend cannot compile symbolic sizes).
     """
     try:
         with _stage("setting up the recording"):
-            cap = _recording(fn, args, kwargs, roots)
+            cap = _recording(fn, args, kwargs, roots, lifting)
     except CaptureError as e:
         _capture_failed(e, errors)
         return fn(*args, **kwargs), None   # the program has not run yet: run it eagerly
@@ -227,7 +231,16 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | Non
         rec, result = _make_record(cap, result, args, kwargs, backend, _parameter_names(fn))
     except CaptureError as e:
         return result, _capture_failed(e, errors)
+    if lifting is not None:
+        lifting.saw(_tensor_inputs(cap))
     return result, rec
+
+
+def _tensor_inputs(cap: Capture) -> list[tuple]:
+    """``(node, lifted dims)`` of each tensor the run read from outside."""
+    lifted = {id(sn.value): dims for sn, dims, fake in cap.shapes.lifted_inputs()} if cap.shapes else {}
+    return [(sn, lifted.get(id(sn.value), frozenset())) for sn in cap.refgraph.nodes[1:]
+            if sn.kind is Kind.TENSOR and sn.read]
 
 
 def _parameter_names(fn) -> list[str]:
@@ -264,9 +277,9 @@ def capture_continuation(resume: Resume, backend, errors: list | None = None) ->
     return result, rec
 
 
-def _recording(fn, args, kwargs, roots) -> Capture:
+def _recording(fn, args, kwargs, roots, lifting) -> Capture:
     """A capture whose RefGraph has the call's roots."""
-    cap = Capture(_policy)
+    cap = Capture(_policy, lifting)
     g = cap.refgraph
     used = _used_parameters(fn)
     for i, a in enumerate(args):
@@ -310,6 +323,9 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
     :func:`_native_twin`); each stage's failure is a :class:`CaptureError` naming it."""
     g = cap.refgraph
     broken = cap.broken is not None
+    if cap.shapes is not None:
+        with _stage("finishing the symbolic sizes (dynamic)"):
+            cap.shapes.finish()
     with _stage("finding what the call changed (RefGraph)"):
         g.finish()
         changed = bool(g.mock_nodes())
@@ -324,14 +340,17 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
             make_fast = compile_source(gen.fast_source, gen.namespace, "make_fast", f"fast guard {id(gen):x}")
     fast = (make_fast, gen.fast_source, diagnose)
     op_count = cap.recorder.op_count
+    lifted = tuple(cap.lifted.describe(lambda sn: path_in_words(sn, names))) if cap.lifted is not None else ()
     if broken:
+        _link_shape_check(gen, cap)
         return Record(guard, None, (), gen.guard_source, None, cap.broken, op_count, *fast,
-                      changed=changed, breaks=tuple(cap.segmenter.breaks), inputs=inputs), result
+                      changed=changed, breaks=tuple(cap.segmenter.breaks), inputs=inputs, lifted=lifted), result
     with _stage("closing the operator graphs (opgraph)"):
         graphs = cap.graphs()
     with _stage("compiling the graphs (backend)"):
         gen.link([None if gm is None else _compile_graph(backend, gm, cap.example_inputs(i))
                   for i, gm in enumerate(graphs)])
+    _link_shape_check(gen, cap)
     with _stage("compiling the generated mock (compile_source)"):
         mock = compile_source(gen.mock_source, gen.namespace, "mock", f"mock {id(gen):x}")
     env = cap.recorder.env_inputs()
@@ -339,11 +358,24 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
     rec = Record(guard, mock, tuple(gm for gm in graphs if gm is not None), gen.guard_source, gen.mock_source,
                  None, op_count, *fast, mutated=mutated, changed=changed, steps=tuple(cap.steps),
                  graph_pieces=tuple(i for i, gm in enumerate(graphs) if gm is not None), inputs=inputs,
-                 breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects)
+                 breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects, lifted=lifted)
     if gen.lone_result:
         with _stage("handing back a native generator"):
             result = _native_twin(result)
     return rec, result
+
+
+def _link_shape_check(gen, cap: Capture) -> None:
+    """The guard's ``SHAPES`` check, written once the backend compiled the graphs (compiling
+    may assume more of the lifted sizes)."""
+    if cap.lifted is None:
+        return
+    with _stage("compiling the shape check (codegen)"):
+        src = write_shape_check(cap.lifted)
+        check = compile_source(src, gen.namespace, "shapes", f"shapes {id(gen):x}")
+        check.conditions = src.split("return ", 1)[1]
+        check.source = src
+        gen.namespace["SHAPES"] = check
 
 
 def _native_twin(result):

@@ -49,7 +49,9 @@ from torch._C._dynamo.guards import GlobalStateGuard
 
 from magpy import annotations as ann
 from magpy import continuations
+from magpy.config import config
 from magpy.continuations import Resume, ResumePoint
+from magpy.dynamic import Lifting, Shapes
 from magpy.errors import GraphBreak
 from magpy.monitor import Monitor, Observer, operators
 from magpy.opgraph import OpRecorder
@@ -527,7 +529,7 @@ class Capture:
     """One recording run: the RefGraph and its rule builder, the operator recorder, the
     breaker and the segmenter, and the monitor that runs the program under them."""
 
-    def __init__(self, policy_for):
+    def __init__(self, policy_for, lifting: Lifting | None = None):
         self.refgraph = RefGraph()
         self.breaker = Breaker(self.refgraph)
         self.builder = RefGraphBuilder(self.refgraph, self.breaker)
@@ -536,8 +538,15 @@ class Capture:
         self.breaker.segmenter = self.segmenter
         self.recorder.fixed = self.segmenter.fix
         self.recorder.lifted = self.segmenter.lifted
-        self.monitor = Monitor([self.builder, self.segmenter], policy=policy_for(self.recorder))
+        observers = [self.builder, self.segmenter]
+        self.shapes = None
+        if lifting is not None and lifting.armed(config.dynamic):
+            self.shapes = self.recorder.shapes = Shapes(lifting, config.dynamic, self.refgraph)
+            observers.append(self.shapes)
+        self.monitor = Monitor(observers, policy=policy_for(self.recorder))
         self.breaker.monitor = self.monitor
+        if self.shapes is not None:
+            self.shapes.monitor = self.monitor
         self.grad_on_entry = torch.is_grad_enabled()
 
     @property
@@ -588,4 +597,14 @@ class Capture:
         return self.recorder.finish()
 
     def example_inputs(self, piece: int) -> list:
-        return [ph.meta["example_value"] for _, ph in self.recorder.pieces[piece].inputs]
+        """The values a piece's graph is compiled for: fake tensors with symbolic sizes where
+        the run lifted dimensions."""
+        values = [ph.meta["example_value"] for _, ph in self.recorder.pieces[piece].inputs]
+        if self.lifted is None:
+            return values
+        return [self.shapes.fake(v) for v in values]
+
+    @property
+    def lifted(self):
+        """The run's :class:`magpy.dynamic.Shapes` if it lifted dimensions, else None."""
+        return self.shapes if self.shapes is not None and self.shapes.active else None

@@ -60,7 +60,7 @@ def generate(refgraph: RefGraph, recording, result, nargs: int, kwarg_names: tup
     env = [var(sn) for sn in inputs]
     env += [var(refgraph.nodes[i]) for i in sorted(refs) if var(refgraph.nodes[i]) not in env]
     needed = refs | {sn.id for sn in inputs}
-    writer = GuardWriter(refgraph, names, needed, recording.entry_state)
+    writer = GuardWriter(refgraph, names, needed, recording.entry_state, recording.lifted)
     guard_lines, fast_lines = writer.write(nargs, kwarg_names, env)
     diagnose = "\n".join(writer.write_diagnose(nargs, kwarg_names, params))
     mock_src = None

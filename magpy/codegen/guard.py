@@ -63,9 +63,25 @@ class GuardWriter:
     """Writes the full guard and, from the same per-node lines, the fast guard (see
     :func:`_fast_plan`)."""
 
-    def __init__(self, g, names, needed, entry_state):
+    def __init__(self, g, names, needed, entry_state, shapes=None):
         self.g, self.names, self.needed = g, names, needed
         self.entry_state = entry_state   # torch's global state (grad mode ...) where the run began
+        self.shapes = shapes             # magpy.dynamic.Shapes if the run lifted dimensions, else None
+
+    def tensor_guards(self, tensors, names) -> TensorGuards:
+        """One check of the tensors' dtype, device, sizes and strides (not the lifted sizes)."""
+        meta = [self.shapes.sizes_and_strides(n.value) if self.shapes else (list(n.value.size()), list(n.value.stride()))
+                for n in tensors]
+        return TensorGuards(*[n.value for n in tensors], tensor_check_names=names,
+                            dynamic_dims_sizes=[m[0] for m in meta], dynamic_dims_strides=[m[1] for m in meta])
+
+    def shape_check(self, nodes) -> str | None:
+        """``SHAPES(v1, v2)``: the lifted sizes' check, on the tensors holding them (its source
+        is written once the graphs are compiled: ``write_shape_check``)."""
+        if self.shapes is None:
+            return None
+        by_tensor = {id(n.value): n for n in nodes if n.kind is Kind.TENSOR}
+        return f"SHAPES({', '.join(var(by_tensor[id(t)]) for t in self.shapes.holders())})"
 
     def write(self, nargs, kwarg_names, env):
         g = self.g
@@ -76,11 +92,12 @@ class GuardWriter:
         tensors = [n for n in nodes if n.kind is Kind.TENSOR and n.read]
         tail = []
         if tensors:
-            tg = TensorGuards(*[n.value for n in tensors], tensor_check_names=[var(n) for n in tensors],
-                              dynamic_dims_sizes=[list(n.value.size()) for n in tensors],
-                              dynamic_dims_strides=[list(n.value.stride()) for n in tensors])
+            tg = self.tensor_guards(tensors, [var(n) for n in tensors])
             names = ", ".join(var(n) for n in tensors)
             tail.append(f"if not {self.names.const(tg, 'TENSORS')}.check({names}): return None")
+        shapes = self.shape_check(nodes)
+        if shapes is not None:
+            tail.append(f"if not {shapes}: return None")
         state = self.names.const(self.entry_state, "GLOBAL_STATE")   # grad mode, autocast ...
         tail.append(f"if not {state}.check(): return None")
         ret = f"({', '.join(env)}{',' if len(env) == 1 else ''})"
@@ -107,7 +124,7 @@ class GuardWriter:
         that fails, with what the record expected and what the call has), else None.  The
         same loads and checks as the guard, in the same order; only run when it failed."""
         nodes = [n for n in self.g.nodes[1:] if n.id in self.needed]
-        words = {n.id: _path_in_words(n, params) for n in nodes}
+        words = {n.id: path_in_words(n, params) for n in nodes}
         kw = self.names.const(tuple(kwarg_names))
         out = ["def diagnose(args, kwargs):", "  where = 'the arguments'", "  try:",
                f"    if len(args) != {nargs}:",
@@ -130,13 +147,14 @@ class GuardWriter:
             out.append(f"    if not ({rel}): return {why!r}")
         tensors = [n for n in nodes if n.kind is Kind.TENSOR and n.read]
         if tensors:
-            tg = TensorGuards(*[n.value for n in tensors], tensor_check_names=[words[n.id] for n in tensors],
-                              dynamic_dims_sizes=[list(n.value.size()) for n in tensors],
-                              dynamic_dims_strides=[list(n.value.stride()) for n in tensors])
+            tg = self.tensor_guards(tensors, [words[n.id] for n in tensors])
             loaded = ", ".join(var(n) for n in tensors)
             out.append(f"    why = {self.names.const(tg, 'TENSORS')}.check_verbose({loaded}, "
                        f"tensor_check_names={[words[n.id] for n in tensors]!r})")
             out.append("    if why is not True: return why")
+        shapes = self.shape_check(nodes)
+        if shapes is not None:
+            out.append(f"    if not {shapes}: return 'the lifted sizes break one of: ' + SHAPES.conditions")
         state = self.names.const(self.entry_state, "GLOBAL_STATE")
         out.append(f"    if not {state}.check(): return 'torch global state: ' + {state}.reason()")
         out += ["    return None", "  except Exception as e:",
@@ -291,6 +309,17 @@ class GuardWriter:
             return repr(key)
         return self.names.const(key)
 
+
+
+def write_shape_check(shapes) -> str:
+    """The source of ``SHAPES``: the lifted sizes loaded from their tensors, then every
+    condition the record assumed of them (ranges, relations, specialisations, strides)."""
+    holders = shapes.holders()
+    params = [f"t{i}" for i in range(len(holders))]
+    loads, conds = shapes.conditions({id(t): p for t, p in zip(holders, params)})
+    lines = [f"def shapes({', '.join(params)}) -> bool:"] + [f"    {line}" for line in loads]
+    lines.append(f"    return {' and '.join(conds) or 'True'}")
+    return "\n".join(lines)
 
 
 def _plain_attr(obj, name) -> bool:
@@ -460,7 +489,7 @@ def _brace(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}").replace("'", "\\'")
 
 
-def _path_in_words(node, params) -> str:
+def path_in_words(node, params) -> str:
     """How the program reached ``node``: ``x``, ``self.layer.weight``, ``THRESHOLD`` (a global)."""
     p, rel, key = node.parent, node.rel, node.key
     if rel == ARG:
@@ -476,7 +505,7 @@ def _path_in_words(node, params) -> str:
         if isinstance(v, torch.nn.Module):
             return "self"
         return getattr(v, "__qualname__", None) or f"<{type(v).__qualname__}>"
-    base = _path_in_words(p, params)
+    base = path_in_words(p, params)
     if rel == ITEM:
         return str(key) if base == "" else f"{base}[{key!r}]"
     if rel == ATTR:

@@ -107,7 +107,7 @@ class Frame:
     __slots__ = ("code", "info", "ops", "globals", "builtins", "locals", "stack",
                  "shadow_locals", "shadow_stack", "pc", "lasti", "back", "fn", "ns",
                  "kwnames", "retval", "yielded", "ret_shadow", "monitor", "locals_dict",
-                 "exc_item", "ins_base", "ins_inputs", "__weakref__")
+                 "exc_item", "ins_base", "ins_inputs", "ins_shadows", "__weakref__")
 
     def __init__(self, code, globals, builtins=None, fn=None, ns=None, locals=None,
                  stack=None, offset=0, monitor=None):
@@ -137,6 +137,7 @@ class Frame:
         # inputs (the frame's state before the instruction, to resume it from there).
         self.ins_base = 0
         self.ins_inputs = ()
+        self.ins_shadows = ()
         self.locals_dict = None
         self.exc_item = None
 

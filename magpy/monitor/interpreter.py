@@ -13,7 +13,9 @@ import types
 from magpy.monitor import bytecode, generators, tracebacks
 from magpy.monitor.frame import Frame, code_info, unsupported_python_message
 from magpy.monitor.intrinsics import default_policy
-from magpy.monitor.observer import observed_ops
+from inspect import CO_VARARGS, CO_VARKEYWORDS
+
+from magpy.monitor.observer import Entries, Items, observed_ops
 from magpy.monitor.policy import CallPolicy
 from magpy.monitor.protocols import NULL, lookup_special, py_method, set_context, tp_name, type_lookup
 
@@ -445,11 +447,19 @@ def _param_shadows(info, code, shadows):
     positional, keywords = shadows
     n = min(len(positional), code.co_argcount)
     sl[:n] = positional[:n]
+    nkw = code.co_kwonlyargcount
+    if code.co_flags & CO_VARARGS and any(sh is not None for sh in positional[n:]):
+        sl[code.co_argcount + nkw] = Items(positional[n:])
     if keywords:
-        names = code.co_varnames[code.co_posonlyargcount:code.co_argcount + code.co_kwonlyargcount]
+        names = code.co_varnames[code.co_posonlyargcount:code.co_argcount + nkw]
+        rest = {}
         for name, sh in keywords.items():
             if name in names:
                 sl[code.co_varnames.index(name)] = sh
+            elif sh is not None:
+                rest[name] = sh
+        if rest and code.co_flags & CO_VARKEYWORDS:
+            sl[code.co_argcount + nkw + bool(code.co_flags & CO_VARARGS)] = Entries(rest)
     return sl
 
 

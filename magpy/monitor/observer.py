@@ -11,6 +11,16 @@ RefGraph hangs provenance, independently of ``id()``.
 from magpy.monitor import bytecode
 
 
+class Items(tuple):
+    """A shadow of a sequence: the shadows of its items, in order.  The monitor passes it
+    through calls: a ``*args`` parameter's shadow, and ``f(*seq)`` spreading it over the
+    callee's parameters."""
+
+
+class Entries(dict):
+    """A shadow of a keyword dict: the shadows of its values by key (``**kwargs``)."""
+
+
 class Observer:
     """Base class: override the events you need; all default to doing nothing."""
 
@@ -91,6 +101,7 @@ def _observe(handler, ins, npop):
             inputs = in_sh = ()
         f.ins_base = base
         f.ins_inputs = inputs
+        f.ins_shadows = in_sh
         mon = f.monitor
         mon.ret_shadow = None
         if handler(f, arg):

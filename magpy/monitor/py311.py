@@ -17,6 +17,7 @@ import types
 from inspect import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE
 
 from magpy.monitor import generators, nativeops, operators
+from magpy.monitor.observer import Entries, Items
 from magpy.monitor.protocols import (
     NULL,
     cell_value,
@@ -645,6 +646,7 @@ def CALL(f, argc):
 
 def CALL_FUNCTION_EX(f, flags):
     s = f.stack
+    shadows = _spread_shadows(f.shadow_stack, flags, s)
     kwargs = s.pop() if flags & 1 else None
     callargs = s.pop()
     func = s.pop()
@@ -658,7 +660,20 @@ def CALL_FUNCTION_EX(f, flags):
             raise TypeError(f"{function_str(func)} argument after * must be an iterable, "
                             f"not {tp_name(type(callargs))}")
         callargs = tuple(callargs)
-    s.append(f.monitor.call(func, callargs, kwargs, None))
+    s.append(f.monitor.call(func, callargs, kwargs, shadows))
+
+
+def _spread_shadows(ss, flags, s):
+    """The argument shadows of ``f(*args, **kwargs)``: the sequence's and dict's item shadows."""
+    if ss is None:
+        return None
+    at = -2 if flags & 1 else -1
+    seq, args = ss[at], s[at]
+    keywords = ss[-1] if flags & 1 and type(ss[-1]) is Entries else None
+    if type(args) not in (tuple, list):
+        return None
+    positional = seq if type(seq) is Items and len(seq) == len(args) else (None,) * len(args)
+    return (positional, keywords)
 
 
 def MAKE_FUNCTION(f, flags):
