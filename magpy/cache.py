@@ -205,7 +205,7 @@ class RecordCache:
     def miss(self, args, kwargs):
         if self.eager_reason is None and len(self.records) >= config.cache_size_limit:
             self.give_up(f"{len(self.records)} records (magpy.config.cache_size_limit) did not cover "
-                         "this call; running eagerly from now on")
+                         f"this call; running eagerly from now on. {self.why_missed(args, kwargs)}")
         if self.eager_reason is not None:
             self.stats.eager_runs += 1
             return self.fn(*args, **kwargs)
@@ -230,6 +230,20 @@ class RecordCache:
         self.records.insert(0, rec)
         self.stats.records = len(self.records)
         return result
+
+    def why_missed(self, args, kwargs) -> str:
+        """What the last record's guard found different, and what to do about it."""
+        rec = self.records[0]
+        try:
+            why = rec.diagnose(args, kwargs) if rec.diagnose is not None else None
+        except Exception:  # noqa: BLE001 - a diagnosis must never break the call
+            why = None
+        fix = ("If a tensor size keeps changing, leave magpy.config.dynamic at None (automatic) or set it "
+               "to True" + ("" if self.lifting is not None else " with a backend that compiles symbolic "
+                            f"sizes ({', '.join(sorted(SYMBOLIC))})")
+               + "; if a Python value keeps changing, pass it as a tensor; or raise "
+               "magpy.config.cache_size_limit.")
+        return (f"The last record missed on: {why}. " if why else "") + fix
 
     def log_recompile(self, args, kwargs) -> None:
         """MAGPY_LOGS=recompiles: why each record did not cover this call."""

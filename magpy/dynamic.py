@@ -48,6 +48,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._sympy.functions import CleanDiv, FloorDiv, Max, Min, Mod, PythonMod
 from torch.utils._sympy.printers import PythonPrinter
 
+from magpy import logs
 from magpy.monitor import Observer, operators
 from magpy.monitor.observer import Entries, Items
 from magpy.refgraph.graph import ARG, KWARG
@@ -144,7 +145,10 @@ def with_shadow(value, sh):
     t = type(sh)
     if t is SymInt:
         return sh if type(value) is int and sh.node.hint == value else value
-    if t is Items and isinstance(value, (tuple, list)) and len(value) == len(sh):
+    if t is Items and isinstance(value, (tuple, list)):
+        if len(value) != len(sh):   # out of date: what it held is guarded instead
+            specialise(sh)
+            return value
         items = [with_shadow(v, s) for v, s in zip(value, sh)]
         return items if type(value) is list else tuple(items)
     if t is slice and type(value) is slice:
@@ -159,8 +163,11 @@ def _value(v, sh):
 
 def _items(v, sh):
     """The item shadows of sequence ``v`` (shadow ``sh``), or None if they are not known."""
-    if type(sh) is Items and len(sh) == len(v):
-        return tuple(sh)
+    if type(sh) is Items:
+        if len(sh) == len(v):
+            return tuple(sh)
+        specialise(sh)   # out of date: what it held is guarded instead
+        return None
     if sh is None and type(v) in (tuple, list, torch.Size):
         return (None,) * len(v)
     return None
@@ -248,13 +255,15 @@ def _build(sh, f, ins, inputs, outputs, in_sh):
 
 
 def _append(sh, f, ins, inputs, outputs, in_sh):
-    # LIST_APPEND / LIST_EXTEND: the list stays below, at depth ``arg`` once the input is popped.
-    ss, lst = f.shadow_stack, f.stack[-ins.arg]
-    added = (in_sh[0],) if ins.opname == "LIST_APPEND" else _items(inputs[0], in_sh[0])
-    before = _items(lst[:len(lst) - len(added)] if added is not None else lst, ss[-ins.arg])
-    if added is None or before is None:
+    # LIST_APPEND / LIST_EXTEND: inputs are (list, ..., added); the list stays (output 0).
+    lst = inputs[0]
+    added = (in_sh[-1],) if ins.opname == "LIST_APPEND" else _items(inputs[-1], in_sh[-1])
+    if added is None:
         return False
-    ss[-ins.arg] = Items(before + added)
+    before = _items(lst[:len(lst) - len(added)], in_sh[0])
+    if before is None:
+        return False
+    sh.set_output(f, 0, Items(before + added))
     return True
 
 
@@ -270,11 +279,10 @@ def _slice(sh, f, ins, inputs, outputs, in_sh):
 
 def _dict_merge(sh, f, ins, inputs, outputs, in_sh):
     # ``f(**kwargs)`` builds the dict it passes by merging: keep the values' shadows.
-    ss = f.shadow_stack
-    if type(in_sh[0]) is not Entries:
+    added, before = in_sh[-1], in_sh[0]
+    if type(added) is not Entries or symbolic(before) and type(before) is not Entries:
         return False
-    before = ss[-ins.arg]
-    ss[-ins.arg] = Entries({**(before if type(before) is Entries else {}), **in_sh[0]})
+    sh.set_output(f, 0, Entries({**(before or {}), **added}))
     return True
 
 
@@ -305,6 +313,7 @@ _RULES = {
     "RETURN_VALUE": _returned, "CALL": _call, "CALL_FUNCTION_EX": _call,
 }
 
+_CELL_OPS = frozenset({"STORE_DEREF", "LOAD_DEREF", "MAKE_CELL"})
 # Native callees that compute an int from ints: the same computation on SymInts.
 _NATIVE_INT = {int: int, abs: abs, max: torch.sym_max, min: torch.sym_min, math.floor: math.floor,
                math.ceil: math.ceil, operator.add: operator.add, operator.sub: operator.sub,
@@ -334,6 +343,7 @@ class Shapes(Observer):
         self.reads: list = []                    # this instruction's size reads: (result, twin's)
         self.matched = False                     # the recorder took this instruction's shadows
         self.passed: dict[int, set[int]] = {}    # id(frame) -> symbolic shadows its calls bound
+        self.cells: dict[int, tuple] = {}        # id(cell) -> (cell, its content's shadow)
 
     @property
     def active(self) -> bool:
@@ -454,14 +464,35 @@ class Shapes(Observer):
             self._claim(f, ins, inputs, outputs, reads)
         matched, self.matched = self.matched, False
         self._matched = matched
-        if not any(map(symbolic, in_sh)):
+        if ins.opname in _CELL_OPS and self._cell(f, ins, in_sh, outputs):
+            return
+        if matched or not any(map(symbolic, in_sh)):   # (a tensor operation took them)
             self.passed.pop(id(f), None)
             return
         rule = _RULES.get(ins.opname)
         if rule is None or not rule(self, f, ins, inputs, outputs, in_sh):
+            if logs.on("dynamic"):
+                logs.logger("dynamic").info("%s specialised by %s at %s:%s", [s for s in in_sh if symbolic(s)],
+                                            ins.opname, f.code.co_filename, f.f_lineno)
             for s in in_sh:
                 specialise(s)
         self.passed.pop(id(f), None)
+
+    def _cell(self, f, ins, in_sh, outputs) -> bool:
+        """Closure cells keep their content's shadow (a variable a nested function or a
+        generator expression uses: ``(z.view(b, t) for z in qkv)``)."""
+        cell = f.locals[ins.arg]
+        if ins.opname != "LOAD_DEREF":   # STORE_DEREF, or MAKE_CELL of a parameter
+            sh = in_sh[0] if ins.opname == "STORE_DEREF" else f.shadow_locals[ins.arg]
+            if not symbolic(sh):
+                self.cells.pop(id(cell), None)
+                return False
+            self.cells[id(cell)] = (cell, sh)
+            return True
+        entry = self.cells.get(id(cell))
+        if entry is not None and entry[0] is cell and with_shadow(outputs[0], entry[1]) is not outputs[0]:
+            self.set_output(f, 0, entry[1])
+        return True
 
     def _claim(self, f, ins, inputs, outputs, reads) -> None:
         direct = _direct_read(ins, inputs)

@@ -12,6 +12,8 @@ topic           what is logged
 ``graphs``      each compiled graph: operations, backend, compile time
 ``guards``      each new record's guard source
 ``perf``        each recording: monitor run and total time
+``dynamic``     each lifted size the program made the record specialise, and where
+                (``s0 specialised by BINARY_OP at model.py:12``)
 ==============  ==========================================================================
 
 Whatever the switch says, a recording that takes more than two seconds logs one line at
@@ -25,7 +27,7 @@ import logging
 import os
 import sys
 
-TOPICS = ("recompiles", "breaks", "graphs", "guards", "perf")
+TOPICS = ("recompiles", "breaks", "graphs", "guards", "perf", "dynamic")
 SLOW_RECORDING_S = 2.0
 
 _root = logging.getLogger("magpy")

@@ -311,6 +311,8 @@ class OpRecorder(TorchFunctionMode):
             return self.tensor_node(a)
         if type(a) is torch.SymInt:
             return self.shapes.size_node(a, self.tensor_node, self.graph)
+        if type(a) is slice and torch.SymInt in (type(a.start), type(a.stop), type(a.step)):
+            return slice(self._arg(a.start), self._arg(a.stop), self._arg(a.step))
         if self._lift and type(a) is float:
             var = self.lifted(a)
             if var is not None:

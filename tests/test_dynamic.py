@@ -364,7 +364,8 @@ IDIOMS = {   # name: (build, size -> args)
     "ones_tril_mask": (function(_tril_mask), lambda n: (torch.randn(2, n, 4),)),
     "arange_positions": (function(_arange_positions), lambda n: (torch.randn(2, n, 3),)),
     "new_zeros": (function(_new_zeros_padding), lambda n: (torch.randn(n, 3),)),
-    "slice_half": (function(_first_half), lambda n: (torch.randn(2, n),)),
+    # 2n: half a length of 2 or 3 is 1, which torch specialises (a record of its own).
+    "slice_half": (function(_first_half), lambda n: (torch.randn(2, 2 * n),)),
     "expand_cls_token": (module(ClassToken), lambda n: (torch.randn(n, 3, 4),)),
     "zeros_tuple": (function(_zeros_of_tuple), lambda n: (torch.randn(n, 5, 2),)),
     "star_shape_tuple": (function(_shape_tuple_star), lambda n: (torch.randn(n, 3, 8),)),
