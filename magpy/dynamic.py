@@ -365,8 +365,9 @@ class Shapes(Observer):
             return
         ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC
                                                       for d in range(t.dim())])
-        from torch._dynamo.source import ConstantSource
-        fake = self.fake_mode.from_tensor(t, symbolic_context=ctx, source=ConstantSource(f"in{len(self.inputs)}"))
+        from torch._dynamo.source import ConstantSource   # (importing torch._dynamo takes a second)
+        source = ConstantSource(f"in{len(self.inputs)}")   # names the symbols' origin in torch's messages
+        fake = self.fake_mode.from_tensor(t, symbolic_context=ctx, source=source)
         for d in dims:
             self.symbols[fake.size(d).node.expr] = (t, d)
         self.inputs[id(t)] = (sn, dims, fake)
@@ -472,8 +473,9 @@ class Shapes(Observer):
         rule = _RULES.get(ins.opname)
         if rule is None or not rule(self, f, ins, inputs, outputs, in_sh):
             if logs.on("dynamic"):
-                logs.logger("dynamic").info("%s specialised by %s at %s:%s", [s for s in in_sh if symbolic(s)],
-                                            ins.opname, f.code.co_filename, f.f_lineno)
+                logs.logger("dynamic").info("%s specialised by %s at %s:%s",
+                                            [s for s in in_sh if symbolic(s)], ins.opname,
+                                            f.code.co_filename, f.f_lineno)
             for s in in_sh:
                 specialise(s)
         self.passed.pop(id(f), None)
@@ -515,6 +517,8 @@ class Shapes(Observer):
                 _collect(s, found)
             return found <= passed
         callee, args = _callee(inputs)
+        if callee is isinstance or callee is type:
+            return True   # they look at the type only
         fn = _NATIVE_INT.get(callee) if _hashable(callee) else None
         out = outputs[0] if outputs else None
         if fn is not None and all(type(a) is int for a in args):

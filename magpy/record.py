@@ -34,11 +34,11 @@ from magpy.codegen import compile_source, generate
 from magpy.codegen.guard import inputs_in_words, path_in_words, write_shape_check
 from magpy.config import config
 from magpy.continuations import Resume
+from magpy.dynamic import Lifting
 from magpy.errors import BackendError, CaptureError, GraphBreak
 from magpy.monitor import Monitor, generators, shared_default_policy
 from magpy.monitor.tracebacks import user_stacklevel
 from magpy.opgraph import updated_in_place
-from magpy.dynamic import Lifting
 from magpy.refgraph.graph import ARG, KWARG, Kind, is_immutable
 from magpy.segments import Capture
 
@@ -344,7 +344,8 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
     if broken:
         _link_shape_check(gen, cap)
         return Record(guard, None, (), gen.guard_source, None, cap.broken, op_count, *fast,
-                      changed=changed, breaks=tuple(cap.segmenter.breaks), inputs=inputs, lifted=lifted), result
+                      changed=changed, breaks=tuple(cap.segmenter.breaks), inputs=inputs,
+                      lifted=lifted), result
     with _stage("closing the operator graphs (opgraph)"):
         graphs = cap.graphs()
     with _stage("compiling the graphs (backend)"):

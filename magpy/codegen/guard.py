@@ -70,10 +70,11 @@ class GuardWriter:
 
     def tensor_guards(self, tensors, names) -> TensorGuards:
         """One check of the tensors' dtype, device, sizes and strides (not the lifted sizes)."""
-        meta = [self.shapes.sizes_and_strides(n.value) if self.shapes else (list(n.value.size()), list(n.value.stride()))
-                for n in tensors]
+        meta = [self.shapes.sizes_and_strides(n.value) if self.shapes
+                else (list(n.value.size()), list(n.value.stride())) for n in tensors]
         return TensorGuards(*[n.value for n in tensors], tensor_check_names=names,
-                            dynamic_dims_sizes=[m[0] for m in meta], dynamic_dims_strides=[m[1] for m in meta])
+                            dynamic_dims_sizes=[m[0] for m in meta],
+                            dynamic_dims_strides=[m[1] for m in meta])
 
     def shape_check(self, nodes) -> str | None:
         """``SHAPES(v1, v2)``: the lifted sizes' check, on the tensors holding them (its source

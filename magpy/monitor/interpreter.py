@@ -9,12 +9,11 @@ that look at their caller's frame or call back into Python.
 import functools
 import sys
 import types
+from inspect import CO_VARARGS, CO_VARKEYWORDS
 
 from magpy.monitor import bytecode, generators, tracebacks
 from magpy.monitor.frame import Frame, code_info, unsupported_python_message
 from magpy.monitor.intrinsics import default_policy
-from inspect import CO_VARARGS, CO_VARKEYWORDS
-
 from magpy.monitor.observer import Entries, Items, observed_ops
 from magpy.monitor.policy import CallPolicy
 from magpy.monitor.protocols import NULL, lookup_special, py_method, set_context, tp_name, type_lookup
