@@ -365,7 +365,7 @@ class Shapes(Observer):
             return
         ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC
                                                       for d in range(t.dim())])
-        from torch._dynamo.source import ConstantSource   # (importing torch._dynamo takes a second)
+        from torch._dynamo.source import ConstantSource  # (importing torch._dynamo takes a second)
         source = ConstantSource(f"in{len(self.inputs)}")   # names the symbols' origin in torch's messages
         fake = self.fake_mode.from_tensor(t, symbolic_context=ctx, source=source)
         for d in dims:
