@@ -1,0 +1,84 @@
+"""Dynamic shapes on transformers models with their default settings (issue 12, item 5).
+
+* Decoding: ``model.forward = magpy.compile(model.forward)`` then greedy ``generate()`` with a
+  KV cache that grows every step gives eager's tokens, and the number of recordings does not
+  grow with ``max_new_tokens`` (prefill, the first step, the step that lifts the cache length).
+* Encoding: BERT over batch sizes and sequence lengths drawn at random records at most three
+  times (the first call, then once per dimension found to change) and matches eager.
+Random weights from small configs (no downloads); backend "eager" (bit-exact) unless marked.
+"""
+import random
+
+import pytest
+import torch
+
+import magpy
+from tests.compile_harness import fresh_magpy  # noqa: F401 - autouse: magpy.reset() per test
+
+transformers = pytest.importorskip("transformers")
+
+
+def _gpt2():
+    cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=500, n_positions=256,
+                                  bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+def _llama():
+    cfg = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, intermediate_size=128, vocab_size=500,
+                                   max_position_embeddings=256, bos_token_id=0, eos_token_id=0)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def _generate(model, prompt, n):
+    # eos = pad = 0 never ends early here: min_new_tokens keeps every run at n tokens.
+    return model.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+
+
+def _decode(build, backend, lengths):
+    torch.manual_seed(0)
+    model = build()
+    prompt = torch.randint(1, 500, (1, 8))
+    orig = model.forward
+    with torch.no_grad():
+        expected = [_generate(model, prompt, n) for n in lengths]
+        model.forward = magpy.compile(orig, backend=backend)
+        runs = []
+        for n, want in zip(lengths, expected):
+            before = magpy.stats(model.forward).monitor_runs
+            got = _generate(model, prompt, n)
+            assert torch.equal(got, want), f"max_new_tokens={n}: tokens differ from eager's"
+            runs.append(magpy.stats(model.forward).monitor_runs - before)
+    return magpy.stats(model.forward), runs
+
+
+@pytest.mark.parametrize("build", [_gpt2, pytest.param(_llama, marks=pytest.mark.slow)], ids=["gpt2", "llama"])
+def test_generate_records_do_not_grow_with_new_tokens(build):
+    stats, runs = _decode(build, "eager", [16, 48])
+    # Prefill, the first decoding step, and the step where the cache length is seen to change.
+    assert runs == [3, 0], runs
+    assert stats.eager_runs == 0
+    assert stats.mock_runs == 16 + 48 - 3
+
+
+@pytest.mark.slow
+def test_generate_with_inductor_gives_eager_tokens():
+    stats, runs = _decode(_gpt2, "inductor", [24])
+    assert runs[0] <= 4 and stats.eager_runs == 0
+
+
+def test_bert_random_batch_and_length():
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=128, vocab_size=500)
+    model = transformers.BertModel(cfg).eval()
+    compiled = magpy.compile(model, backend="eager")
+    rng = random.Random(0)
+    with torch.no_grad():
+        for _ in range(12):
+            ids = torch.randint(0, 500, (rng.randint(2, 8), rng.randint(8, 64)))
+            assert torch.equal(compiled(ids).last_hidden_state, model(ids).last_hidden_state)
+    stats = magpy.stats(compiled)
+    assert stats.monitor_runs <= 3 and stats.eager_runs == 0, stats
+    assert stats.mock_runs == 12 - stats.monitor_runs
