@@ -65,10 +65,21 @@ class Lifting:
     def __init__(self):
         self.seen: dict[tuple, tuple[int, ...]] = {}     # input path -> sizes last recorded
         self.changing: dict[tuple, frozenset[int]] = {}  # input path -> dimensions seen to change
+        self.values: dict[tuple, float] = {}             # argument path -> float last recorded
+        self.changing_values: set[tuple] = set()         # argument paths of floats seen to change
 
     def armed(self, mode: bool | None) -> bool:
         """Could a recording lift anything?  (Else it runs without :class:`Shapes`.)"""
-        return mode is True or (mode is None and bool(self.seen))
+        return mode is True or (mode is None and bool(self.seen or self.values))
+
+    def scalar(self, mode: bool | None, sn) -> bool:
+        """Is the float argument of node ``sn`` lifted (a graph input, not a guarded value)?"""
+        if mode is False:
+            return False
+        key = input_key(sn)
+        if mode is True or key in self.changing_values:
+            return True
+        return key in self.values and not _same_float(self.values[key], sn.value)
 
     def dims(self, mode: bool | None, sn, t: torch.Tensor) -> frozenset[int]:
         """The dimensions of input tensor ``t`` (RefGraph node ``sn``) to lift."""
@@ -84,12 +95,22 @@ class Lifting:
         return frozenset(dims)
 
     def saw(self, inputs) -> None:
-        """A recording's input tensors ``(node, lifted dims)``: remember their sizes."""
-        for sn, dims in inputs:
+        """A recording's input tensors ``(node, lifted dims)`` and float arguments ``(node,
+        lifted)``: remember their sizes and values."""
+        for sn, lifted in inputs:
             key = input_key(sn)
+            if type(sn.value) is float:
+                self.values[key] = sn.value
+                if lifted:
+                    self.changing_values.add(key)
+                continue
             self.seen[key] = tuple(sn.value.shape)
-            if dims:
-                self.changing[key] = frozenset(dims) | self.changing.get(key, frozenset())
+            if lifted:
+                self.changing[key] = frozenset(lifted) | self.changing.get(key, frozenset())
+
+
+def _same_float(a: float, b: float) -> bool:
+    return a == b and math.copysign(1, a) == math.copysign(1, b) or a != a and b != b
 
 
 def input_key(sn) -> tuple:
@@ -108,6 +129,20 @@ def input_key(sn) -> tuple:
 
 # ----------------------------------------------------------------------------- shadows
 
+class Scalar:
+    """The shadow of a lifted float argument: its RefGraph node.  ``pinned`` (shared by one
+    recording) holds the nodes the program used other than as a tensor operation's operand:
+    those are guarded by value after all."""
+
+    __slots__ = ("node", "pinned")
+
+    def __init__(self, node, pinned: set):
+        self.node, self.pinned = node, pinned
+
+    def __repr__(self):
+        return f"<lifted float {self.node.value!r}>"
+
+
 def symbolic(sh) -> bool:
     """Does shadow ``sh`` hold a symbolic size (an unspecialised SymInt, or items with one)?"""
     t = type(sh)
@@ -119,6 +154,8 @@ def symbolic(sh) -> bool:
         return any(map(symbolic, sh.values()))
     if t is slice:
         return symbolic(sh.start) or symbolic(sh.stop) or symbolic(sh.step)
+    if t is Scalar:
+        return sh.node.id not in sh.pinned
     return False
 
 
@@ -136,6 +173,8 @@ def specialise(sh) -> None:
     elif t is slice:
         for x in (sh.start, sh.stop, sh.step):
             specialise(x)
+    elif t is Scalar:
+        sh.pinned.add(sh.node.id)
 
 
 def with_shadow(value, sh):
@@ -145,6 +184,8 @@ def with_shadow(value, sh):
     t = type(sh)
     if t is SymInt:
         return sh if type(value) is int and sh.node.hint == value else value
+    if t is Scalar:
+        return sh if value is sh.node.value else value
     if t is Items and isinstance(value, (tuple, list)):
         if len(value) != len(sh):   # out of date: what it held is guarded instead
             specialise(sh)
@@ -344,11 +385,31 @@ class Shapes(Observer):
         self.matched = False                     # the recorder took this instruction's shadows
         self.passed: dict[int, set[int]] = {}    # id(frame) -> symbolic shadows its calls bound
         self.cells: dict[int, tuple] = {}        # id(cell) -> (cell, its content's shadow)
+        self.scalars: dict[int, object] = {}     # node id -> node of a lifted float argument
+        self.pinned: set[int] = set()            # of those, the ones guarded by value after all
 
     @property
     def active(self) -> bool:
-        """Is any dimension lifted (from then on, every operation is propagated)?"""
-        return bool(self.symbols)
+        """Is anything lifted: a dimension (from then on, every operation is propagated on
+        the twins) or a float argument?"""
+        return bool(self.symbols or self.scalars)
+
+    def argument_shadows(self, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """The shadows of the call's arguments: its lifted floats (the RefGraph's roots)."""
+        roots = self.refgraph.sn0.children
+        def shadow(rel, key, value):
+            sn = roots.get((rel, key))
+            if type(value) is not float or sn is None or not self.lifting.scalar(self.mode, sn):
+                return None
+            self.scalars[sn.id] = sn
+            return Scalar(sn, self.pinned)
+        positional = tuple(shadow(ARG, i, a) for i, a in enumerate(args))
+        keywords = {k: shadow(KWARG, k, v) for k, v in kwargs.items()}
+        return (positional, keywords) if self.scalars else None
+
+    def free_scalars(self) -> set[int]:
+        """Node ids of the lifted floats the guard does not check by value."""
+        return set(self.scalars) - self.pinned
 
     # -- twins -----------------------------------------------------------------------------------
     def consider(self, t: torch.Tensor) -> None:
@@ -391,6 +452,8 @@ class Shapes(Observer):
     def propagate(self, func, args, kwargs, out) -> None:
         """Run the operation on the twins: its results' twins."""
         def twin(a):
+            if type(a) is Scalar:
+                return a.node.value
             return self.fake(a) if isinstance(a, torch.Tensor) else a
         fargs, fkwargs = pytree.tree_map(twin, (tuple(args), dict(kwargs)))
         try:
@@ -455,7 +518,7 @@ class Shapes(Observer):
             _collect(s, ids)
 
     def on_instruction(self, f, ins, inputs, outputs) -> None:
-        if not self.symbols:
+        if not self.active:
             return
         reads, self.reads = self.reads, []
         in_sh = f.ins_shadows
@@ -557,8 +620,10 @@ class Shapes(Observer):
 
     # -- the record's side -----------------------------------------------------------------------
     def lifted_inputs(self) -> list[tuple]:
-        """``(node, lifted dims, twin)`` of every input tensor the recording met."""
-        return list(self.inputs.values())
+        """``(node, lifted)`` of every input tensor the recording met (its lifted dimensions)
+        and every float argument it lifted (True unless pinned)."""
+        return ([(sn, dims) for sn, dims, _ in self.inputs.values()]
+                + [(sn, sn.id not in self.pinned) for sn in self.scalars.values()])
 
     def sizes_and_strides(self, t: torch.Tensor) -> tuple[list, list]:
         """What the tensor guard fixes of input ``t``: sizes and strides, None where symbolic."""
@@ -609,6 +674,11 @@ class Shapes(Observer):
             expr = self.env.replace(sym)
             state = f"dynamic, {sym}" if expr.free_symbols else f"specialised to {expr}"
             out.append(f"{words(self.inputs[id(t)][0])}.size({d}): {state}")
+        for nid, sn in self.scalars.items():
+            state = "guarded by value (used in Python)" if nid in self.pinned else "a graph input"
+            out.append(f"{words(sn)} (float): {state}")
+        if not self.symbols:
+            return out
         loads, conds = self.conditions({id(t): f"t{i}" for i, t in enumerate(self.holders())})
         out.append(f"conditions: {' and '.join(conds) or 'none'}")
         return out
@@ -653,7 +723,7 @@ class _OutputShadows:
 
 def _collect(sh, ids: set) -> None:
     t = type(sh)
-    if t is SymInt:
+    if t is SymInt or t is Scalar:
         ids.add(id(sh))
     elif t is Items or t is slice:
         for x in (sh if t is Items else (sh.start, sh.stop, sh.step)):

@@ -28,6 +28,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from magpy import annotations as ann
+from magpy.dynamic import Scalar, specialise
 from magpy.refgraph.graph import RefGraph, is_immutable, tensor_version
 
 # Constants fx writes into the graph's code as their repr, which gives them back exactly (fx
@@ -64,6 +65,21 @@ class Piece:
         return i
 
 
+class ScalarInput:
+    """A lifted float argument (its RefGraph node), passed to the graph as a 0-d tensor."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node):
+        self.node = node
+
+    def __hash__(self):
+        return hash(("scalar", self.node.id))
+
+    def __eq__(self, other):
+        return type(other) is ScalarInput and other.node is self.node
+
+
 @dataclasses.dataclass(frozen=True)
 class InputSource:
     """Where the mock finds a piece's input that is not read from outside: an expression
@@ -91,6 +107,7 @@ class OpRecorder(TorchFunctionMode):
         self.lifted = None
         self._lift = False   # the operation being recorded takes such floats as 0-d tensors
         self.shapes = None   # magpy.dynamic.Shapes of a recording that may lift dimensions
+        self._scalars = False   # the operation being recorded takes lifted float arguments as inputs
 
     @property
     def piece(self) -> Piece:
@@ -126,7 +143,7 @@ class OpRecorder(TorchFunctionMode):
         seen = {}
         for p in self.pieces:
             for sn, _ in p.inputs:
-                if not isinstance(sn, InputSource):
+                if not isinstance(sn, (InputSource, ScalarInput)):
                     seen.setdefault(sn.id, sn)
         return list(seen.values())
 
@@ -240,12 +257,14 @@ class OpRecorder(TorchFunctionMode):
             if symbolic is not None:
                 args, kwargs = symbolic
         # Arithmetic of floating tensors with a Python float computes as with a 0-d float64
-        # tensor (the same result dtype and values): an eager step's float becomes an input.
-        self._lift = name in _LIFTABLE and all(
-            t.is_floating_point() for t in args if isinstance(t, torch.Tensor)) and self.lifted is not None
+        # tensor (the same result dtype and values): an eager step's float, or a lifted float
+        # argument, becomes an input.
+        floats = name in _LIFTABLE and all(t.is_floating_point() for t in args if isinstance(t, torch.Tensor))
+        self._lift = floats and self.lifted is not None
+        self._scalars = floats
         try:
             fargs = pytree.tree_map(self._arg, tuple(args))
-            self._lift = False
+            self._lift = self._scalars = False
             fkwargs = pytree.tree_map(self._arg, dict(kwargs))
         except _Unsupported:
             if not _made_from_data(args, kwargs, out):
@@ -269,7 +288,7 @@ class OpRecorder(TorchFunctionMode):
                     self._made(t, self.graph.call_function(operator.getitem, (node, i)))
         elif out is not None:
             raise _Unsupported(f"{_qualname(func)} returned {type(out).__name__}")
-        if shapes is not None:
+        if shapes is not None and shapes.symbols:
             shapes.propagate(func, args, kwargs, out)
 
     def apply_function(self, apply, run, args, kwargs):
@@ -311,6 +330,8 @@ class OpRecorder(TorchFunctionMode):
             return self.tensor_node(a)
         if type(a) is torch.SymInt:
             return self.shapes.size_node(a, self.tensor_node, self.graph)
+        if type(a) is Scalar:
+            return self._scalar_arg(a)
         if type(a) is slice and torch.SymInt in (type(a.start), type(a.stop), type(a.step)):
             return slice(self._arg(a.start), self._arg(a.stop), self._arg(a.step))
         if self._lift and type(a) is float:
@@ -326,10 +347,19 @@ class OpRecorder(TorchFunctionMode):
             return self.graph.call_function(_constant(a), ())
         raise _Unsupported(f"tensor operation argument of type {type(a).__qualname__}")
 
-    def _scalar_input(self, value: float, var: str) -> fx.Node:
-        """A placeholder for the float the mock has in ``var``, passed as a 0-d float64 tensor."""
+    def _scalar_arg(self, a: Scalar):
+        """A lifted float argument: a graph input where it is an operand of float tensor
+        arithmetic, else its value (which the guard then checks)."""
+        if not self._scalars:
+            specialise(a)
+            return a.node.value
+        return self._scalar_input(a.node.value, ScalarInput(a.node))
+
+    def _scalar_input(self, value: float, source) -> fx.Node:
+        """A placeholder for a float passed as a 0-d float64 tensor: one the mock has in a
+        variable (``source`` its name), or a lifted argument (a :class:`ScalarInput`)."""
         piece = self.piece
-        key = source = InputSource(f"SCALAR({var})")
+        key = source = InputSource(f"SCALAR({source})") if type(source) is str else source
         ph = piece.placeholders.get(key)
         if ph is None:
             ph = piece.placeholders[key] = self.graph.placeholder(f"in{len(piece.inputs)}")

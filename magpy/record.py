@@ -232,15 +232,18 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | Non
     except CaptureError as e:
         return result, _capture_failed(e, errors)
     if lifting is not None:
-        lifting.saw(_tensor_inputs(cap))
+        lifting.saw(_inputs_seen(cap))
     return result, rec
 
 
-def _tensor_inputs(cap: Capture) -> list[tuple]:
-    """``(node, lifted dims)`` of each tensor the run read from outside."""
-    lifted = {id(sn.value): dims for sn, dims, fake in cap.shapes.lifted_inputs()} if cap.shapes else {}
-    return [(sn, lifted.get(id(sn.value), frozenset())) for sn in cap.refgraph.nodes[1:]
-            if sn.kind is Kind.TENSOR and sn.read]
+def _inputs_seen(cap: Capture) -> list[tuple]:
+    """``(node, lifted)`` of each tensor the run read from outside (its lifted dimensions)
+    and each float argument (whether it was lifted)."""
+    lifted = {sn.id: what for sn, what in cap.shapes.lifted_inputs()} if cap.shapes else {}
+    sn0 = cap.refgraph.sn0
+    return [(sn, lifted.get(sn.id, frozenset())) for sn in cap.refgraph.nodes[1:]
+            if sn.read and (sn.kind is Kind.TENSOR or type(sn.value) is float and sn.parent is sn0
+                            and sn.rel in (ARG, KWARG))]
 
 
 def _parameter_names(fn) -> list[str]:
@@ -369,7 +372,7 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
 def _link_shape_check(gen, cap: Capture) -> None:
     """The guard's ``SHAPES`` check, written once the backend compiled the graphs (compiling
     may assume more of the lifted sizes)."""
-    if cap.lifted is None:
+    if cap.lifted is None or not cap.lifted.symbols:
         return
     with _stage("compiling the shape check (codegen)"):
         src = write_shape_check(cap.lifted)

@@ -572,7 +572,8 @@ class Capture:
 
     def run(self, fn, args: tuple, kwargs: dict):
         """Run the program under the monitor; its real result."""
-        return self._recording(self.monitor.run, fn, *args, **kwargs)
+        shadows = self.shapes.argument_shadows(args, kwargs) if self.shapes is not None else None
+        return self._recording(self.monitor.run_shadowed, fn, args, kwargs, shadows)
 
     def resume(self, resume: Resume):
         """Resume the frames of a failed check under the monitor (a continuation: effects
@@ -600,7 +601,7 @@ class Capture:
         """The values a piece's graph is compiled for: fake tensors with symbolic sizes where
         the run lifted dimensions."""
         values = [ph.meta["example_value"] for _, ph in self.recorder.pieces[piece].inputs]
-        if self.lifted is None:
+        if self.lifted is None or not self.lifted.symbols:
             return values
         return [self.shapes.fake(v) for v in values]
 

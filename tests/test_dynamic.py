@@ -560,3 +560,57 @@ INDUCTOR = [
 def test_inductor_automatic_sweep(case, sizes):
     build, make_args, _, _ = SWEEPS[case]
     sweep(build, make_args, sizes, None, backend="inductor")
+
+
+# ----------------------------------------------------------------------------- float arguments
+
+def _temperature(logits, temperature):
+    return (logits / temperature).softmax(-1)
+
+
+def _temperature_kw(logits, *, temperature=1.0):
+    return logits * temperature - temperature
+
+
+def _steering(x, scale):
+    if scale > 1.0:          # steers the program: guarded by value
+        return x * scale
+    return x - scale
+
+
+def _python_arithmetic(x, t):
+    return x * (t + 1.0)     # computed in Python first: guarded by value
+
+
+FLOATS = {   # name: (program, how it is called with float t, recordings for TEMPERATURES automatic)
+    "operand": (_temperature, lambda x, t: ((x, t), {}), 2),
+    "keyword": (_temperature_kw, lambda x, t: ((x,), {"temperature": t}), 2),
+    "steering": (_steering, lambda x, t: ((x, t), {}), None),
+    "python_arithmetic": (_python_arithmetic, lambda x, t: ((x, t), {}), None),
+}
+TEMPERATURES = [0.7, 0.9, 1.3, 0.5, 2.0, 0.9, 1.1, -0.0, 0.0, float("inf")]
+
+
+@pytest.mark.parametrize("mode", [None, True, False], ids=["automatic", "dynamic_true", "static"])
+@pytest.mark.parametrize("name", FLOATS)
+def test_float_argument_that_changes_every_call(name, mode):
+    """A float argument that is only an operand of tensor arithmetic becomes a graph input:
+    a new value reuses the record.  One the program computes with or branches on is
+    guarded by value: every result still equals eager's (signed zeros and infinities included,
+    whose NaNs must match too)."""
+    magpy.config.dynamic = mode
+    magpy.config.cache_size_limit = 16   # the guarded programs record once per distinct value
+    program, call, recordings = FLOATS[name]
+    fast = magpy.compile(program, backend="eager")
+    x = torch.randn(4, 10)
+    for t in TEMPERATURES:
+        args, kwargs = call(x, t)
+        got, want = fast(*args, **kwargs), program(*args, **kwargs)
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=f"{name}, t={t}")
+    stats = magpy.stats(fast)
+    assert stats.eager_runs == 0
+    distinct = len({(t, math.copysign(1, t)) for t in TEMPERATURES})
+    if mode is False or recordings is None:
+        assert stats.monitor_runs == distinct
+    else:
+        assert stats.monitor_runs == (1 if mode is True else recordings)

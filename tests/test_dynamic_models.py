@@ -53,7 +53,8 @@ def _decode(build, backend, lengths):
     return magpy.stats(model.forward), runs
 
 
-@pytest.mark.parametrize("build", [_gpt2, pytest.param(_llama, marks=pytest.mark.slow)], ids=["gpt2", "llama"])
+@pytest.mark.parametrize("build", [_gpt2, pytest.param(_llama, marks=pytest.mark.slow)],
+                         ids=["gpt2", "llama"])
 def test_generate_records_do_not_grow_with_new_tokens(build):
     stats, runs = _decode(build, "eager", [16, 48])
     # Prefill, the first decoding step, and the step where the cache length is seen to change.

@@ -79,7 +79,7 @@ class GuardWriter:
     def shape_check(self, nodes) -> str | None:
         """``SHAPES(v1, v2)``: the lifted sizes' check, on the tensors holding them (its source
         is written once the graphs are compiled: ``write_shape_check``)."""
-        if self.shapes is None:
+        if self.shapes is None or not self.shapes.symbols:
             return None
         by_tensor = {id(n.value): n for n in nodes if n.kind is Kind.TENSOR}
         return f"SHAPES({', '.join(var(by_tensor[id(t)]) for t in self.shapes.holders())})"
@@ -266,6 +266,8 @@ class GuardWriter:
         if not node.read:
             return []
         if k is Kind.VALUE:
+            if self.shapes is not None and node.id in self.shapes.free_scalars():
+                return [f"type({v}) is float"]   # a lifted float: a graph input, any value
             return value_checks(self.names, v, node.value)
         if k in (Kind.STATIC, Kind.OPAQUE):
             return [f"{v} is {self.names.const(node.value)}"]

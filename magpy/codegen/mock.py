@@ -23,7 +23,7 @@ from magpy.codegen.source import Names, is_literal, value_checks, var
 from magpy.continuations import Reduced, Resume, Variable
 from magpy.errors import CaptureError
 from magpy.monitor import NULL, generators
-from magpy.opgraph import InputSource, scalar_tensor
+from magpy.opgraph import InputSource, ScalarInput, scalar_tensor
 from magpy.refgraph.graph import UNSET, Kind, RefGraph, is_immutable, state_of
 
 
@@ -81,11 +81,18 @@ class MockWriter:
                 if step.before == piece.index:
                     self.step(step)
             if piece.op_count:
-                ins = ", ".join(sn.expr if isinstance(sn, InputSource) else self.load(sn)
-                                for sn, _ in piece.inputs)
+                ins = ", ".join(self.graph_input(source) for source, _ in piece.inputs)
                 self.lines.append(f"    out{piece.index} = GRAPH{piece.index}({ins})")
             pieces, self.lines = pieces + self.lines, []
         return pieces + self.final(result)
+
+    def graph_input(self, source) -> str:
+        """The mock's expression of a graph input (see ``Piece.inputs``)."""
+        if isinstance(source, InputSource):
+            return source.expr
+        if isinstance(source, ScalarInput):
+            return f"SCALAR({self.load(source.node)})"
+        return self.load(source)
 
     def step(self, step) -> None:
         """An eager step: its call on the values at the break, or a check of what it gave."""

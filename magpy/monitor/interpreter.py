@@ -48,8 +48,15 @@ class Monitor:
     # ------------------------------------------------------------------ entry points
     def run(self, fn, /, *args, **kwargs):
         """Run ``fn(*args, **kwargs)`` under the monitor and return its result."""
-        with self._session(sys._getframe(1)):
-            return self.call(fn, args, kwargs or None, None)
+        return self._run(sys._getframe(1), fn, args, kwargs, None)
+
+    def run_shadowed(self, fn, args: tuple, kwargs: dict, shadows):
+        """``run``, with shadows for the arguments (``(positional, keywords)``, or None)."""
+        return self._run(sys._getframe(1), fn, args, kwargs, shadows)
+
+    def _run(self, host, fn, args, kwargs, shadows):
+        with self._session(host):
+            return self.call(fn, args, kwargs or None, shadows)
 
     def resume(self, frames):
         """Continue the frames of a suspended call chain, innermost first.
