@@ -320,10 +320,26 @@ def _slice(sh, f, ins, inputs, outputs, in_sh):
 
 def _dict_merge(sh, f, ins, inputs, outputs, in_sh):
     # ``f(**kwargs)`` builds the dict it passes by merging: keep the values' shadows.
-    added, before = in_sh[-1], in_sh[0]
-    if type(added) is not Entries or symbolic(before) and type(before) is not Entries:
+    before, added = in_sh[0], in_sh[-1]
+    if any(s is not None and type(s) is not Entries for s in (before, added)):
         return False
-    sh.set_output(f, 0, Entries({**(before or {}), **added}))
+    merged = inputs[-1]
+    entries = {k: s for k, s in (before or {}).items() if k not in merged}
+    sh.set_output(f, 0, Entries({**entries, **(added or {})}))
+    return True
+
+
+def _const_key_map(sh, f, ins, inputs, outputs, in_sh):
+    # ``f(a=b, **kw)`` builds its keyword dict from constant keys: keep the values' shadows.
+    sh.set_output(f, 0, Entries({k: s for k, s in zip(inputs[-1], in_sh[:-1]) if s is not None}))
+    return True
+
+
+def _build_map(sh, f, ins, inputs, outputs, in_sh):
+    keys = inputs[0::2]
+    if not all(type(k) is str for k in keys):
+        return False
+    sh.set_output(f, 0, Entries({k: s for k, s in zip(keys, in_sh[1::2]) if s is not None}))
     return True
 
 
@@ -345,6 +361,7 @@ _RULES = {
     "UNARY_POSITIVE": _unary(operator.pos), "BINARY_SUBSCR": _subscript, "UNPACK_SEQUENCE": _unpack,
     "BUILD_TUPLE": _build, "BUILD_LIST": _build, "LIST_APPEND": _append, "LIST_EXTEND": _append,
     "LIST_TO_TUPLE": _to_tuple, "BUILD_SLICE": _slice, "DICT_MERGE": _dict_merge,
+    "BUILD_CONST_KEY_MAP": _const_key_map, "BUILD_MAP": _build_map,
     "POP_JUMP_FORWARD_IF_TRUE": _truth, "POP_JUMP_FORWARD_IF_FALSE": _truth,
     "POP_JUMP_BACKWARD_IF_TRUE": _truth, "POP_JUMP_BACKWARD_IF_FALSE": _truth,
     "JUMP_IF_TRUE_OR_POP": _truth, "JUMP_IF_FALSE_OR_POP": _truth, "UNARY_NOT": _truth,

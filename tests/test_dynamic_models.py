@@ -69,10 +69,12 @@ def test_generate_with_inductor_gives_eager_tokens():
     assert runs[0] <= 4 and stats.eager_runs == 0
 
 
-def test_bert_random_batch_and_length():
+@pytest.mark.parametrize("attention", [None, "eager"], ids=["default", "eager_attention"])
+def test_bert_random_batch_and_length(attention):
+    # Eager attention builds its mask through keyword dicts (``sdpa_mask(batch_size=b, ...)``).
     torch.manual_seed(0)
     cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=128, vocab_size=500)
+                                  intermediate_size=128, vocab_size=500, attn_implementation=attention)
     model = transformers.BertModel(cfg).eval()
     compiled = magpy.compile(model, backend="eager")
     rng = random.Random(0)
