@@ -37,6 +37,7 @@ record's guard checks its tensors without the lifted sizes, then :meth:`Shapes.g
 """
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 
@@ -348,8 +349,12 @@ def _kept(sh, f, ins, inputs, outputs, in_sh):
 
 
 def _returned(sh, f, ins, inputs, outputs, in_sh):
-    # To the caller (the monitor moves the shadow), unless it leaves the recorded call.
-    return f.back is not f.monitor.host_frame
+    # To the calling instruction (the monitor moves the shadow), unless it leaves the recorded
+    # call, ends a generator, or returns to native code that called back into the program
+    # (``sorted(key=...)``, ``map``: an intrinsic's callback).
+    caller = f.back
+    return (caller is not f.monitor.host_frame and not f.code.co_flags & _GENERATOR_FLAGS
+            and sh.levels.get(id(f)) == sh.levels.get(id(caller), -1))
 
 
 def _call(sh, f, ins, inputs, outputs, in_sh):
@@ -372,6 +377,7 @@ _RULES = {
 }
 
 _CELL_OPS = frozenset({"STORE_DEREF", "LOAD_DEREF", "MAKE_CELL"})
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 # Native callees that compute an int from ints: the same computation on SymInts.
 _NATIVE_INT = {int: int, abs: abs, max: torch.sym_max, min: torch.sym_min, math.floor: math.floor,
                math.ceil: math.ceil, operator.add: operator.add, operator.sub: operator.sub,
@@ -401,9 +407,12 @@ class Shapes(Observer):
         self.reads: list = []                    # this instruction's size reads: (result, twin's)
         self.matched = False                     # the recorder took this instruction's shadows
         self.passed: dict[int, set[int]] = {}    # id(frame) -> symbolic shadows its calls bound
-        self.cells: dict[int, tuple] = {}        # id(cell) -> (cell, its content's shadow)
+        self.cells: dict[int, tuple] = {}        # id(cell) -> (cell, its content, the content's shadow)
         self.scalars: dict[int, object] = {}     # node id -> node of a lifted float argument
         self.pinned: set[int] = set()            # of those, the ones guarded by value after all
+        self.levels: dict[int, int] = {}         # id(frame) -> intrinsics under way when it was entered
+        self._outputs = None                     # the output shadow slots of the instruction observed
+        self._matched = False                    # whether a tensor operation took its inputs' shadows
 
     @property
     def active(self) -> bool:
@@ -527,8 +536,11 @@ class Shapes(Observer):
             self._outputs[i] = shadow
 
     def on_enter(self, frame) -> None:
-        caller = self.monitor.current if self.monitor is not None else None
-        if caller is None or not self.symbols:
+        # How many intrinsics deep the frame runs: a frame one deeper than its caller was
+        # called back by native code, which gets its result without the shadow.
+        self.levels[id(frame)] = self.monitor.in_intrinsic
+        caller = self.monitor.current
+        if caller is None or not self.active:
             return
         ids = self.passed.setdefault(id(caller), set())
         for s in frame.shadow_locals:
@@ -569,11 +581,11 @@ class Shapes(Observer):
             if not symbolic(sh):
                 self.cells.pop(id(cell), None)
                 return False
-            self.cells[id(cell)] = (cell, sh)
+            self.cells[id(cell)] = (cell, cell.cell_contents, sh)
             return True
         entry = self.cells.get(id(cell))
-        if entry is not None and entry[0] is cell and with_shadow(outputs[0], entry[1]) is not outputs[0]:
-            self.set_output(f, 0, entry[1])
+        if entry is not None and entry[0] is cell and entry[1] is outputs[0]:
+            self.set_output(f, 0, entry[2])
         return True
 
     def _claim(self, f, ins, inputs, outputs, reads) -> None:
@@ -629,11 +641,22 @@ class Shapes(Observer):
         node = sym_fx(self.env.replace(s.node.expr), leaf, graph.call_function)
         return int(s) if node is None else node
 
-    def finish(self) -> None:
-        """Sizes read since the last instruction, by nobody the monitor saw: specialised."""
+    def finish(self, graphs) -> None:
+        """End of the run.  Sizes read since the last instruction, by nobody the monitor saw,
+        are specialised.  Then a last net under the shadows of lifted floats: a float constant
+        of the graphs (``graphs``: fx Graphs) equal to a lifted float may be one whose shadow got
+        lost on the way, so that float is guarded by value (at worst, a record less general
+        than it could be).  (Not for sizes: equal small ints of other origins are common, and
+        the twins already check every size an operation meets against its inputs' symbols.)"""
         for _, r in self.reads:
             specialise(Items(r) if isinstance(r, (tuple, list)) else r)
         self.reads = []
+        floats = {sn.value: sn.id for nid, sn in self.scalars.items() if nid not in self.pinned}
+        for graph in graphs if floats else ():
+            for node in graph.nodes:
+                for a in pytree.tree_leaves((node.args, node.kwargs)):
+                    if type(a) is float and a in floats:
+                        self.pinned.add(floats.pop(a))
 
     # -- the record's side -----------------------------------------------------------------------
     def lifted_inputs(self) -> list[tuple]:

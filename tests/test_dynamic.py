@@ -582,9 +582,35 @@ def _python_arithmetic(x, t):
     return x * (t + 1.0)     # computed in Python first: guarded by value
 
 
+class _Softmax(nn.Module):
+    def forward(self, logits, temperature):
+        return (logits / temperature).softmax(-1)
+
+
+class _Sampler(nn.Module):
+    """``temperature`` by keyword through two modules' ``__call__`` (whose ``*args, **kwargs``
+    are closure cells of ``_call_impl``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj, self.head = nn.Linear(10, 10), _Softmax()
+
+    def forward(self, x, temperature=1.0):
+        return self.head(self.proj(x), temperature=temperature)
+
+
+_SAMPLER = _Sampler()
+
+
+def _through_modules(x, *, temperature):
+    with torch.no_grad():
+        return _SAMPLER(x, temperature=temperature)
+
+
 FLOATS = {   # name: (program, how it is called with float t, recordings for TEMPERATURES automatic)
     "operand": (_temperature, lambda x, t: ((x, t), {}), 2),
     "keyword": (_temperature_kw, lambda x, t: ((x,), {"temperature": t}), 2),
+    "module_keyword": (_through_modules, lambda x, t: ((x,), {"temperature": t}), 2),
     "steering": (_steering, lambda x, t: ((x, t), {}), None),
     "python_arithmetic": (_python_arithmetic, lambda x, t: ((x, t), {}), None),
 }
