@@ -122,6 +122,7 @@ class Explanation:
     segments: list = dataclasses.field(default_factory=list)   # the mock's graphs and steps, in order
     inputs: list = dataclasses.field(default_factory=list)     # the guard's checks on the inputs, in words
     dynamic: list = dataclasses.field(default_factory=list)    # the symbolic sizes, in words (magpy.dynamic)
+    shape_check_source: str | None = None  # the guard's check of the symbolic sizes (SHAPES)
 
     def __repr__(self) -> str:
         counts = f"graphs={self.graph_count}, ops={self.op_count}, breaks={len(self.break_reasons)}"
@@ -163,6 +164,8 @@ class Explanation:
         for i, gm in enumerate(self.graphs):
             out.append(f"--- graph {i} ---\n{gm.code.strip()}")
         out.append(f"--- guard ---\n{self.guard_source}")
+        if self.shape_check_source:
+            out.append(f"--- shape check (SHAPES) ---\n{self.shape_check_source}")
         if self.fast_guard_source:
             out.append(f"--- fast guard ---\n{self.fast_guard_source}")
         if self.mock_source:
@@ -205,7 +208,7 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     breaks = list(rec.breaks) + ([rec.graph_break] if rec.graph_break is not None else [])
     return Explanation(len(graphs), graphs, rec.op_count, breaks, rec.guard_source, rec.mock_source, result,
                        rec.fast_source, rec.graph_break is not None, _segments(rec), list(rec.inputs),
-                       list(rec.lifted))
+                       list(rec.lifted), rec.shape_source)
 
 
 def _segments(rec) -> list[str]:

@@ -674,6 +674,14 @@ class Shapes(Observer):
         return ([None if self._free(s) else int(t.size(d)) for d, s in enumerate(fake.size())],
                 [None if self._free(s) else int(t.stride(d)) for d, s in enumerate(fake.stride())])
 
+    def size_words(self, t: torch.Tensor) -> list:
+        """``t``'s sizes for people: a lifted one by its symbol (``[s0, 16]``)."""
+        entry = self.inputs.get(id(t))
+        if entry is None or entry[2] is None:
+            return list(t.shape)
+        return [str(self.env.replace(s.node.expr)) if self._free(s) else int(t.size(d))
+                for d, s in enumerate(entry[2].size())]
+
     def _free(self, s) -> bool:
         return type(s) is SymInt and bool(self.env.replace(s.node.expr).free_symbols)
 

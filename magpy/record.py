@@ -67,6 +67,7 @@ class Record:
     continuations: dict = dataclasses.field(default_factory=dict)
     effects: bool = False          # its mock has effects before it ends (a failure cannot re-run the call)
     lifted: tuple = ()             # its symbolic sizes, in words (magpy.dynamic)
+    shape_source: str | None = None   # the guard's SHAPES check (symbolic sizes), if any
 
     def match(self, args: tuple, kwargs: dict):
         """The mock's environment if this record covers the call, else None."""
@@ -332,7 +333,7 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
     with _stage("finding what the call changed (RefGraph)"):
         g.finish()
         changed = bool(g.mock_nodes())
-        inputs = tuple(inputs_in_words(g, names))
+        inputs = tuple(inputs_in_words(g, names, cap.lifted))
     with _stage("generating the guard and mock (codegen)"):
         gen = generate(g, cap, result, len(args), tuple(kwargs), broken, names)
     with _stage("compiling the generated guard (compile_source)"):
@@ -345,16 +346,15 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
     op_count = cap.recorder.op_count
     lifted = tuple(cap.lifted.describe(lambda sn: path_in_words(sn, names))) if cap.lifted is not None else ()
     if broken:
-        _link_shape_check(gen, cap)
         return Record(guard, None, (), gen.guard_source, None, cap.broken, op_count, *fast,
                       changed=changed, breaks=tuple(cap.segmenter.breaks), inputs=inputs,
-                      lifted=lifted), result
+                      lifted=lifted, shape_source=_link_shape_check(gen, cap)), result
     with _stage("closing the operator graphs (opgraph)"):
         graphs = cap.graphs()
     with _stage("compiling the graphs (backend)"):
         gen.link([None if gm is None else _compile_graph(backend, gm, cap.example_inputs(i))
                   for i, gm in enumerate(graphs)])
-    _link_shape_check(gen, cap)
+    shape_source = _link_shape_check(gen, cap)
     with _stage("compiling the generated mock (compile_source)"):
         mock = compile_source(gen.mock_source, gen.namespace, "mock", f"mock {id(gen):x}")
     env = cap.recorder.env_inputs()
@@ -362,24 +362,25 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
     rec = Record(guard, mock, tuple(gm for gm in graphs if gm is not None), gen.guard_source, gen.mock_source,
                  None, op_count, *fast, mutated=mutated, changed=changed, steps=tuple(cap.steps),
                  graph_pieces=tuple(i for i, gm in enumerate(graphs) if gm is not None), inputs=inputs,
-                 breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects, lifted=lifted)
+                 breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects, lifted=lifted,
+                 shape_source=shape_source)
     if gen.lone_result:
         with _stage("handing back a native generator"):
             result = _native_twin(result)
     return rec, result
 
 
-def _link_shape_check(gen, cap: Capture) -> None:
+def _link_shape_check(gen, cap: Capture) -> str | None:
     """The guard's ``SHAPES`` check, written once the backend compiled the graphs (compiling
-    may assume more of the lifted sizes)."""
+    may assume more of the lifted sizes); its source, or None where no size is symbolic."""
     if cap.lifted is None or not cap.lifted.symbols:
-        return
+        return None
     with _stage("compiling the shape check (codegen)"):
         src = write_shape_check(cap.lifted)
         check = compile_source(src, gen.namespace, "shapes", f"shapes {id(gen):x}")
-        check.conditions = src.split("return ", 1)[1]
-        check.source = src
+        check.conditions = src.split("return ", 1)[1]   # what the diagnosis says it failed
         gen.namespace["SHAPES"] = check
+    return src
 
 
 def _native_twin(result):

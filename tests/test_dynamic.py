@@ -36,6 +36,7 @@ the long ones are marked slow).
 """
 import math
 import random
+import re
 import warnings
 
 import pytest
@@ -542,8 +543,12 @@ def test_explain_mentions_the_lifted_dimension():
         x = torch.randn(n, 16)
         assert torch.equal(fast(x), model(x))
     assert counts(fast) == (2, 1, 0), magpy.stats(fast)
-    text = str(magpy.explain(fast, torch.randn(7, 16)))
+    explanation = magpy.explain(fast, torch.randn(7, 16))
+    text = str(explanation)
     assert "dynamic" in text, text
+    # The guarded input shows its symbol, and the full dump has the shape check's source.
+    assert re.search(r"Tensor float32 \[s\d+, 16\]", text), text
+    assert "--- shape check (SHAPES) ---\ndef shapes(t0) -> bool:" in explanation.full()
 
 
 # ============================================================================ inductor

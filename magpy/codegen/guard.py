@@ -449,17 +449,18 @@ NAMESPACE["CLASS_DICT"] = _class_dict
 NAMESPACE["_short"] = _short
 
 
-def inputs_in_words(g: RefGraph, names: list[str]) -> list[str]:
+def inputs_in_words(g: RefGraph, names: list[str], shapes=None) -> list[str]:
     """The guard's checks on the call's arguments, and on the compiled module's own flags
-    (``training``), in words: ``x: Tensor float32 [8, 16], contiguous, requires_grad=False``.
-    ``names``: the positional parameters' names."""
+    (``training``), in words: ``x: Tensor float32 [s0, 16], contiguous, requires_grad=False``.
+    ``names``: the positional parameters' names; ``shapes``: the run's lifted sizes and floats
+    (``magpy.dynamic.Shapes``), if any."""
     out = []
     training: dict[bool, int] = {}
     for node in g.nodes[1:]:
         if node.rel in (ARG, KWARG) and node.parent is g.sn0:
             name = names[node.key] if node.rel == ARG and node.key < len(names) else str(node.key)
             if node.read or node.struct:
-                out.append(f"{name}: {_value_in_words(node)}")
+                out.append(f"{name}: {_value_in_words(node, shapes)}")
         if isinstance(node.value, torch.nn.Module):
             flag = node.children.get((ATTR, "training"))
             if flag is not None and flag.read and flag.kind is Kind.VALUE:
@@ -469,16 +470,19 @@ def inputs_in_words(g: RefGraph, names: list[str]) -> list[str]:
     return out
 
 
-def _value_in_words(node) -> str:
+def _value_in_words(node, shapes) -> str:
     v = node.value
     if node.kind is Kind.TENSOR:
-        parts = [f"Tensor {str(v.dtype).replace('torch.', '')} {list(v.shape)}"]
+        sizes = shapes.size_words(v) if shapes is not None else list(v.shape)
+        parts = [f"Tensor {str(v.dtype).replace('torch.', '')} [{', '.join(map(str, sizes))}]"]
         if v.device.type != "cpu":
             parts.append(str(v.device))
         parts.append("contiguous" if v.is_contiguous() else f"strides {list(v.stride())}")
         parts.append(f"requires_grad={v.requires_grad}")
         return ", ".join(parts)
     if node.kind is Kind.VALUE:
+        if shapes is not None and node.id in shapes.free_scalars():
+            return f"{type(v).__name__} (any value: a graph input)"
         return f"{type(v).__name__} == {v!r}"
     if node.kind in (Kind.LIST, Kind.TUPLE, Kind.DICT) and node.struct:
         return f"{type(v).__name__} of {len(v)}"
