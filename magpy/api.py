@@ -140,7 +140,7 @@ class Explanation:
             out.append("guarded inputs:")
             out += [f"  {line}" for line in self.inputs]
         if self.dynamic:
-            out.append("dynamic sizes (one record serves them all; the guard checks the conditions):")
+            out.append("dynamic sizes:")
             out += [f"  {line}" for line in self.dynamic]
         for i, gm in enumerate(self.graphs):
             out.append(f"graph {i}: {_op_summary(gm)}")
@@ -208,7 +208,15 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     breaks = list(rec.breaks) + ([rec.graph_break] if rec.graph_break is not None else [])
     return Explanation(len(graphs), graphs, rec.op_count, breaks, rec.guard_source, rec.mock_source, result,
                        rec.fast_source, rec.graph_break is not None, _segments(rec), list(rec.inputs),
-                       list(rec.lifted), rec.shape_source)
+                       list(rec.lifted) + _static_backend(cache), rec.shape_source)
+
+
+def _static_backend(cache) -> list[str]:
+    """What explain says of a compiled callable whose backend cannot take symbolic sizes."""
+    if cache is None or cache.lifting is not None:
+        return []
+    return [f"backend {cache.backend[0]!r} compiles fixed sizes: one record per input size "
+            f"(symbolic sizes need one of {', '.join(sorted(backends.SYMBOLIC))})"]
 
 
 def _segments(rec) -> list[str]:

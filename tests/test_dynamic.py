@@ -645,3 +645,16 @@ def test_float_argument_that_changes_every_call(name, mode):
         assert stats.monitor_runs == distinct
     else:
         assert stats.monitor_runs == (1 if mode is True else recordings)
+
+
+def test_backend_without_symbolic_sizes_records_per_size_and_says_so():
+    """TorchScript compiles fixed sizes: a record per batch size, results still eager's, and
+    ``explain`` says why."""
+    torch.manual_seed(0)
+    model = mlp()
+    fast = magpy.compile(model, backend="torchscript")
+    for n in (4, 6, 9, 6):
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(fast(x), model(x))
+    assert counts(fast) == (3, 1, 0), magpy.stats(fast)
+    assert "'torchscript' compiles fixed sizes" in str(magpy.explain(fast, torch.randn(5, 16)))
