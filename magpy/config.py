@@ -19,6 +19,8 @@ class Config:
     have changed is lifted in the next record), True (every dimension of the tensor
     arguments from the first call; parameters and buffers stay static), False (never: one
     record per size).
+    ``dynamic_after``: in automatic mode, the number of distinct values (sizes of one
+    dimension of one input, or values of one float argument) after which it is lifted.
     ``verify_fast_guard``: debugging aid (magpy's tests turn it on): whenever the full guard
     passes and stamps a fast guard, check that the fast guard passes too with the same values.
     """
@@ -28,6 +30,7 @@ class Config:
     on_backend_error: str = "fallback"
     verify_fast_guard: bool = False
     dynamic: bool | None = None
+    dynamic_after: int = 2
 
     def __setattr__(self, name, value):
         if name not in {f.name for f in dataclasses.fields(self)}:
@@ -36,6 +39,8 @@ class Config:
             raise ValueError(f"magpy.config.{name} must be 'fallback' or 'raise', not {value!r}")
         if name == "dynamic" and value not in (None, True, False):
             raise ValueError(f"magpy.config.dynamic must be None (automatic), True or False, not {value!r}")
+        if name == "dynamic_after" and (type(value) is not int or value < 2):
+            raise ValueError(f"magpy.config.dynamic_after must be an int >= 2, not {value!r}")
         if name == "cache_size_limit" and (not isinstance(value, int) or value < 1):
             raise ValueError(f"magpy.config.cache_size_limit must be a positive int, not {value!r}")
         object.__setattr__(self, name, value)

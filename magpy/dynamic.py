@@ -50,6 +50,7 @@ from torch.utils._sympy.functions import CleanDiv, FloorDiv, Max, Min, Mod, Pyth
 from torch.utils._sympy.printers import PythonPrinter
 
 from magpy import logs
+from magpy.config import config
 from magpy.monitor import Observer, operators
 from magpy.monitor.observer import Entries, Items
 from magpy.refgraph.graph import ARG, KWARG
@@ -60,58 +61,61 @@ SymInt = torch.SymInt
 # ----------------------------------------------------------------------------- which dimensions
 
 class Lifting:
-    """What one compiled callable's recordings saw of its inputs' sizes, and which
-    dimensions therefore are lifted in the next recording."""
+    """What one compiled callable's recordings saw of its inputs' sizes and float arguments
+    (by path), and so what the next recording lifts: a dimension or float seen with
+    ``config.dynamic_after`` distinct values (2 by default: at its second)."""
 
     def __init__(self):
-        self.seen: dict[tuple, tuple[int, ...]] = {}     # input path -> sizes last recorded
-        self.changing: dict[tuple, frozenset[int]] = {}  # input path -> dimensions seen to change
-        self.values: dict[tuple, float] = {}             # argument path -> float last recorded
-        self.changing_values: set[tuple] = set()         # argument paths of floats seen to change
+        self.sizes: dict[tuple, list[set[int]]] = {}   # tensor input path -> per dimension, sizes recorded
+        self.values: dict[tuple, set] = {}              # float argument path -> values recorded
 
     def armed(self, mode: bool | None) -> bool:
         """Could a recording lift anything?  (Else it runs without :class:`Shapes`.)"""
-        return mode is True or (mode is None and bool(self.seen or self.values))
+        return mode is True or (mode is None and bool(self.sizes or self.values))
 
     def scalar(self, mode: bool | None, sn) -> bool:
         """Is the float argument of node ``sn`` lifted (a graph input, not a guarded value)?"""
-        if mode is False:
-            return False
-        key = input_key(sn)
-        if mode is True or key in self.changing_values:
-            return True
-        return key in self.values and not _same_float(self.values[key], sn.value)
+        if mode is not None:
+            return mode
+        seen = self.values.get(input_key(sn), ())
+        return len({*seen, _float_key(sn.value)}) >= config.dynamic_after
 
     def dims(self, mode: bool | None, sn, t: torch.Tensor) -> frozenset[int]:
         """The dimensions of input tensor ``t`` (RefGraph node ``sn``) to lift."""
         if mode is False or t.dim() == 0:
             return frozenset()
         key = input_key(sn)
-        if mode is True and key[0][0] in (ARG, KWARG) and not isinstance(t, torch.nn.Parameter):
-            return frozenset(range(t.dim()))
-        dims = set(self.changing.get(key, ()))
-        before = self.seen.get(key)
-        if before is not None and len(before) == t.dim():
-            dims.update(d for d, (a, b) in enumerate(zip(before, t.shape)) if a != b)
-        return frozenset(dims)
+        if mode is True:
+            lift = key[0][0] in (ARG, KWARG) and not isinstance(t, torch.nn.Parameter)
+            return frozenset(range(t.dim())) if lift else frozenset()
+        seen = self.sizes.get(key)
+        if seen is None or len(seen) != t.dim():
+            return frozenset()
+        after = config.dynamic_after
+        return frozenset(d for d, sizes in enumerate(seen) if len(sizes | {t.shape[d]}) >= after)
 
     def saw(self, inputs) -> None:
-        """A recording's input tensors ``(node, lifted dims)`` and float arguments ``(node,
-        lifted)``: remember their sizes and values."""
-        for sn, lifted in inputs:
+        """A recording's input tensors and float arguments (RefGraph nodes): remember their
+        sizes and values."""
+        for sn in inputs:
             key = input_key(sn)
             if type(sn.value) is float:
-                self.values[key] = sn.value
-                if lifted:
-                    self.changing_values.add(key)
+                self.values.setdefault(key, set()).add(_float_key(sn.value))
                 continue
-            self.seen[key] = tuple(sn.value.shape)
-            if lifted:
-                self.changing[key] = frozenset(lifted) | self.changing.get(key, frozenset())
+            seen = self.sizes.get(key)
+            if seen is None or len(seen) != sn.value.dim():   # (a new rank starts afresh)
+                seen = self.sizes[key] = [set() for _ in range(sn.value.dim())]
+            for sizes, n in zip(seen, sn.value.shape):
+                if len(sizes) < _REMEMBERED:
+                    sizes.add(n)
 
 
-def _same_float(a: float, b: float) -> bool:
-    return a == b and math.copysign(1, a) == math.copysign(1, b) or a != a and b != b
+_REMEMBERED = 64   # distinct sizes kept per dimension (enough to count up to any sane threshold)
+
+
+def _float_key(v: float):
+    """Tells floats apart as the guard does: -0.0 from 0.0, every NaN alike."""
+    return "nan" if v != v else (v, math.copysign(1, v))
 
 
 def input_key(sn) -> tuple:
@@ -659,12 +663,6 @@ class Shapes(Observer):
                         self.pinned.add(floats.pop(a))
 
     # -- the record's side -----------------------------------------------------------------------
-    def lifted_inputs(self) -> list[tuple]:
-        """``(node, lifted)`` of every input tensor the recording met (its lifted dimensions)
-        and every float argument it lifted (True unless pinned)."""
-        return ([(sn, dims) for sn, dims, _ in self.inputs.values()]
-                + [(sn, sn.id not in self.pinned) for sn in self.scalars.values()])
-
     def sizes_and_strides(self, t: torch.Tensor) -> tuple[list, list]:
         """What the tensor guard fixes of input ``t``: sizes and strides, None where symbolic."""
         entry = self.inputs.get(id(t))

@@ -237,12 +237,10 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | Non
     return result, rec
 
 
-def _inputs_seen(cap: Capture) -> list[tuple]:
-    """``(node, lifted)`` of each tensor the run read from outside (its lifted dimensions)
-    and each float argument (whether it was lifted)."""
-    lifted = {sn.id: what for sn, what in cap.shapes.lifted_inputs()} if cap.shapes else {}
+def _inputs_seen(cap: Capture) -> list:
+    """The nodes of the tensors the run read from outside and of its float arguments."""
     sn0 = cap.refgraph.sn0
-    return [(sn, lifted.get(sn.id, frozenset())) for sn in cap.refgraph.nodes[1:]
+    return [sn for sn in cap.refgraph.nodes[1:]
             if sn.read and (sn.kind is Kind.TENSOR or type(sn.value) is float and sn.parent is sn0
                             and sn.rel in (ARG, KWARG))]
 

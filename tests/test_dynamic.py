@@ -60,7 +60,7 @@ _UNSET = object()
 @pytest.fixture(autouse=True)
 def _restore_config():
     """Every test sets ``magpy.config.dynamic`` (and maybe ``cache_size_limit``) itself."""
-    saved = {k: getattr(magpy.config, k, _UNSET) for k in ("dynamic", "cache_size_limit")}
+    saved = {k: getattr(magpy.config, k, _UNSET) for k in ("dynamic", "cache_size_limit", "dynamic_after")}
     yield
     for k, v in saved.items():
         if v is not _UNSET:
@@ -658,3 +658,26 @@ def test_backend_without_symbolic_sizes_records_per_size_and_says_so():
         torch.testing.assert_close(fast(x), model(x))
     assert counts(fast) == (3, 1, 0), magpy.stats(fast)
     assert "'torchscript' compiles fixed sizes" in str(magpy.explain(fast, torch.randn(5, 16)))
+
+
+@pytest.mark.parametrize("after, recordings", [(2, [1, 1, 0, 0, 0, 0]), (3, [1, 1, 1, 0, 0, 0])])
+def test_lifting_threshold_is_configurable(after, recordings):
+    """``magpy.config.dynamic_after``: the distinct size at which a dimension is lifted."""
+    magpy.config.dynamic_after = after
+    torch.manual_seed(0)
+    model = mlp()
+    fast = magpy.compile(model, backend="eager")
+    runs = []
+    for n in (4, 6, 8, 9, 4, 6):
+        before = magpy.stats(fast).monitor_runs
+        x = torch.randn(n, 16)
+        assert torch.equal(fast(x), model(x))
+        runs.append(magpy.stats(fast).monitor_runs - before)
+    assert runs == recordings
+
+
+def test_config_dynamic_values_are_checked():
+    with pytest.raises(ValueError, match="dynamic must be None"):
+        magpy.config.dynamic = "auto"
+    with pytest.raises(ValueError, match="dynamic_after must be an int >= 2"):
+        magpy.config.dynamic_after = 1
