@@ -342,11 +342,10 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
             make_fast = compile_source(gen.fast_source, gen.namespace, "make_fast", f"fast guard {id(gen):x}")
     fast = (make_fast, gen.fast_source, diagnose)
     op_count = cap.recorder.op_count
-    lifted = tuple(cap.lifted.describe(lambda sn: path_in_words(sn, names))) if cap.lifted is not None else ()
     if broken:
         return Record(guard, None, (), gen.guard_source, None, cap.broken, op_count, *fast,
                       changed=changed, breaks=tuple(cap.segmenter.breaks), inputs=inputs,
-                      lifted=lifted, shape_source=_link_shape_check(gen, cap)), result
+                      shape_source=_link_shape_check(gen, cap), lifted=_lifted_words(cap, names)), result
     with _stage("closing the operator graphs (opgraph)"):
         graphs = cap.graphs()
     with _stage("compiling the graphs (backend)"):
@@ -360,12 +359,18 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
     rec = Record(guard, mock, tuple(gm for gm in graphs if gm is not None), gen.guard_source, gen.mock_source,
                  None, op_count, *fast, mutated=mutated, changed=changed, steps=tuple(cap.steps),
                  graph_pieces=tuple(i for i, gm in enumerate(graphs) if gm is not None), inputs=inputs,
-                 breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects, lifted=lifted,
+                 breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects,
+                 lifted=_lifted_words(cap, names),
                  shape_source=shape_source)
     if gen.lone_result:
         with _stage("handing back a native generator"):
             result = _native_twin(result)
     return rec, result
+
+
+def _lifted_words(cap: Capture, names) -> tuple[str, ...]:
+    """The record's lifted sizes and floats in words (once the backend added what it assumed)."""
+    return tuple(cap.lifted.describe(lambda sn: path_in_words(sn, names))) if cap.lifted is not None else ()
 
 
 def _link_shape_check(gen, cap: Capture) -> str | None:
