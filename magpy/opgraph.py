@@ -251,6 +251,12 @@ class OpRecorder(TorchFunctionMode):
     # ------------------------------------------------------------------ recording
     def _record(self, func, name, args, kwargs, out):
         self._sync_modes()
+        if self.shapes is not None:
+            # An input with lifted sizes makes its twin now, so that this very operation
+            # (the first to use it) already runs on the twins.
+            for t in pytree.tree_leaves((args, kwargs)):
+                if isinstance(t, torch.Tensor):
+                    self.shapes.consider(t)
         shapes = self.shapes if self.shapes is not None and self.shapes.active else None
         if shapes is not None:
             symbolic = shapes.arguments(args, kwargs)

@@ -681,3 +681,27 @@ def test_config_dynamic_values_are_checked():
         magpy.config.dynamic = "auto"
     with pytest.raises(ValueError, match="dynamic_after must be an int >= 2"):
         magpy.config.dynamic_after = 1
+
+
+class _Embed(nn.Module):
+    """The first operation on the lifted input makes the tensor whose size the program reads
+    (``h.shape[1]``): that operation must already run on the twins."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        t = h.shape[1]
+        return h * torch.arange(t).view(1, t, 1) + t
+
+
+def test_size_of_the_first_result_of_a_lifted_input_is_symbolic():
+    torch.manual_seed(0)
+    model = _Embed()
+    fast = magpy.compile(model, backend="eager")
+    for n in (16, 12, 10, 14, 9):
+        ids = torch.randint(0, 50, (2, n))
+        assert torch.equal(fast(ids), model(ids)), n
+    assert counts(fast) == (2, 3, 0), magpy.stats(fast)
