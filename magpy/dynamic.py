@@ -37,12 +37,15 @@ record's guard checks its tensors without the lifted sizes, then :meth:`Shapes.g
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
 import math
 import operator
 
 import sympy
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 from torch.utils import _pytree as pytree
@@ -487,9 +490,13 @@ class Shapes(Observer):
             return self.fake(a) if isinstance(a, torch.Tensor) else a
         fargs, fkwargs = pytree.tree_map(twin, (tuple(args), dict(kwargs)))
         try:
-            with self.fake_mode:
+            # The Python dispatcher runs the decompositions that keep sizes symbolic (as under
+            # torch.compile); some C++ kernels would read concrete sizes (F.pad, baddbmm).
+            with self.fake_mode, enable_python_dispatcher(), _quiet_fakes():
                 r = func(*fargs, **fkwargs)
-        except Exception:  # noqa: BLE001 - sizes torch cannot say symbolically (data-dependent)
+        except Exception as e:  # noqa: BLE001 - sizes torch cannot say symbolically (data-dependent)
+            logs.logger("dynamic").info("every lifted size specialised: %s failed on symbolic sizes (%s: %s)",
+                                        getattr(func, "__name__", func), type(e).__name__, str(e)[:200])
             self.specialise_all()
             r = None
         outs = pytree.tree_leaves(out)
@@ -752,6 +759,19 @@ def sym_fx(expr, leaf, call):
 _SYMPY_OPS = {sympy.Add: operator.add, sympy.Mul: operator.mul, FloorDiv: operator.floordiv,
               CleanDiv: operator.floordiv, Mod: operator.mod, PythonMod: operator.mod,
               sympy.Pow: operator.pow, Max: torch.sym_max, Min: torch.sym_min}
+
+
+@contextlib.contextmanager
+def _quiet_fakes():
+    # FakeTensor logs a meta function's failure with its traceback at ERROR level; here that
+    # failure is expected (magpy specialises the sizes instead), not the user's concern.
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    saved = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
 
 
 class _OutputShadows:

@@ -308,7 +308,8 @@ class OpRecorder(TorchFunctionMode):
             self._opaque -= 1
         if self.dynamic.brk is None:
             try:
-                self._record(apply, "apply", args, kwargs or {}, out)
+                with self.paused():   # (its run on the twins, magpy.dynamic, is not the program's)
+                    self._record(apply, "apply", args, kwargs or {}, out)
             except _Unsupported as e:
                 self.dynamic(str(e))
             except Exception as e:  # noqa: BLE001 - magpy's failure, never the program's

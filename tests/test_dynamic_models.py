@@ -85,3 +85,53 @@ def test_bert_random_batch_and_length(attention):
     stats = magpy.stats(compiled)
     assert stats.monitor_runs <= 3 and stats.eager_runs == 0, stats
     assert stats.mock_runs == 12 - stats.monitor_runs
+
+
+# ----------------------------------------------------------------------------- the text zoo
+
+_NOT_TEXT = {"convnext", "deit", "detr", "resnet", "segformer", "swin", "vit", "wav2vec2", "whisper"}
+# The default run's share: decoder and encoder families, a custom autograd.Function (BLOOM),
+# F.pad on a lifted size (MobileBERT), sizes read from the first result of a lifted input
+# (GPT-J), sizes stored in state (Mistral, Funnel).
+_DEFAULT_RUN = {"gpt2", "llama", "gptj", "bloom", "t5", "bert", "mobilebert", "mistral", "funnel"}
+
+
+def _text_models() -> list:
+    from benchmarks.models import hf_zoo
+    return [pytest.param(name, marks=() if name in _DEFAULT_RUN else (pytest.mark.slow,), id=name)
+            for name in hf_zoo.HF_ZOO if name not in _NOT_TEXT]
+
+
+# Models that store a size into their own state (``self.cumulative_length += t`` of a
+# sliding-window cache, Funnel's ``self.seq_len = t``): the stored value is guarded, so each
+# length records (the results stay eager's).
+STORES_SIZES = {"mistral", "gemma2", "funnel"}
+LENGTHS = [16, 12, 10, 14, 9]
+
+
+@pytest.mark.parametrize("name", _text_models())
+def test_zoo_models_over_sequence_lengths(name):
+    """Every text model of the transformers zoo (default settings) called with its sequence
+    length cut to each of LENGTHS: eager's outputs on every call, and two recordings (the
+    first length, then the lifted one) unless the model stores a size in its state."""
+    from benchmarks.models import hf_zoo
+    from benchmarks.transformers_survey import compare
+    model, args, kwargs = hf_zoo.HF_ZOO[name]()
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    if not (isinstance(ids, torch.Tensor) and ids.dim() == 2 and ids.shape[1] == LENGTHS[0]):
+        pytest.skip("not a text model")
+    compiled = magpy.compile(model, backend="eager")
+
+    def cut(v, n):
+        text = isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[1] == LENGTHS[0]
+        return v[:, :n].contiguous() if text else v
+
+    with torch.no_grad():
+        for n in LENGTHS:
+            a, k = tuple(cut(v, n) for v in args), {key: cut(v, n) for key, v in kwargs.items()}
+            result = compare(hf_zoo.plain(model(*a, **k)), hf_zoo.plain(compiled(*a, **k)),
+                             rtol=1e-5, atol=1e-5)
+            assert result.ok, (n, result.problems[:3])
+    stats = magpy.stats(compiled)
+    assert stats.eager_runs == 0, stats.break_reasons
+    assert stats.monitor_runs == (len(set(LENGTHS)) if name in STORES_SIZES else 2), stats
