@@ -56,7 +56,7 @@ from magpy import logs
 from magpy.config import config
 from magpy.monitor import Observer, operators
 from magpy.monitor.observer import Entries, Items
-from magpy.refgraph.graph import ARG, KWARG
+from magpy.refgraph.graph import ARG, ATTR, KWARG
 
 SymInt = torch.SymInt
 
@@ -558,6 +558,8 @@ class Shapes(Observer):
             _collect(s, ids)
 
     def on_instruction(self, f, ins, inputs, outputs) -> None:
+        if ins.opname == "LOAD_ATTR" and type(outputs[0]) is float and self.lifting.values:
+            self._attribute_float(f, inputs[0], ins.argval)
         if not self.active:
             return
         reads, self.reads = self.reads, []
@@ -582,6 +584,18 @@ class Shapes(Observer):
             for s in in_sh:
                 specialise(s)
         self.passed.pop(id(f), None)
+
+    def _attribute_float(self, f, obj, name) -> None:
+        """``obj.name`` read a float from outside the call (a RefGraph node) that changed
+        between recordings: its slot gets a lifted float's shadow."""
+        parent = self.refgraph.node_of(obj)
+        sn = parent.children.get((ATTR, name)) if parent is not None else None
+        if sn is None or sn.value is not f.stack[-1] or self.mode is not None:
+            return   # (dynamic=True lifts the arguments only, as torch.compile does)
+        if not self.lifting.scalar(None, sn):
+            return
+        self.scalars[sn.id] = sn
+        f.shadow_stack[-1] = Scalar(sn, self.pinned)
 
     def _cell(self, f, ins, in_sh, outputs) -> bool:
         """Closure cells keep their content's shadow (a variable a nested function or a

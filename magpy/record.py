@@ -238,11 +238,9 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | Non
 
 
 def _inputs_seen(cap: Capture) -> list:
-    """The nodes of the tensors the run read from outside and of its float arguments."""
-    sn0 = cap.refgraph.sn0
+    """The nodes of the tensors and floats the run read from outside."""
     return [sn for sn in cap.refgraph.nodes[1:]
-            if sn.read and (sn.kind is Kind.TENSOR or type(sn.value) is float and sn.parent is sn0
-                            and sn.rel in (ARG, KWARG))]
+            if sn.read and (sn.kind is Kind.TENSOR or type(sn.value) is float)]
 
 
 def _parameter_names(fn) -> list[str]:

@@ -705,3 +705,37 @@ def test_size_of_the_first_result_of_a_lifted_input_is_symbolic():
         ids = torch.randint(0, 50, (2, n))
         assert torch.equal(fast(ids), model(ids)), n
     assert counts(fast) == (2, 3, 0), magpy.stats(fast)
+
+
+class _Tempered(nn.Module):
+    """A float attribute the program changes between calls (``model.temperature = t``), one
+    it branches on, and one that never changes."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(6, 6)
+        self.temperature, self.threshold, self.eps = 1.0, 0.5, 1e-5
+
+    def forward(self, x):
+        y = self.proj(x) / self.temperature + self.eps
+        return y.relu() if self.threshold > 0.6 else y.softmax(-1)
+
+
+@pytest.mark.parametrize("changing", ["temperature", "threshold"])
+def test_float_attribute_that_changes_between_calls(changing):
+    """A changing float attribute that only scales tensors becomes a graph input (2
+    recordings); one that picks a branch stays guarded (a recording per value).  Both give
+    eager's results, and the constant ``eps`` stays a constant."""
+    torch.manual_seed(0)
+    eager, model = _Tempered(), _Tempered()
+    model.load_state_dict(eager.state_dict())
+    fast = magpy.compile(model, backend="eager")
+    values = [0.5, 0.7, 0.9, 0.3, 0.7, 1.1]
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        for v in values:
+            setattr(eager, changing, v)
+            setattr(model, changing, v)
+            assert torch.equal(fast(x), eager(x)), v
+    recordings = 2 if changing == "temperature" else len(set(values))
+    assert counts(fast) == (recordings, len(values) - recordings, 0), magpy.stats(fast)
