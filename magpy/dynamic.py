@@ -70,18 +70,18 @@ class Lifting:
 
     def __init__(self):
         self.sizes: dict[tuple, list[set[int]]] = {}   # tensor input path -> per dimension, sizes recorded
-        self.values: dict[tuple, set] = {}              # float argument path -> values recorded
+        self.values: dict[tuple, set] = {}              # float or int path -> values recorded
 
     def armed(self, mode: bool | None) -> bool:
         """Could a recording lift anything?  (Else it runs without :class:`Shapes`.)"""
         return mode is True or (mode is None and bool(self.sizes or self.values))
 
     def scalar(self, mode: bool | None, sn) -> bool:
-        """Is the float argument of node ``sn`` lifted (a graph input, not a guarded value)?"""
+        """Is the float or int of node ``sn`` lifted (a graph input, not a guarded value)?"""
         if mode is not None:
             return mode
         seen = self.values.get(input_key(sn), ())
-        return len({*seen, _float_key(sn.value)}) >= config.dynamic_after
+        return len({*seen, _value_key(sn.value)}) >= config.dynamic_after
 
     def dims(self, mode: bool | None, sn, t: torch.Tensor) -> frozenset[int]:
         """The dimensions of input tensor ``t`` (RefGraph node ``sn``) to lift."""
@@ -102,8 +102,8 @@ class Lifting:
         sizes and values."""
         for sn in inputs:
             key = input_key(sn)
-            if type(sn.value) is float:
-                self.values.setdefault(key, set()).add(_float_key(sn.value))
+            if type(sn.value) in (float, int):
+                self.values.setdefault(key, set()).add(_value_key(sn.value))
                 continue
             seen = self.sizes.get(key)
             if seen is None or len(seen) != sn.value.dim():   # (a new rank starts afresh)
@@ -116,8 +116,10 @@ class Lifting:
 _REMEMBERED = 64   # distinct sizes kept per dimension (enough to count up to any sane threshold)
 
 
-def _float_key(v: float):
-    """Tells floats apart as the guard does: -0.0 from 0.0, every NaN alike."""
+def _value_key(v):
+    """Tells values apart as the guard does: an int from a float, -0.0 from 0.0, every NaN alike."""
+    if type(v) is int:
+        return ("int", v)
     return "nan" if v != v else (v, math.copysign(1, v))
 
 
@@ -399,6 +401,20 @@ _SIZE_CALLS = frozenset({"size", "numel", "__len__", "stride", "dim", "nelement"
 
 # ----------------------------------------------------------------------------- the recording side
 
+class _Origin:
+    """Where a symbol's value comes from: dimension ``dim`` of the input tensor ``holder``, or
+    (``dim`` None) the int argument whose RefGraph node is ``holder``.  ``value``: its SymInt."""
+
+    __slots__ = ("holder", "dim", "value")
+
+    def __init__(self, holder, dim, value):
+        self.holder, self.dim, self.value = holder, dim, value
+
+    def load(self, name: str) -> str:
+        """Source loading the value from the holder's variable ``name``."""
+        return name if self.dim is None else f"{name}.size({self.dim})"
+
+
 class Shapes(Observer):
     """The symbolic sizes of one recording (see the module docstring)."""
 
@@ -409,13 +425,14 @@ class Shapes(Observer):
         self.monitor = None
         self.fakes: dict[int, FakeTensor] = {}
         self._keep: list = []
-        self.symbols: dict[sympy.Symbol, tuple[torch.Tensor, int]] = {}
+        self.symbols: dict[sympy.Symbol, _Origin] = {}
         self.inputs: dict[int, tuple] = {}       # id(input tensor) -> (node, lifted dims, twin)
         self.reads: list = []                    # this instruction's size reads: (result, twin's)
         self.matched = False                     # the recorder took this instruction's shadows
         self.passed: dict[int, set[int]] = {}    # id(frame) -> symbolic shadows its calls bound
         self.cells: dict[int, tuple] = {}        # id(cell) -> (cell, its content, the content's shadow)
         self.scalars: dict[int, object] = {}     # node id -> node of a lifted float argument
+        self.ints: dict[int, object] = {}        # node id -> node of a lifted int argument
         self.pinned: set[int] = set()            # of those, the ones guarded by value after all
         self.levels: dict[int, int] = {}         # id(frame) -> intrinsics under way when it was entered
         self._outputs = None                     # the output shadow slots of the instruction observed
@@ -430,19 +447,35 @@ class Shapes(Observer):
     def argument_shadows(self, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         """The shadows of the call's arguments: its lifted floats (the RefGraph's roots)."""
         roots = self.refgraph.sn0.children
+
         def shadow(rel, key, value):
             sn = roots.get((rel, key))
-            if type(value) is not float or sn is None or not self.lifting.scalar(self.mode, sn):
+            if type(value) not in (float, int) or sn is None or not self.lifting.scalar(self.mode, sn):
                 return None
+            if type(value) is int:
+                return self._int_symbol(sn)
             self.scalars[sn.id] = sn
             return Scalar(sn, self.pinned)
         positional = tuple(shadow(ARG, i, a) for i, a in enumerate(args))
         keywords = {k: shadow(KWARG, k, v) for k, v in kwargs.items()}
-        return (positional, keywords) if self.scalars else None
+        return (positional, keywords) if self.scalars or self.ints else None
+
+    def _int_symbol(self, sn) -> SymInt | None:
+        """A lifted int argument: a symbol backed by its value (0 and 1 stay constants)."""
+        if sn.value in (0, 1):
+            return None
+        from torch._dynamo.source import ConstantSource  # (importing torch._dynamo takes a second)
+        source = ConstantSource(f"int{len(self.symbols)}")
+        sym = self.env.create_symbol(sn.value, source, dynamic_dim=DimDynamic.DYNAMIC)
+        value = self.env.create_symintnode(sym, hint=sn.value, source=source)
+        self.symbols[sym] = _Origin(sn, None, value)
+        self.ints[sn.id] = sn
+        return value
 
     def free_scalars(self) -> set[int]:
-        """Node ids of the lifted floats the guard does not check by value."""
-        return set(self.scalars) - self.pinned
+        """Node ids of the lifted floats and ints the guard does not check by value (the
+        shape check holds what the record assumes of the ints)."""
+        return (set(self.scalars) - self.pinned) | set(self.ints)
 
     # -- twins -----------------------------------------------------------------------------------
     def consider(self, t: torch.Tensor) -> None:
@@ -463,7 +496,7 @@ class Shapes(Observer):
         source = ConstantSource(f"in{len(self.inputs)}")   # names the symbols' origin in torch's messages
         fake = self.fake_mode.from_tensor(t, symbolic_context=ctx, source=source)
         for d in dims:
-            self.symbols[fake.size(d).node.expr] = (t, d)
+            self.symbols[fake.size(d).node.expr] = _Origin(t, d, fake.size(d))
         self.inputs[id(t)] = (sn, dims, fake)
         self._bind(t, fake)
 
@@ -511,8 +544,8 @@ class Shapes(Observer):
             self._bind(t, f)
 
     def specialise_all(self) -> None:
-        for sym, (t, d) in list(self.symbols.items()):
-            specialise(self.inputs[id(t)][2].size(d))
+        for origin in list(self.symbols.values()):
+            specialise(origin.value)
 
     def read(self, func, args, out) -> None:
         """A metadata read (``x.shape``, ``x.size(0)``) of a tensor with symbolic sizes."""
@@ -656,13 +689,17 @@ class Shapes(Observer):
             return True   # the length of a sequence of sizes is no size
         return False
 
-    def size_node(self, s: SymInt, tensor_node, graph):
-        """An argument of ``graph`` computing SymInt ``s`` from the input tensors
-        (``tensor_node`` gives a tensor's node); a plain int, guarded, where the expression
-        has no fx form."""
+    def size_node(self, s: SymInt, recorder):
+        """An argument of the recorder's graph computing SymInt ``s`` from the input tensors'
+        sizes and the lifted int arguments; a plain int, guarded, where the expression has no
+        fx form."""
+        graph = recorder.graph
+
         def leaf(sym):
-            t, d = self.symbols[sym]
-            return graph.call_method("size", (tensor_node(t), d))
+            o = self.symbols[sym]
+            if o.dim is None:
+                return recorder.int_input(o.holder, o.value)
+            return graph.call_method("size", (recorder.tensor_node(o.holder), o.dim))
         node = sym_fx(self.env.replace(s.node.expr), leaf, graph.call_function)
         return int(s) if node is None else node
 
@@ -704,11 +741,12 @@ class Shapes(Observer):
     def _free(self, s) -> bool:
         return type(s) is SymInt and bool(self.env.replace(s.node.expr).free_symbols)
 
-    def holders(self) -> list[torch.Tensor]:
-        """The input tensors whose sizes are symbols (the shape check's parameters)."""
+    def holders(self) -> list:
+        """What the shape check loads its symbols from (its parameters): input tensors with
+        lifted sizes, and the RefGraph nodes of lifted int arguments."""
         out = {}
-        for t, _ in self.symbols.values():
-            out.setdefault(id(t), t)
+        for o in self.symbols.values():
+            out.setdefault(id(o.holder), o.holder)
         return list(out.values())
 
     def conditions(self, names: dict[int, str]) -> tuple[list[str], list[str]]:
@@ -718,8 +756,8 @@ class Shapes(Observer):
         that are expressions of the sizes."""
         loads, conds = [], []
         printer = PythonPrinter()
-        for sym, (t, d) in self.symbols.items():
-            loads.append(f"{sym} = {names[id(t)]}.size({d})")
+        for sym, o in self.symbols.items():
+            loads.append(f"{sym} = {o.load(names[id(o.holder)])}")
             vr = self.env.var_to_range.get(sym)
             if vr is not None:
                 conds += [f"{sym} {op} {int(bound)}" for op, bound in ((">=", vr.lower), ("<=", vr.upper))
@@ -737,10 +775,14 @@ class Shapes(Observer):
         """The lifted dimensions and what the record assumes of them, in words (explain);
         ``words(node)`` names an input."""
         out = []
-        for sym, (t, d) in self.symbols.items():
+        for sym, o in self.symbols.items():
             expr = self.env.replace(sym)
             state = f"dynamic, {sym}" if expr.free_symbols else f"specialised to {expr}"
-            out.append(f"{words(self.inputs[id(t)][0])}.size({d}): {state}")
+            if o.dim is None:
+                where = f"{words(o.holder)} (int)"
+            else:
+                where = f"{words(self.inputs[id(o.holder)][0])}.size({o.dim})"
+            out.append(f"{where}: {state}")
         for nid, sn in self.scalars.items():
             state = "guarded by value (used in Python)" if nid in self.pinned else "a graph input"
             out.append(f"{words(sn)} (float): {state}")

@@ -66,7 +66,7 @@ class Piece:
 
 
 class ScalarInput:
-    """A lifted float argument (its RefGraph node), passed to the graph as a 0-d tensor."""
+    """A lifted float or int (its RefGraph node): a graph input, a float as a 0-d tensor."""
 
     __slots__ = ("node",)
 
@@ -336,7 +336,7 @@ class OpRecorder(TorchFunctionMode):
         if isinstance(a, torch.Tensor):
             return self.tensor_node(a)
         if type(a) is torch.SymInt:
-            return self.shapes.size_node(a, self.tensor_node, self.graph)
+            return self.shapes.size_node(a, self)
         if type(a) is Scalar:
             return self._scalar_arg(a)
         if type(a) is slice and torch.SymInt in (type(a.start), type(a.stop), type(a.step)):
@@ -371,6 +371,18 @@ class OpRecorder(TorchFunctionMode):
         if ph is None:
             ph = piece.placeholders[key] = self.graph.placeholder(f"in{len(piece.inputs)}")
             ph.meta["example_value"] = scalar_tensor(value)
+            piece.inputs.append((source, ph))
+        return ph
+
+    def int_input(self, node, value) -> fx.Node:
+        """The placeholder of a lifted int argument (its RefGraph ``node``); ``value`` is its
+        SymInt, what the graph is compiled for."""
+        piece = self.piece
+        key = source = ScalarInput(node)
+        ph = piece.placeholders.get(key)
+        if ph is None:
+            ph = piece.placeholders[key] = self.graph.placeholder(f"in{len(piece.inputs)}")
+            ph.meta["example_value"] = value
             piece.inputs.append((source, ph))
         return ph
 

@@ -238,9 +238,9 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | Non
 
 
 def _inputs_seen(cap: Capture) -> list:
-    """The nodes of the tensors and floats the run read from outside."""
+    """The nodes of the tensors, floats and ints the run read from outside."""
     return [sn for sn in cap.refgraph.nodes[1:]
-            if sn.read and (sn.kind is Kind.TENSOR or type(sn.value) is float)]
+            if sn.read and (sn.kind is Kind.TENSOR or type(sn.value) in (float, int))]
 
 
 def _parameter_names(fn) -> list[str]:

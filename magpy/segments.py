@@ -603,7 +603,7 @@ class Capture:
         values = [ph.meta["example_value"] for _, ph in self.recorder.pieces[piece].inputs]
         if self.lifted is None or not self.lifted.symbols:
             return values
-        return [self.shapes.fake(v) for v in values]
+        return [self.shapes.fake(v) if isinstance(v, torch.Tensor) else v for v in values]
 
     @property
     def lifted(self):

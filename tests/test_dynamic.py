@@ -739,3 +739,46 @@ def test_float_attribute_that_changes_between_calls(changing):
             assert torch.equal(fast(x), eager(x)), v
     recordings = 2 if changing == "temperature" else len(set(values))
     assert counts(fast) == (recordings, len(values) - recordings, 0), magpy.stats(fast)
+
+
+# ----------------------------------------------------------------------------- int arguments
+
+def _int_sizes(x, n):
+    return x[:, :n] * n + torch.arange(n)
+
+
+def _int_steers(x, n):
+    if n > 4:
+        return x * 2
+    return x + n
+
+
+def _int_loop(x, n):
+    for i in range(n):
+        x = x + i
+    return x
+
+
+INTS = {   # name: (program, recordings for INT_VALUES in automatic mode; None: one per value)
+    "sizes": (_int_sizes, 2),
+    "steers": (_int_steers, 3),   # the first value, then one record per side of n > 4
+    "loop": (_int_loop, None),    # range(n) unrolls: n is specialised
+}
+INT_VALUES = [3, 5, 7, 2, 9, 5, 4, 10]
+
+
+@pytest.mark.parametrize("name", INTS)
+def test_int_argument_that_changes_every_call(name):
+    """An int argument that changes becomes a symbol: a size of the graph's operations
+    (slices, ``arange``, arithmetic with tensors) serves every value; a branch on it keeps its
+    outcome in the guard; a loop over ``range(n)`` specialises it."""
+    program, recordings = INTS[name]
+    fast = magpy.compile(program, backend="eager")
+    x = torch.randn(3, 10)
+    for n in INT_VALUES:
+        assert torch.equal(fast(x, n), program(x, n)), (name, n)
+    stats = magpy.stats(fast)
+    assert stats.eager_runs == 0
+    # (sizes: n == 10 is the whole row, which torch's slicing tells apart: one more record)
+    expected = len(set(INT_VALUES)) if recordings is None else recordings + (name == "sizes")
+    assert stats.monitor_runs == expected, stats

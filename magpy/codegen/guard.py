@@ -82,7 +82,10 @@ class GuardWriter:
         if self.shapes is None or not self.shapes.symbols:
             return None
         by_tensor = {id(n.value): n for n in nodes if n.kind is Kind.TENSOR}
-        return f"SHAPES({', '.join(var(by_tensor[id(t)]) for t in self.shapes.holders())})"
+        # A holder is an input tensor, or the RefGraph node of a lifted int argument.
+        holders = [var(by_tensor[id(h)]) if isinstance(h, torch.Tensor) else var(h)
+                   for h in self.shapes.holders()]
+        return f"SHAPES({', '.join(holders)})"
 
     def write(self, nargs, kwarg_names, env):
         g = self.g
@@ -267,7 +270,9 @@ class GuardWriter:
             return []
         if k is Kind.VALUE:
             if self.shapes is not None and node.id in self.shapes.free_scalars():
-                return [f"type({v}) is float"]   # a lifted float: a graph input, any value
+                # A lifted float or int: a graph input; what the record assumes of an int's
+                # value is in the shape check.
+                return [f"type({v}) is {type(node.value).__name__}"]
             return value_checks(self.names, v, node.value)
         if k in (Kind.STATIC, Kind.OPAQUE):
             return [f"{v} is {self.names.const(node.value)}"]

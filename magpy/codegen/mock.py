@@ -91,7 +91,8 @@ class MockWriter:
         if isinstance(source, InputSource):
             return source.expr
         if isinstance(source, ScalarInput):
-            return f"SCALAR({self.load(source.node)})"
+            value = self.load(source.node)
+            return f"SCALAR({value})" if type(source.node.value) is float else value
         return self.load(source)
 
     def step(self, step) -> None:
