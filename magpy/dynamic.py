@@ -1,11 +1,14 @@
-"""Dynamic shapes (paper §6.1, §6.2.1): a tensor dimension that keeps changing becomes a
-symbolic size of one record, instead of one record per size.
+"""Dynamic shapes and scalars (paper §6.1, §6.2.1): a tensor dimension, an int argument or a
+float that keeps changing becomes a symbol or a graph input of one record, instead of one
+record per value.
 
-*Which* dimensions is :class:`Lifting`'s choice, the callable's memory of the sizes its
-recordings met at each input (by its path from the call's arguments or from outside):
-a dimension seen with a second size is lifted from then on (``magpy.config.dynamic``:
-None, the default; True lifts the dimensions of every tensor argument from the first call;
-False never lifts).
+*Which* is :class:`Lifting`'s choice, the callable's memory of the sizes and numbers its
+recordings met at each input (by its path from the call's arguments or from outside): one
+seen with ``config.dynamic_after`` (2) distinct values is lifted from then on
+(``magpy.config.dynamic``: None, the default; True lifts the dimensions of every tensor
+argument and every int and float argument from the first call; False never lifts).  Int
+arguments become symbols like sizes; a float becomes a 0-d tensor input where it is only an
+operand of float tensor arithmetic, else it is *pinned* (guarded by value).
 
 *How*: a recording that lifts runs :class:`Shapes` beside the operator recorder.  Every
 tensor the graphs see gets a fake twin (``FakeTensorMode`` with a ``ShapeEnv``): inputs get a
@@ -32,8 +35,9 @@ program state, a native call, a format,   has now (``Eq(s0, 6)``), as if it were
 
 Sizes the program reads where the monitor does not see the value land (inside native code)
 are specialised too: an int of unknown origin never holds a lifted size unguarded.  The
-record's guard checks its tensors without the lifted sizes, then :meth:`Shapes.guard_source`
-(the symbols' ranges, the relations torch and the program assumed, the specialisations).
+record's guard checks its tensors without the lifted sizes and its lifted numbers by type,
+then ``SHAPES`` (``codegen.guard.write_shape_check`` from :meth:`Shapes.conditions`: the
+symbols' ranges, the relations torch and the program assumed, the specialisations).
 """
 from __future__ import annotations
 
