@@ -357,6 +357,20 @@ def _build_map(sh, f, ins, inputs, outputs, in_sh):
     return True
 
 
+def _store_attr(sh, f, ins, inputs, outputs, in_sh):
+    # ``obj.n = b`` (``self.cumulative_length += t``) on an object from outside the call: the
+    # mock writes the value from the new sizes instead of guarding it.
+    value, obj = inputs
+    s = in_sh[0]
+    node = sh.refgraph.node_of(obj)
+    if type(s) is not SymInt or type(value) is not int or node is None or in_sh[1] is not None:
+        return False
+    if getattr(obj, "__dict__", {}).get(ins.argval, None) is not value:
+        return False   # (a property, a slot, a __setattr__ that stores elsewhere)
+    sh.stores[(id(obj), ins.argval)] = (obj, value, s)
+    return True
+
+
 def _kept(sh, f, ins, inputs, outputs, in_sh):
     return True
 
@@ -386,7 +400,7 @@ _RULES = {
     "POP_JUMP_FORWARD_IF_NONE": _kept, "POP_JUMP_FORWARD_IF_NOT_NONE": _kept,
     "POP_JUMP_BACKWARD_IF_NONE": _kept, "POP_JUMP_BACKWARD_IF_NOT_NONE": _kept,
     "STORE_FAST": _kept, "POP_TOP": _kept, "COPY": _kept, "SWAP": _kept,
-    "RETURN_VALUE": _returned, "CALL": _call, "CALL_FUNCTION_EX": _call,
+    "RETURN_VALUE": _returned, "CALL": _call, "CALL_FUNCTION_EX": _call, "STORE_ATTR": _store_attr,
 }
 
 _CELL_OPS = frozenset({"STORE_DEREF", "LOAD_DEREF", "MAKE_CELL"})
@@ -406,17 +420,19 @@ _SIZE_CALLS = frozenset({"size", "numel", "__len__", "stride", "dim", "nelement"
 # ----------------------------------------------------------------------------- the recording side
 
 class _Origin:
-    """Where a symbol's value comes from: dimension ``dim`` of the input tensor ``holder``, or
-    (``dim`` None) the int argument whose RefGraph node is ``holder``.  ``value``: its SymInt."""
+    """Where a symbol's value comes from: ``what`` ("size" or "stride") of dimension ``dim``
+    of the input tensor ``holder``, or (``what`` None) the int whose RefGraph node is
+    ``holder``.  ``value``: its SymInt.  (torch makes stride symbols of its own for the
+    twins of non-contiguous inputs.)"""
 
-    __slots__ = ("holder", "dim", "value")
+    __slots__ = ("holder", "dim", "value", "what")
 
-    def __init__(self, holder, dim, value):
-        self.holder, self.dim, self.value = holder, dim, value
+    def __init__(self, holder, dim, value, what="size"):
+        self.holder, self.dim, self.value, self.what = holder, dim, value, what
 
     def load(self, name: str) -> str:
         """Source loading the value from the holder's variable ``name``."""
-        return name if self.dim is None else f"{name}.size({self.dim})"
+        return name if self.what is None else f"{name}.{self.what}({self.dim})"
 
 
 class Shapes(Observer):
@@ -437,6 +453,10 @@ class Shapes(Observer):
         self.cells: dict[int, tuple] = {}        # id(cell) -> (cell, its content, the content's shadow)
         self.scalars: dict[int, object] = {}     # node id -> node of a lifted float argument
         self.ints: dict[int, object] = {}        # node id -> node of a lifted int argument
+        # (id(obj), name) -> (obj, value, SymInt) of a size the program stored into an object
+        # from outside: the mock writes it from the new sizes.
+        self.stores: dict[tuple, tuple] = {}
+        self.lifted_shadows: dict[int, object] = {}   # node id -> shadow of a lifted attribute
         self.pinned: set[int] = set()            # of those, the ones guarded by value after all
         self.levels: dict[int, int] = {}         # id(frame) -> intrinsics under way when it was entered
         self._outputs = None                     # the output shadow slots of the instruction observed
@@ -472,9 +492,32 @@ class Shapes(Observer):
         source = ConstantSource(f"int{len(self.symbols)}")
         sym = self.env.create_symbol(sn.value, source, dynamic_dim=DimDynamic.DYNAMIC)
         value = self.env.create_symintnode(sym, hint=sn.value, source=source)
-        self.symbols[sym] = _Origin(sn, None, value)
+        self.symbols[sym] = _Origin(sn, None, value, None)
         self.ints[sn.id] = sn
         return value
+
+    def stored(self, node, name: str):
+        """The SymInt the mock writes to attribute ``name`` of ``node``'s object, if the last
+        write to it in the run stored a size (None: write the value as recorded)."""
+        entry = self.stores.get((id(node.value), name))
+        if entry is None or entry[0] is not node.value:
+            return None
+        if getattr(node.value, "__dict__", {}).get(name, None) is not entry[1]:
+            # Written again where the monitor did not see it: the record keeps the value.
+            specialise(entry[2])
+            return None
+        return entry[2] if symbolic(entry[2]) else None
+
+    def expression(self, s: SymInt) -> tuple[list[tuple], str]:
+        """``s`` as Python source over its symbols, and the symbols' origins ``(name, origin)``
+        (the mock loads each from its holder before using the source)."""
+        expr = self.env.replace(s.node.expr)
+        origins = [(str(sym), self.symbols[sym]) for sym in sorted(expr.free_symbols, key=str)]
+        return origins, PythonPrinter().doprint(expr)
+
+    def holder_node(self, origin):
+        """The RefGraph node of a symbol's holder (an input tensor's, or the int's own)."""
+        return origin.holder if origin.what is None else self.inputs[id(origin.holder)][0]
 
     def free_scalars(self) -> set[int]:
         """Node ids of the lifted floats and ints the guard does not check by value (the
@@ -501,6 +544,9 @@ class Shapes(Observer):
         fake = self.fake_mode.from_tensor(t, symbolic_context=ctx, source=source)
         for d in dims:
             self.symbols[fake.size(d).node.expr] = _Origin(t, d, fake.size(d))
+        for d, s in enumerate(fake.stride()):
+            if type(s) is SymInt and s.node.expr.is_Symbol and s.node.expr not in self.symbols:
+                self.symbols[s.node.expr] = _Origin(t, d, s, "stride")
         self.inputs[id(t)] = (sn, dims, fake)
         self._bind(t, fake)
 
@@ -595,8 +641,10 @@ class Shapes(Observer):
             _collect(s, ids)
 
     def on_instruction(self, f, ins, inputs, outputs) -> None:
-        if ins.opname == "LOAD_ATTR" and type(outputs[0]) is float and self.lifting.values:
-            self._attribute_float(f, inputs[0], ins.argval)
+        if ins.opname == "LOAD_ATTR" and type(outputs[0]) in (float, int):
+            self._attribute(f, inputs[0], ins.argval, outputs[0])
+        elif ins.opname in ("STORE_ATTR", "DELETE_ATTR") and self.stores:
+            self.stores.pop((id(inputs[-1]), ins.argval), None)   # (the rule may record it again)
         if not self.active:
             return
         reads, self.reads = self.reads, []
@@ -622,17 +670,28 @@ class Shapes(Observer):
                 specialise(s)
         self.passed.pop(id(f), None)
 
-    def _attribute_float(self, f, obj, name) -> None:
-        """``obj.name`` read a float from outside the call (a RefGraph node) that changed
-        between recordings: its slot gets a lifted float's shadow."""
-        parent = self.refgraph.node_of(obj)
-        sn = parent.children.get((ATTR, name)) if parent is not None else None
-        if sn is None or sn.value is not f.stack[-1] or self.mode is not None:
-            return   # (dynamic=True lifts the arguments only, as torch.compile does)
-        if not self.lifting.scalar(None, sn):
+    def _attribute(self, f, obj, name, value) -> None:
+        """``obj.name`` read a number: one this call stored from sizes gets its SymInt back;
+        one from outside the call (a RefGraph node) that changed between recordings is
+        lifted (a float's shadow, or an int's symbol)."""
+        stored = self.stores.get((id(obj), name))
+        if stored is not None and stored[1] is value:
+            f.shadow_stack[-1] = stored[2]
             return
-        self.scalars[sn.id] = sn
-        f.shadow_stack[-1] = Scalar(sn, self.pinned)
+        parent = self.refgraph.node_of(obj) if self.lifting.values else None
+        sn = parent.children.get((ATTR, name)) if parent is not None else None
+        if sn is None or sn.value is not value or self.mode is not None or not sn.read:
+            return   # (dynamic=True lifts the arguments only, as torch.compile does)
+        shadow = self.lifted_shadows.get(sn.id)
+        if shadow is None and self.lifting.scalar(None, sn):
+            if type(value) is float:
+                self.scalars[sn.id] = sn
+                shadow = Scalar(sn, self.pinned)
+            else:
+                shadow = self._int_symbol(sn)
+            self.lifted_shadows[sn.id] = shadow
+        if shadow is not None:
+            f.shadow_stack[-1] = shadow
 
     def _cell(self, f, ins, in_sh, outputs) -> bool:
         """Closure cells keep their content's shadow (a variable a nested function or a
@@ -677,7 +736,9 @@ class Shapes(Observer):
         out = outputs[0] if outputs else None
         if fn is not None and all(type(a) is int for a in args):
             try:
-                r = _int_result(out, fn(*(_value(a, s) for a, s in zip(args, in_sh[-len(args):]))))
+                # (torch.sym_max is a torch function: the operation recorder must not see it)
+                with torch._C.DisableTorchFunction():
+                    r = _int_result(out, fn(*(_value(a, s) for a, s in zip(args, in_sh[-len(args):]))))
             except Exception:  # noqa: BLE001
                 r = None
             if r is not None:
@@ -701,9 +762,9 @@ class Shapes(Observer):
 
         def leaf(sym):
             o = self.symbols[sym]
-            if o.dim is None:
+            if o.what is None:
                 return recorder.int_input(o.holder, o.value)
-            return graph.call_method("size", (recorder.tensor_node(o.holder), o.dim))
+            return graph.call_method(o.what, (recorder.tensor_node(o.holder), o.dim))
         node = sym_fx(self.env.replace(s.node.expr), leaf, graph.call_function)
         return int(s) if node is None else node
 
@@ -717,6 +778,12 @@ class Shapes(Observer):
         for _, r in self.reads:
             specialise(Items(r) if isinstance(r, (tuple, list)) else r)
         self.reads = []
+        for (_, name), (obj, value, s) in self.stores.items():
+            # A size stored where the object held that very value already is no change the
+            # mock writes: the record keeps the value instead.
+            snapshot = getattr(self.refgraph.node_of(obj), "snapshot", None)
+            if not isinstance(snapshot, dict) or snapshot.get(name) is value:
+                specialise(s)
         floats = {sn.value: sn.id for nid, sn in self.scalars.items() if nid not in self.pinned}
         for graph in graphs if floats else ():
             for node in graph.nodes:
@@ -782,10 +849,10 @@ class Shapes(Observer):
         for sym, o in self.symbols.items():
             expr = self.env.replace(sym)
             state = f"dynamic, {sym}" if expr.free_symbols else f"specialised to {expr}"
-            if o.dim is None:
+            if o.what is None:
                 where = f"{words(o.holder)} (int)"
             else:
-                where = f"{words(self.inputs[id(o.holder)][0])}.size({o.dim})"
+                where = f"{words(self.inputs[id(o.holder)][0])}.{o.what}({o.dim})"
             out.append(f"{where}: {state}")
         for nid, sn in self.scalars.items():
             state = "guarded by value (used in Python)" if nid in self.pinned else "a graph input"

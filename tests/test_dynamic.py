@@ -782,3 +782,39 @@ def test_int_argument_that_changes_every_call(name):
     # (sizes: n == 10 is the whole row, which torch's slicing tells apart: one more record)
     expected = len(set(INT_VALUES)) if recordings is None else recordings + (name == "sizes")
     assert stats.monitor_runs == expected, stats
+
+
+# ----------------------------------------------------------------------------- sizes into state
+
+class _Counter:
+    def __init__(self, length=0):
+        self.length, self.calls = length, 0
+
+
+class _Accumulates(nn.Module):
+    """Stores sizes into an object from outside (a cache's length, a call counter): the mock
+    writes them from the new sizes (and the old values, lifted once they changed)."""
+
+    def __init__(self, state):
+        super().__init__()
+        self.state = state
+
+    def forward(self, x):
+        self.state.length += x.shape[1]
+        self.state.calls += 1
+        self.state.last = x.shape[0]
+        return x * self.state.length
+
+
+@pytest.mark.parametrize("start", [0, 6], ids=["from_zero", "equal_first_size"])
+def test_sizes_stored_into_state_are_written_by_the_mock(start):
+    eager_state, state = _Counter(start), _Counter(start)
+    eager, fast = _Accumulates(eager_state), magpy.compile(_Accumulates(state), backend="eager")
+    shapes = [(6, 3), (4, 5), (6, 7), (3, 2), (8, 9), (6, 5), (5, 4)]
+    for shape in shapes:
+        x = torch.randn(*shape)
+        assert torch.equal(fast(x), eager(x)), shape
+        assert vars(state) == vars(eager_state), (shape, vars(state), vars(eager_state))
+    stats = magpy.stats(fast)
+    assert stats.eager_runs == 0
+    assert stats.monitor_runs == 3, stats   # first call; sizes lifted; the old length and count lifted

@@ -31,6 +31,16 @@ def _llama():
     return transformers.LlamaForCausalLM(cfg).eval()
 
 
+def _mistral():
+    # A sliding window shorter than the generation: its cache adds each step's length to
+    # ``cumulative_length``, which the mock writes from the new sizes.
+    cfg = transformers.MistralConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, intermediate_size=128, vocab_size=500,
+                                     max_position_embeddings=256, sliding_window=16, bos_token_id=0,
+                                     eos_token_id=0)
+    return transformers.MistralForCausalLM(cfg).eval()
+
+
 def _generate(model, prompt, n):
     # eos = pad = 0 never ends early here: min_new_tokens keeps every run at n tokens.
     return model.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
@@ -53,14 +63,15 @@ def _decode(build, backend, lengths):
     return magpy.stats(model.forward), runs
 
 
-@pytest.mark.parametrize("build", [_gpt2, pytest.param(_llama, marks=pytest.mark.slow)],
-                         ids=["gpt2", "llama"])
-def test_generate_records_do_not_grow_with_new_tokens(build):
-    stats, runs = _decode(build, "eager", [16, 48])
-    # Prefill, the first decoding step, and the step where the cache length is seen to change.
-    assert runs == [3, 0], runs
+@pytest.mark.parametrize("build, first", [(_gpt2, 3), pytest.param(_llama, 3, marks=pytest.mark.slow),
+                                           (_mistral, 6)], ids=["gpt2", "llama", "mistral_sliding_window"])
+def test_generate_records_do_not_grow_with_new_tokens(build, first):
+    stats, runs = _decode(build, "eager", [32, 64])
+    # Prefill, the first decoding step, and the step where the cache length is seen to change
+    # (Mistral: the same again once the window is full, and at the step that fills it).
+    assert runs == [first, 0], runs
     assert stats.eager_runs == 0
-    assert stats.mock_runs == 16 + 48 - 3
+    assert stats.mock_runs == 32 + 64 - first
 
 
 @pytest.mark.slow

@@ -61,6 +61,7 @@ class MockWriter:
     def __init__(self, g: RefGraph, recording, names: Names, refs: set):
         self.g, self.names, self.refs = g, names, refs
         self.rec = recording.recorder
+        self.shapes = recording.lifted     # magpy.dynamic.Shapes if the run lifted anything
         self.steps = recording.steps
         self.dynamic = recording.dynamic             # id(value) -> variable of the step that made it
         self.grad_on_entry = recording.grad_on_entry
@@ -229,12 +230,27 @@ class MockWriter:
                 if key not in now:
                     self.commit(f"    del {mapping}[{self.key(key)}]")
             for key, val in now.items():
-                if key not in snap or snap[key] is not val:
+                size = self.stored_size(node, key)
+                if size is not None:
+                    self.commit(f"    {mapping}[{self.key(key)}] = {size}")
+                elif key not in snap or snap[key] is not val:
                     self.commit(f"    {mapping}[{self.key(key)}] = {self.expr(val)}")
         else:
             self.g.rewritten(node, now)
             items = ", ".join(f"{self.key(key)}: {self.expr(val)}" for key, val in now.items())
             self.commit(f"    {mapping}.clear(); {mapping}.update({{{items}}})")
+
+    def stored_size(self, node, key) -> str | None:
+        """The source of a size the run stored into ``node``'s attribute ``key`` (it is the
+        new call's size, computed from the sizes of its inputs), or None."""
+        shapes = self.shapes
+        s = shapes.stored(node, key) if shapes is not None and type(key) is str else None
+        if s is None:
+            return None
+        origins, source = shapes.expression(s)
+        for name, origin in origins:
+            self.commit(f"    {name} = {origin.load(self.load(shapes.holder_node(origin)))}")
+        return source
 
     def key(self, key) -> str:
         if is_literal(key):
