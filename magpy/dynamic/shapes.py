@@ -1,50 +1,9 @@
-"""Dynamic shapes and scalars (paper §6.1, §6.2.1): a tensor dimension, an int argument or a
-float that keeps changing becomes a symbol or a graph input of one record, instead of one
-record per value.
-
-*Which* is :class:`Lifting`'s choice, the callable's memory of the sizes and numbers its
-recordings met at each input (by its path from the call's arguments or from outside): one
-seen with ``config.dynamic_after`` (2) distinct values is lifted from then on
-(``magpy.config.dynamic``: None, the default; True lifts the dimensions of every tensor
-argument and every int and float argument from the first call; False never lifts).  Int
-arguments become symbols like sizes; a float becomes a 0-d tensor input where it is only an
-operand of float tensor arithmetic, else it is *pinned* (guarded by value).
-
-*How*: a recording that lifts runs :class:`Shapes` beside the operator recorder.  Every
-tensor the graphs see gets a fake twin (``FakeTensorMode`` with a ``ShapeEnv``): inputs get a
-symbol for each lifted dimension, operation results get what the operation gives on the
-twins.  The Python ints the program computes from sizes carry their symbolic value as the
-*shadow* of their slot, which the monitor moves along with the value; so provenance never
-depends on ``id()`` (``b = x.size(0)`` and a literal ``4`` are the same object):
-
-=======================================  ================================================
-the program ...                           the shadow ...
-=======================================  ================================================
-reads ``x.shape``, ``x.size(d)``,         is the twin's SymInt (a sequence's shadow is an
-``len(x)``, ``x.numel()``                 ``Items`` of its items' shadows)
-computes ``b * 4``, ``d // h``, ``-b``,   is the same computation on SymInts
-``max(b, 1)``, ``(b, t, -1)``, ``s[1:]``
-unpacks, stores, passes it to a Python    moves with it (monitor)
-function, returns it to its caller
-passes it to a tensor operation           becomes SymInt arithmetic in the graph (opgraph)
-compares it, branches on it               the outcome is guarded (``s0 > 8``), not the value
-does anything else with it (a store into  is *specialised*: the guard requires the value it
-program state, a native call, a format,   has now (``Eq(s0, 6)``), as if it were not lifted
-``range(b)``, the call's result)
-=======================================  ================================================
-
-Sizes the program reads where the monitor does not see the value land (inside native code)
-are specialised too: an int of unknown origin never holds a lifted size unguarded.  The
-record's guard checks its tensors without the lifted sizes and its lifted numbers by type,
-then ``SHAPES`` (``codegen.guard.write_shape_check`` from :meth:`Shapes.conditions`: the
-symbols' ranges, the relations torch and the program assumed, the specialisations).
-"""
+"""One recording's symbolic sizes: fake twins, symbols and their origins, the observer that
+moves shadows, and what the guard and mock need (``magpy.dynamic``)."""
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
-import math
 import operator
 
 import sympy
@@ -57,367 +16,32 @@ from torch.utils._sympy.functions import CleanDiv, FloorDiv, Max, Min, Mod, Pyth
 from torch.utils._sympy.printers import PythonPrinter
 
 from magpy import logs
-from magpy.config import config
-from magpy.monitor import Observer, operators
-from magpy.monitor.observer import Entries, Items
+from magpy.dynamic.lifting import Lifting
+from magpy.dynamic.rules import (
+    CELL_OPS,
+    NATIVE_INT,
+    NATIVE_SEQ,
+    RULES,
+    argument_shadows,
+    callee_of,
+    direct_read,
+    hashable,
+    int_result,
+)
+from magpy.dynamic.shadows import (
+    Items,
+    Scalar,
+    SymInt,
+    collect,
+    items_of,
+    specialise,
+    symbolic,
+    value_of,
+    with_shadow,
+)
+from magpy.monitor import Observer
 from magpy.refgraph.graph import ARG, ATTR, KWARG
 
-SymInt = torch.SymInt
-
-
-# ----------------------------------------------------------------------------- which dimensions
-
-class Lifting:
-    """What one compiled callable's recordings saw of its inputs' sizes and float arguments
-    (by path), and so what the next recording lifts: a dimension or float seen with
-    ``config.dynamic_after`` distinct values (2 by default: at its second)."""
-
-    def __init__(self):
-        self.sizes: dict[tuple, list[set[int]]] = {}   # tensor input path -> per dimension, sizes recorded
-        self.values: dict[tuple, set] = {}              # float or int path -> values recorded
-
-    def armed(self, mode: bool | None) -> bool:
-        """Could a recording lift anything?  (Else it runs without :class:`Shapes`.)"""
-        return mode is True or (mode is None and bool(self.sizes or self.values))
-
-    def scalar(self, mode: bool | None, sn) -> bool:
-        """Is the float or int of node ``sn`` lifted (a graph input, not a guarded value)?"""
-        if mode is not None:
-            return mode
-        seen = self.values.get(input_key(sn), ())
-        return len({*seen, _value_key(sn.value)}) >= config.dynamic_after
-
-    def dims(self, mode: bool | None, sn, t: torch.Tensor) -> frozenset[int]:
-        """The dimensions of input tensor ``t`` (RefGraph node ``sn``) to lift."""
-        if mode is False or t.dim() == 0:
-            return frozenset()
-        key = input_key(sn)
-        if mode is True:
-            lift = key[0][0] in (ARG, KWARG) and not isinstance(t, torch.nn.Parameter)
-            return frozenset(range(t.dim())) if lift else frozenset()
-        seen = self.sizes.get(key)
-        if seen is None or len(seen) != t.dim():
-            return frozenset()
-        after = config.dynamic_after
-        return frozenset(d for d, sizes in enumerate(seen) if len(sizes | {t.shape[d]}) >= after)
-
-    def saw(self, inputs) -> None:
-        """A recording's input tensors and float arguments (RefGraph nodes): remember their
-        sizes and values."""
-        for sn in inputs:
-            key = input_key(sn)
-            if type(sn.value) in (float, int):
-                self.values.setdefault(key, set()).add(_value_key(sn.value))
-                continue
-            seen = self.sizes.get(key)
-            if seen is None or len(seen) != sn.value.dim():   # (a new rank starts afresh)
-                seen = self.sizes[key] = [set() for _ in range(sn.value.dim())]
-            for sizes, n in zip(seen, sn.value.shape):
-                if len(sizes) < _REMEMBERED:
-                    sizes.add(n)
-
-
-_REMEMBERED = 64   # distinct sizes kept per dimension (enough to count up to any sane threshold)
-
-
-def _value_key(v):
-    """Tells values apart as the guard does: an int from a float, -0.0 from 0.0, every NaN alike."""
-    if type(v) is int:
-        return ("int", v)
-    return "nan" if v != v else (v, math.copysign(1, v))
-
-
-def input_key(sn) -> tuple:
-    """Where input node ``sn`` lives: its path of ``(relation, key)`` steps from the call."""
-    steps = []
-    while sn is not None and sn.parent is not None:
-        key = sn.key
-        try:
-            hash(key)
-        except TypeError:
-            key = repr(key)
-        steps.append((sn.rel, key))
-        sn = sn.parent
-    return tuple(reversed(steps)) or (("?", None),)
-
-
-# ----------------------------------------------------------------------------- shadows
-
-class Scalar:
-    """The shadow of a lifted float argument: its RefGraph node.  ``pinned`` (shared by one
-    recording) holds the nodes the program used other than as a tensor operation's operand:
-    those are guarded by value after all."""
-
-    __slots__ = ("node", "pinned")
-
-    def __init__(self, node, pinned: set):
-        self.node, self.pinned = node, pinned
-
-    def __repr__(self):
-        return f"<lifted float {self.node.value!r}>"
-
-
-def symbolic(sh) -> bool:
-    """Does shadow ``sh`` hold a symbolic size (an unspecialised SymInt, or items with one)?"""
-    t = type(sh)
-    if t is SymInt:
-        return not sh.node.expr.is_number and bool(sh.node.shape_env.replace(sh.node.expr).free_symbols)
-    if t is Items:
-        return any(map(symbolic, sh))
-    if t is Entries:
-        return any(map(symbolic, sh.values()))
-    if t is slice:
-        return symbolic(sh.start) or symbolic(sh.stop) or symbolic(sh.step)
-    if t is Scalar:
-        return sh.node.id not in sh.pinned
-    return False
-
-
-def specialise(sh) -> None:
-    """Make the guard require the values shadow ``sh`` holds now."""
-    t = type(sh)
-    if t is SymInt:
-        int(sh)   # the ShapeEnv records Eq(expr, value) and replaces the expression from now on
-    elif t is Items:
-        for x in sh:
-            specialise(x)
-    elif t is Entries:
-        for x in sh.values():
-            specialise(x)
-    elif t is slice:
-        for x in (sh.start, sh.stop, sh.step):
-            specialise(x)
-    elif t is Scalar:
-        sh.pinned.add(sh.node.id)
-
-
-def with_shadow(value, sh):
-    """``value`` with its ints replaced by the SymInts shadow ``sh`` holds for them."""
-    if sh is None:
-        return value
-    t = type(sh)
-    if t is SymInt:
-        return sh if type(value) is int and sh.node.hint == value else value
-    if t is Scalar:
-        return sh if value is sh.node.value else value
-    if t is Items and isinstance(value, (tuple, list)):
-        if len(value) != len(sh):   # out of date: what it held is guarded instead
-            specialise(sh)
-            return value
-        items = [with_shadow(v, s) for v, s in zip(value, sh)]
-        return items if type(value) is list else tuple(items)
-    if t is slice and type(value) is slice:
-        return slice(with_shadow(value.start, sh.start), with_shadow(value.stop, sh.stop),
-                     with_shadow(value.step, sh.step))
-    return value
-
-
-def _value(v, sh):
-    return sh if type(sh) is SymInt else v
-
-
-def _items(v, sh):
-    """The item shadows of sequence ``v`` (shadow ``sh``), or None if they are not known."""
-    if type(sh) is Items:
-        if len(sh) == len(v):
-            return tuple(sh)
-        specialise(sh)   # out of date: what it held is guarded instead
-        return None
-    if sh is None and type(v) in (tuple, list, torch.Size):
-        return (None,) * len(v)
-    return None
-
-
-# ----------------------------------------------------------------------------- instruction rules
-# rule(shapes, frame, instruction, inputs, outputs, input shadows) -> True if it handled the
-# symbolic shadows among the inputs (setting output shadows), False to specialise them.
-
-def _int_result(out, r):
-    """``r``, the symbolic twin of int ``out``, if it is one."""
-    if type(out) is int and type(r) is SymInt and r.node.hint == out:
-        return r
-    return None
-
-
-def _binary(sh, f, ins, inputs, outputs, in_sh):
-    a, b = inputs
-    out = outputs[0]
-    if type(a) in (int, SymInt) and type(b) is int or type(a) is int and type(b) is int:
-        op = operators.BINARY[ins.arg % len(operators.BINARY)][3]
-        r = _int_result(out, op(_value(a, in_sh[0]), _value(b, in_sh[1])))
-        if r is None:
-            return False
-        sh.set_output(f, 0, r)
-        return True
-    if ins.arg % len(operators.BINARY) == 0 and isinstance(out, (tuple, list)):   # s[:-1] + (h, d)
-        left, right = _items(a, in_sh[0]), _items(b, in_sh[1])
-        if left is None or right is None or len(left) + len(right) != len(out):
-            return False
-        sh.set_output(f, 0, Items(left + right))
-        return True
-    return False
-
-
-def _compare(sh, f, ins, inputs, outputs, in_sh):
-    a, b = inputs
-    if not (type(a) is int and type(b) is int):
-        return False
-    bool(operators.COMPARE_OPS[ins.arg](_value(a, in_sh[0]), _value(b, in_sh[1])))   # guards the outcome
-    return True
-
-
-def _unary(op):
-    def rule(sh, f, ins, inputs, outputs, in_sh):
-        if type(inputs[0]) is not int:
-            return False
-        r = _int_result(outputs[0], op(in_sh[0]))
-        if r is None:
-            return False
-        sh.set_output(f, 0, r)
-        return True
-    return rule
-
-
-def _truth(sh, f, ins, inputs, outputs, in_sh):
-    # ``if b:`` on a size: the guard keeps the outcome (b != 0), not the value.
-    if type(inputs[0]) is not int:
-        return False
-    bool(in_sh[0])
-    return True
-
-
-def _subscript(sh, f, ins, inputs, outputs, in_sh):
-    seq, index = inputs
-    items = _items(seq, in_sh[0])
-    if items is None or symbolic(in_sh[1]) or type(index) not in (int, slice):
-        return False
-    sh.set_output(f, 0, Items(items[index]) if type(index) is slice else items[index])
-    return True
-
-
-def _unpack(sh, f, ins, inputs, outputs, in_sh):
-    items = _items(inputs[0], in_sh[0])
-    if items is None or len(items) != len(outputs):
-        return False
-    for i, s in enumerate(reversed(items)):
-        sh.set_output(f, i, s)
-    return True
-
-
-def _build(sh, f, ins, inputs, outputs, in_sh):
-    sh.set_output(f, 0, Items(in_sh))
-    return True
-
-
-def _append(sh, f, ins, inputs, outputs, in_sh):
-    # LIST_APPEND / LIST_EXTEND: inputs are (list, ..., added); the list stays (output 0).
-    lst = inputs[0]
-    added = (in_sh[-1],) if ins.opname == "LIST_APPEND" else _items(inputs[-1], in_sh[-1])
-    if added is None:
-        return False
-    before = _items(lst[:len(lst) - len(added)], in_sh[0])
-    if before is None:
-        return False
-    sh.set_output(f, 0, Items(before + added))
-    return True
-
-
-def _to_tuple(sh, f, ins, inputs, outputs, in_sh):
-    sh.set_output(f, 0, in_sh[0])
-    return True
-
-
-def _slice(sh, f, ins, inputs, outputs, in_sh):
-    sh.set_output(f, 0, slice(*in_sh) if len(in_sh) == 3 else slice(in_sh[0], in_sh[1]))
-    return True
-
-
-def _dict_merge(sh, f, ins, inputs, outputs, in_sh):
-    # ``f(**kwargs)`` builds the dict it passes by merging: keep the values' shadows.
-    before, added = in_sh[0], in_sh[-1]
-    if any(s is not None and type(s) is not Entries for s in (before, added)):
-        return False
-    merged = inputs[-1]
-    entries = {k: s for k, s in (before or {}).items() if k not in merged}
-    sh.set_output(f, 0, Entries({**entries, **(added or {})}))
-    return True
-
-
-def _const_key_map(sh, f, ins, inputs, outputs, in_sh):
-    # ``f(a=b, **kw)`` builds its keyword dict from constant keys: keep the values' shadows.
-    sh.set_output(f, 0, Entries({k: s for k, s in zip(inputs[-1], in_sh[:-1]) if s is not None}))
-    return True
-
-
-def _build_map(sh, f, ins, inputs, outputs, in_sh):
-    keys = inputs[0::2]
-    if not all(type(k) is str for k in keys):
-        return False
-    sh.set_output(f, 0, Entries({k: s for k, s in zip(keys, in_sh[1::2]) if s is not None}))
-    return True
-
-
-def _store_attr(sh, f, ins, inputs, outputs, in_sh):
-    # ``obj.n = b`` (``self.cumulative_length += t``) on an object from outside the call: the
-    # mock writes the value from the new sizes instead of guarding it.
-    value, obj = inputs
-    s = in_sh[0]
-    node = sh.refgraph.node_of(obj)
-    if type(s) is not SymInt or type(value) is not int or node is None or in_sh[1] is not None:
-        return False
-    if getattr(obj, "__dict__", {}).get(ins.argval, None) is not value:
-        return False   # (a property, a slot, a __setattr__ that stores elsewhere)
-    sh.stores[(id(obj), ins.argval)] = (obj, value, s)
-    return True
-
-
-def _kept(sh, f, ins, inputs, outputs, in_sh):
-    return True
-
-
-def _returned(sh, f, ins, inputs, outputs, in_sh):
-    # To the calling instruction (the monitor moves the shadow), unless it leaves the recorded
-    # call, ends a generator, or returns to native code that called back into the program
-    # (``sorted(key=...)``, ``map``: an intrinsic's callback).
-    caller = f.back
-    return (caller is not f.monitor.host_frame and not f.code.co_flags & _GENERATOR_FLAGS
-            and sh.levels.get(id(f)) == sh.levels.get(id(caller), -1))
-
-
-def _call(sh, f, ins, inputs, outputs, in_sh):
-    return sh.called(f, inputs, outputs, in_sh)
-
-
-_RULES = {
-    "BINARY_OP": _binary, "COMPARE_OP": _compare, "UNARY_NEGATIVE": _unary(operator.neg),
-    "UNARY_POSITIVE": _unary(operator.pos), "BINARY_SUBSCR": _subscript, "UNPACK_SEQUENCE": _unpack,
-    "BUILD_TUPLE": _build, "BUILD_LIST": _build, "LIST_APPEND": _append, "LIST_EXTEND": _append,
-    "LIST_TO_TUPLE": _to_tuple, "BUILD_SLICE": _slice, "DICT_MERGE": _dict_merge,
-    "BUILD_CONST_KEY_MAP": _const_key_map, "BUILD_MAP": _build_map,
-    "POP_JUMP_FORWARD_IF_TRUE": _truth, "POP_JUMP_FORWARD_IF_FALSE": _truth,
-    "POP_JUMP_BACKWARD_IF_TRUE": _truth, "POP_JUMP_BACKWARD_IF_FALSE": _truth,
-    "JUMP_IF_TRUE_OR_POP": _truth, "JUMP_IF_FALSE_OR_POP": _truth, "UNARY_NOT": _truth,
-    "POP_JUMP_FORWARD_IF_NONE": _kept, "POP_JUMP_FORWARD_IF_NOT_NONE": _kept,
-    "POP_JUMP_BACKWARD_IF_NONE": _kept, "POP_JUMP_BACKWARD_IF_NOT_NONE": _kept,
-    "STORE_FAST": _kept, "POP_TOP": _kept, "COPY": _kept, "SWAP": _kept,
-    "RETURN_VALUE": _returned, "CALL": _call, "CALL_FUNCTION_EX": _call, "STORE_ATTR": _store_attr,
-}
-
-_CELL_OPS = frozenset({"STORE_DEREF", "LOAD_DEREF", "MAKE_CELL"})
-_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-# Native callees that compute an int from ints: the same computation on SymInts.
-_NATIVE_INT = {int: int, abs: abs, max: torch.sym_max, min: torch.sym_min, math.floor: math.floor,
-               math.ceil: math.ceil, operator.add: operator.add, operator.sub: operator.sub,
-               operator.mul: operator.mul, operator.floordiv: operator.floordiv, operator.mod: operator.mod,
-               operator.neg: operator.neg, operator.index: operator.index}
-# Native callees that rebuild a sequence with the same items.
-_NATIVE_SEQ = (tuple, list, torch.Size)
-# Metadata reads whose result the program gets directly: their result is the twin's.
-_SIZE_ATTRS = frozenset({"shape"})
-_SIZE_CALLS = frozenset({"size", "numel", "__len__", "stride", "dim", "nelement"})
-
-
-# ----------------------------------------------------------------------------- the recording side
 
 class _Origin:
     """Where a symbol's value comes from: ``what`` ("size" or "stride") of dimension ``dim``
@@ -615,7 +239,7 @@ class Shapes(Observer):
         f = self.monitor.current if self.monitor is not None else None
         if f is None or not hasattr(f, "ins_shadows") or not any(map(symbolic, f.ins_shadows)):
             return None
-        shadows = _argument_shadows(f, args, kwargs)
+        shadows = argument_shadows(f, args, kwargs)
         if shadows is None:
             return None
         self.matched = True
@@ -638,7 +262,7 @@ class Shapes(Observer):
             return
         ids = self.passed.setdefault(id(caller), set())
         for s in frame.shadow_locals:
-            _collect(s, ids)
+            collect(s, ids)
 
     def on_instruction(self, f, ins, inputs, outputs) -> None:
         if ins.opname == "LOAD_ATTR" and type(outputs[0]) in (float, int):
@@ -655,12 +279,12 @@ class Shapes(Observer):
             self._claim(f, ins, inputs, outputs, reads)
         matched, self.matched = self.matched, False
         self._matched = matched
-        if ins.opname in _CELL_OPS and self._cell(f, ins, in_sh, outputs):
+        if ins.opname in CELL_OPS and self._cell(f, ins, in_sh, outputs):
             return
         if matched or not any(map(symbolic, in_sh)):   # (a tensor operation took them)
             self.passed.pop(id(f), None)
             return
-        rule = _RULES.get(ins.opname)
+        rule = RULES.get(ins.opname)
         if rule is None or not rule(self, f, ins, inputs, outputs, in_sh):
             if logs.on("dynamic"):
                 logs.logger("dynamic").info("%s specialised by %s at %s:%s",
@@ -710,7 +334,7 @@ class Shapes(Observer):
         return True
 
     def _claim(self, f, ins, inputs, outputs, reads) -> None:
-        direct = _direct_read(ins, inputs)
+        direct = direct_read(ins, inputs)
         for out, r in reads:
             if direct and outputs and outputs[-1] is out:
                 self.set_output(f, len(outputs) - 1, Items(r) if isinstance(r, (tuple, list)) else r)
@@ -727,30 +351,30 @@ class Shapes(Observer):
         if passed is not None:
             found = set()
             for s in in_sh[1:]:
-                _collect(s, found)
+                collect(s, found)
             return found <= passed
-        callee, args = _callee(inputs)
+        callee, args = callee_of(inputs)
         if callee is isinstance or callee is type:
             return True   # they look at the type only
-        fn = _NATIVE_INT.get(callee) if _hashable(callee) else None
+        fn = NATIVE_INT.get(callee) if hashable(callee) else None
         out = outputs[0] if outputs else None
         if fn is not None and all(type(a) is int for a in args):
             try:
                 # (torch.sym_max is a torch function: the operation recorder must not see it)
                 with torch._C.DisableTorchFunction():
-                    r = _int_result(out, fn(*(_value(a, s) for a, s in zip(args, in_sh[-len(args):]))))
+                    r = int_result(out, fn(*(value_of(a, s) for a, s in zip(args, in_sh[-len(args):]))))
             except Exception:  # noqa: BLE001
                 r = None
             if r is not None:
                 self.set_output(f, 0, r)
                 return True
             return False
-        if callee in _NATIVE_SEQ and len(args) == 1:
-            items = _items(args[0], in_sh[-1])
+        if callee in NATIVE_SEQ and len(args) == 1:
+            items = items_of(args[0], in_sh[-1])
             if items is not None and isinstance(out, (tuple, list)) and len(items) == len(out):
                 self.set_output(f, 0, Items(items))
                 return True
-        if callee is len and len(args) == 1 and _items(args[0], in_sh[-1]) is not None:
+        if callee is len and len(args) == 1 and items_of(args[0], in_sh[-1]) is not None:
             return True   # the length of a sequence of sizes is no size
         return False
 
@@ -888,6 +512,7 @@ _SYMPY_OPS = {sympy.Add: operator.add, sympy.Mul: operator.mul, FloorDiv: operat
               sympy.Pow: operator.pow, Max: torch.sym_max, Min: torch.sym_min}
 
 
+
 @contextlib.contextmanager
 def _quiet_fakes():
     # FakeTensor logs a meta function's failure with its traceback at ERROR level; here that
@@ -914,85 +539,3 @@ class _OutputShadows:
             self.f.shadow_stack[len(self.f.shadow_stack) - self.n + i] = shadow
 
 
-def _collect(sh, ids: set) -> None:
-    t = type(sh)
-    if t is SymInt or t is Scalar:
-        ids.add(id(sh))
-    elif t is Items or t is slice:
-        for x in (sh if t is Items else (sh.start, sh.stop, sh.step)):
-            _collect(x, ids)
-    elif t is Entries:
-        for x in sh.values():
-            _collect(x, ids)
-
-
-def _hashable(v) -> bool:
-    try:
-        hash(v)
-    except TypeError:
-        return False
-    return True
-
-
-def _callee(inputs) -> tuple:
-    """The callable and positional arguments of a CALL's inputs."""
-    from magpy.monitor import NULL
-    if inputs and inputs[0] is NULL:
-        return inputs[1], inputs[2:]
-    return (inputs[0], inputs[1:]) if inputs else (None, ())
-
-
-def _direct_read(ins, inputs) -> bool:
-    """Does this instruction itself read a tensor's size (not native code inside it)?"""
-    if ins.opname == "LOAD_ATTR":
-        return ins.argval in _SIZE_ATTRS and isinstance(inputs[0], torch.Tensor)
-    if ins.opname != "CALL":
-        return False
-    callee, args = _callee(inputs)
-    name = getattr(callee, "__name__", None)
-    if callee is len:
-        return len(args) == 1 and isinstance(args[0], torch.Tensor)
-    if name not in _SIZE_CALLS:
-        return False
-    owner = getattr(callee, "__self__", None)
-    return isinstance(owner, torch.Tensor) or bool(args) and isinstance(args[0], torch.Tensor)
-
-
-# How the operation's arguments sit among the instruction's inputs.
-def _argument_shadows(f, args, kwargs):
-    ins = f.info.instructions[f.lasti]
-    inputs, shadows = f.ins_inputs, f.ins_shadows
-    name = ins.opname
-    if name == "CALL":
-        nkw = len(kwargs)
-        for n in (len(args), len(args) - 1):
-            k = n + nkw
-            if n < 0 or k > len(inputs):
-                continue
-            tail, tail_sh = inputs[len(inputs) - k:], shadows[len(shadows) - k:]
-            got = args[len(args) - n:] + tuple(kwargs.values())
-            if all(a is b for a, b in zip(tail, got)):
-                pos = (None,) * (len(args) - n) + tuple(tail_sh[:n])
-                return pos, dict(zip(kwargs, tail_sh[n:]))
-        return None
-    if name == "CALL_FUNCTION_EX":
-        seq = inputs[-2] if ins.arg & 1 else inputs[-1]
-        sh = shadows[-2] if ins.arg & 1 else shadows[-1]
-        kw_sh = shadows[-1] if ins.arg & 1 and type(shadows[-1]) is Entries else {}
-        if type(sh) is not Items or len(sh) != len(seq):
-            sh = (None,) * len(seq)
-        for skip in (0, 1):
-            if len(args) - skip == len(seq) and all(a is b for a, b in zip(args[skip:], seq)):
-                return (None,) * skip + tuple(sh), dict(kw_sh)
-        return None
-    order = _ORDERS.get(name)
-    if order is None or kwargs:
-        return None
-    for perm in order:
-        if len(perm) == len(args) == len(inputs) and all(args[i] is inputs[p] for i, p in enumerate(perm)):
-            return tuple(shadows[p] for p in perm), {}
-    return None
-
-
-_ORDERS = {"BINARY_OP": ((0, 1), (1, 0)), "COMPARE_OP": ((0, 1), (1, 0)), "BINARY_SUBSCR": ((0, 1),),
-           "STORE_SUBSCR": ((1, 2, 0),), "UNARY_NEGATIVE": ((0,),)}

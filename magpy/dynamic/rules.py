@@ -1,0 +1,272 @@
+"""How each instruction moves, computes or consumes symbolic shadows (``magpy.dynamic``), and
+where a tensor operation's arguments sit among its instruction's inputs."""
+from __future__ import annotations
+
+import inspect
+import math
+import operator
+
+import torch
+
+from magpy.dynamic.shadows import Items, SymInt, items_of, symbolic, value_of
+from magpy.monitor import operators
+from magpy.monitor.observer import Entries
+
+# rule(shapes, frame, instruction, inputs, outputs, input shadows) -> True if it handled the
+# symbolic shadows among the inputs (setting output shadows), False to specialise them.
+
+def int_result(out, r):
+    """``r``, the symbolic twin of int ``out``, if it is one."""
+    if type(out) is int and type(r) is SymInt and r.node.hint == out:
+        return r
+    return None
+
+
+def _binary(sh, f, ins, inputs, outputs, in_sh):
+    a, b = inputs
+    out = outputs[0]
+    if type(a) is int and type(b) is int:
+        op = operators.BINARY[ins.arg % len(operators.BINARY)][3]
+        r = int_result(out, op(value_of(a, in_sh[0]), value_of(b, in_sh[1])))
+        if r is None:
+            return False
+        sh.set_output(f, 0, r)
+        return True
+    if ins.arg % len(operators.BINARY) == 0 and isinstance(out, (tuple, list)):   # s[:-1] + (h, d)
+        left, right = items_of(a, in_sh[0]), items_of(b, in_sh[1])
+        if left is None or right is None or len(left) + len(right) != len(out):
+            return False
+        sh.set_output(f, 0, Items(left + right))
+        return True
+    return False
+
+
+def _compare(sh, f, ins, inputs, outputs, in_sh):
+    a, b = inputs
+    if not (type(a) is int and type(b) is int):
+        return False
+    bool(operators.COMPARE_OPS[ins.arg](value_of(a, in_sh[0]), value_of(b, in_sh[1])))   # guards the outcome
+    return True
+
+
+def _unary(op):
+    def rule(sh, f, ins, inputs, outputs, in_sh):
+        if type(inputs[0]) is not int:
+            return False
+        r = int_result(outputs[0], op(in_sh[0]))
+        if r is None:
+            return False
+        sh.set_output(f, 0, r)
+        return True
+    return rule
+
+
+def _truth(sh, f, ins, inputs, outputs, in_sh):
+    # ``if b:`` on a size: the guard keeps the outcome (b != 0), not the value.
+    if type(inputs[0]) is not int:
+        return False
+    bool(in_sh[0])
+    return True
+
+
+def _subscript(sh, f, ins, inputs, outputs, in_sh):
+    seq, index = inputs
+    items = items_of(seq, in_sh[0])
+    if items is None or symbolic(in_sh[1]) or type(index) not in (int, slice):
+        return False
+    sh.set_output(f, 0, Items(items[index]) if type(index) is slice else items[index])
+    return True
+
+
+def _unpack(sh, f, ins, inputs, outputs, in_sh):
+    items = items_of(inputs[0], in_sh[0])
+    if items is None or len(items) != len(outputs):
+        return False
+    for i, s in enumerate(reversed(items)):
+        sh.set_output(f, i, s)
+    return True
+
+
+def _build(sh, f, ins, inputs, outputs, in_sh):
+    sh.set_output(f, 0, Items(in_sh))
+    return True
+
+
+def _append(sh, f, ins, inputs, outputs, in_sh):
+    # LIST_APPEND / LIST_EXTEND: inputs are (list, ..., added); the list stays (output 0).
+    lst = inputs[0]
+    added = (in_sh[-1],) if ins.opname == "LIST_APPEND" else items_of(inputs[-1], in_sh[-1])
+    if added is None:
+        return False
+    before = items_of(lst[:len(lst) - len(added)], in_sh[0])
+    if before is None:
+        return False
+    sh.set_output(f, 0, Items(before + added))
+    return True
+
+
+def _to_tuple(sh, f, ins, inputs, outputs, in_sh):
+    sh.set_output(f, 0, in_sh[0])
+    return True
+
+
+def _slice(sh, f, ins, inputs, outputs, in_sh):
+    sh.set_output(f, 0, slice(*in_sh) if len(in_sh) == 3 else slice(in_sh[0], in_sh[1]))
+    return True
+
+
+def _dict_merge(sh, f, ins, inputs, outputs, in_sh):
+    # ``f(**kwargs)`` builds the dict it passes by merging: keep the values' shadows.
+    before, added = in_sh[0], in_sh[-1]
+    if any(s is not None and type(s) is not Entries for s in (before, added)):
+        return False
+    merged = inputs[-1]
+    entries = {k: s for k, s in (before or {}).items() if k not in merged}
+    sh.set_output(f, 0, Entries({**entries, **(added or {})}))
+    return True
+
+
+def _const_key_map(sh, f, ins, inputs, outputs, in_sh):
+    # ``f(a=b, **kw)`` builds its keyword dict from constant keys: keep the values' shadows.
+    sh.set_output(f, 0, Entries({k: s for k, s in zip(inputs[-1], in_sh[:-1]) if s is not None}))
+    return True
+
+
+def _build_map(sh, f, ins, inputs, outputs, in_sh):
+    keys = inputs[0::2]
+    if not all(type(k) is str for k in keys):
+        return False
+    sh.set_output(f, 0, Entries({k: s for k, s in zip(keys, in_sh[1::2]) if s is not None}))
+    return True
+
+
+def _store_attr(sh, f, ins, inputs, outputs, in_sh):
+    # ``obj.n = b`` (``self.cumulative_length += t``) on an object from outside the call: the
+    # mock writes the value from the new sizes instead of guarding it.
+    value, obj = inputs
+    s = in_sh[0]
+    node = sh.refgraph.node_of(obj)
+    if type(s) is not SymInt or type(value) is not int or node is None or in_sh[1] is not None:
+        return False
+    if getattr(obj, "__dict__", {}).get(ins.argval, None) is not value:
+        return False   # (a property, a slot, a __setattr__ that stores elsewhere)
+    sh.stores[(id(obj), ins.argval)] = (obj, value, s)
+    return True
+
+
+def _kept(sh, f, ins, inputs, outputs, in_sh):
+    return True
+
+
+def _returned(sh, f, ins, inputs, outputs, in_sh):
+    # To the calling instruction (the monitor moves the shadow), unless it leaves the recorded
+    # call, ends a generator, or returns to native code that called back into the program
+    # (``sorted(key=...)``, ``map``: an intrinsic's callback).
+    caller = f.back
+    return (caller is not f.monitor.host_frame and not f.code.co_flags & _GENERATOR_FLAGS
+            and sh.levels.get(id(f)) == sh.levels.get(id(caller), -1))
+
+
+def _call(sh, f, ins, inputs, outputs, in_sh):
+    return sh.called(f, inputs, outputs, in_sh)
+
+
+RULES = {
+    "BINARY_OP": _binary, "COMPARE_OP": _compare, "UNARY_NEGATIVE": _unary(operator.neg),
+    "UNARY_POSITIVE": _unary(operator.pos), "BINARY_SUBSCR": _subscript, "UNPACK_SEQUENCE": _unpack,
+    "BUILD_TUPLE": _build, "BUILD_LIST": _build, "LIST_APPEND": _append, "LIST_EXTEND": _append,
+    "LIST_TO_TUPLE": _to_tuple, "BUILD_SLICE": _slice, "DICT_MERGE": _dict_merge,
+    "BUILD_CONST_KEY_MAP": _const_key_map, "BUILD_MAP": _build_map,
+    "POP_JUMP_FORWARD_IF_TRUE": _truth, "POP_JUMP_FORWARD_IF_FALSE": _truth,
+    "POP_JUMP_BACKWARD_IF_TRUE": _truth, "POP_JUMP_BACKWARD_IF_FALSE": _truth,
+    "JUMP_IF_TRUE_OR_POP": _truth, "JUMP_IF_FALSE_OR_POP": _truth, "UNARY_NOT": _truth,
+    "POP_JUMP_FORWARD_IF_NONE": _kept, "POP_JUMP_FORWARD_IF_NOT_NONE": _kept,
+    "POP_JUMP_BACKWARD_IF_NONE": _kept, "POP_JUMP_BACKWARD_IF_NOT_NONE": _kept,
+    "STORE_FAST": _kept, "POP_TOP": _kept, "COPY": _kept, "SWAP": _kept,
+    "RETURN_VALUE": _returned, "CALL": _call, "CALL_FUNCTION_EX": _call, "STORE_ATTR": _store_attr,
+}
+
+CELL_OPS = frozenset({"STORE_DEREF", "LOAD_DEREF", "MAKE_CELL"})
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+# Native callees that compute an int from ints: the same computation on SymInts.
+NATIVE_INT = {int: int, abs: abs, max: torch.sym_max, min: torch.sym_min, math.floor: math.floor,
+               math.ceil: math.ceil, operator.add: operator.add, operator.sub: operator.sub,
+               operator.mul: operator.mul, operator.floordiv: operator.floordiv, operator.mod: operator.mod,
+               operator.neg: operator.neg, operator.index: operator.index}
+# Native callees that rebuild a sequence with the same items.
+NATIVE_SEQ = (tuple, list, torch.Size)
+# Metadata reads whose result the program gets directly: their result is the twin's.
+_SIZE_ATTRS = frozenset({"shape"})
+_SIZE_CALLS = frozenset({"size", "numel", "__len__", "stride", "dim", "nelement"})
+
+
+def hashable(v) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return False
+    return True
+
+
+def callee_of(inputs) -> tuple:
+    """The callable and positional arguments of a CALL's inputs."""
+    from magpy.monitor import NULL
+    if inputs and inputs[0] is NULL:
+        return inputs[1], inputs[2:]
+    return (inputs[0], inputs[1:]) if inputs else (None, ())
+
+
+def direct_read(ins, inputs) -> bool:
+    """Does this instruction itself read a tensor's size (not native code inside it)?"""
+    if ins.opname == "LOAD_ATTR":
+        return ins.argval in _SIZE_ATTRS and isinstance(inputs[0], torch.Tensor)
+    if ins.opname != "CALL":
+        return False
+    callee, args = callee_of(inputs)
+    name = getattr(callee, "__name__", None)
+    if callee is len:
+        return len(args) == 1 and isinstance(args[0], torch.Tensor)
+    if name not in _SIZE_CALLS:
+        return False
+    owner = getattr(callee, "__self__", None)
+    return isinstance(owner, torch.Tensor) or bool(args) and isinstance(args[0], torch.Tensor)
+
+
+# How the operation's arguments sit among the instruction's inputs.
+def argument_shadows(f, args, kwargs):
+    ins = f.info.instructions[f.lasti]
+    inputs, shadows = f.ins_inputs, f.ins_shadows
+    name = ins.opname
+    if name == "CALL":
+        nkw = len(kwargs)
+        for n in (len(args), len(args) - 1):
+            k = n + nkw
+            if n < 0 or k > len(inputs):
+                continue
+            tail, tail_sh = inputs[len(inputs) - k:], shadows[len(shadows) - k:]
+            got = args[len(args) - n:] + tuple(kwargs.values())
+            if all(a is b for a, b in zip(tail, got)):
+                pos = (None,) * (len(args) - n) + tuple(tail_sh[:n])
+                return pos, dict(zip(kwargs, tail_sh[n:]))
+        return None
+    if name == "CALL_FUNCTION_EX":
+        seq = inputs[-2] if ins.arg & 1 else inputs[-1]
+        sh = shadows[-2] if ins.arg & 1 else shadows[-1]
+        kw_sh = shadows[-1] if ins.arg & 1 and type(shadows[-1]) is Entries else {}
+        if type(sh) is not Items or len(sh) != len(seq):
+            sh = (None,) * len(seq)
+        for skip in (0, 1):
+            if len(args) - skip == len(seq) and all(a is b for a, b in zip(args[skip:], seq)):
+                return (None,) * skip + tuple(sh), dict(kw_sh)
+        return None
+    order = _ORDERS.get(name)
+    if order is None or kwargs:
+        return None
+    for perm in order:
+        if len(perm) == len(args) == len(inputs) and all(args[i] is inputs[p] for i, p in enumerate(perm)):
+            return tuple(shadows[p] for p in perm), {}
+    return None
+
+
+_ORDERS = {"BINARY_OP": ((0, 1), (1, 0)), "COMPARE_OP": ((0, 1), (1, 0)), "BINARY_SUBSCR": ((0, 1),),
+           "STORE_SUBSCR": ((1, 2, 0),), "UNARY_NEGATIVE": ((0,),)}
