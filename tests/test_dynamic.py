@@ -52,6 +52,7 @@ from tests.compile_harness import (
     after,
     check_compiled,
     fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
+    isolated,
 )
 
 _UNSET = object()
@@ -818,3 +819,19 @@ def test_sizes_stored_into_state_are_written_by_the_mock(start):
     stats = magpy.stats(fast)
     assert stats.eager_runs == 0
     assert stats.monitor_runs == 3, stats   # first call; sizes lifted; the old length and count lifted
+
+
+def _reads_globals(x):
+    return x * SCALE + x[:, :STEPS].sum(-1, keepdim=True)   # noqa: F821 - the isolated namespace's
+
+
+def test_numbers_read_from_globals_that_change():
+    """Module-level numbers the program reads (``SCALE``, ``STEPS``) that change between
+    calls are lifted like attributes: a float operand is a graph input, an int a symbol."""
+    program, ns = isolated(_reads_globals, SCALE=1.0, STEPS=3)
+    fast = magpy.compile(program, backend="eager")
+    x = torch.randn(3, 10)
+    for scale, steps in ((1.0, 3), (0.5, 4), (0.7, 5), (2.0, 2), (0.1, 7), (0.5, 4)):
+        ns["SCALE"], ns["STEPS"] = scale, steps
+        assert torch.equal(fast(x), program(x)), (scale, steps)
+    assert counts(fast) == (2, 4, 0), magpy.stats(fast)

@@ -40,7 +40,10 @@ from magpy.dynamic.shadows import (
     with_shadow,
 )
 from magpy.monitor import Observer
-from magpy.refgraph.graph import ARG, ATTR, KWARG
+from magpy.refgraph.graph import ARG, ATTR, ITEM, KWARG
+
+# Instructions that read a number from outside the call: an attribute, a global.
+_READS = frozenset({"LOAD_ATTR", "LOAD_GLOBAL"})
 
 
 class _Origin:
@@ -265,8 +268,8 @@ class Shapes(Observer):
             collect(s, ids)
 
     def on_instruction(self, f, ins, inputs, outputs) -> None:
-        if ins.opname == "LOAD_ATTR" and type(outputs[0]) in (float, int):
-            self._attribute(f, inputs[0], ins.argval, outputs[0])
+        if ins.opname in _READS and type(outputs[-1]) in (float, int):
+            self._number_read(f, ins, inputs, outputs[-1])
         elif ins.opname in ("STORE_ATTR", "DELETE_ATTR") and self.stores:
             self.stores.pop((id(inputs[-1]), ins.argval), None)   # (the rule may record it again)
         if not self.active:
@@ -294,16 +297,18 @@ class Shapes(Observer):
                 specialise(s)
         self.passed.pop(id(f), None)
 
-    def _attribute(self, f, obj, name, value) -> None:
-        """``obj.name`` read a number: one this call stored from sizes gets its SymInt back;
-        one from outside the call (a RefGraph node) that changed between recordings is
-        lifted (a float's shadow, or an int's symbol)."""
-        stored = self.stores.get((id(obj), name))
+    def _number_read(self, f, ins, inputs, value) -> None:
+        """``obj.name`` or a global read a number: one this call stored from sizes gets its
+        SymInt back; one from outside the call (a RefGraph node) that changed between
+        recordings is lifted (a float's shadow, or an int's symbol)."""
+        name = ins.argval
+        obj, rel = (inputs[0], ATTR) if ins.opname == "LOAD_ATTR" else (f.globals, ITEM)
+        stored = self.stores.get((id(obj), name)) if rel is ATTR else None
         if stored is not None and stored[1] is value:
             f.shadow_stack[-1] = stored[2]
             return
         parent = self.refgraph.node_of(obj) if self.lifting.values else None
-        sn = parent.children.get((ATTR, name)) if parent is not None else None
+        sn = parent.children.get((rel, name)) if parent is not None else None
         if sn is None or sn.value is not value or self.mode is not None or not sn.read:
             return   # (dynamic=True lifts the arguments only, as torch.compile does)
         shadow = self.lifted_shadows.get(sn.id)
