@@ -768,11 +768,14 @@ INTS = {   # name: (program, recordings for INT_VALUES in automatic mode; None: 
 INT_VALUES = [3, 5, 7, 2, 9, 5, 4, 10]
 
 
+@pytest.mark.parametrize("mode", [None, True], ids=["automatic", "dynamic_true"])
 @pytest.mark.parametrize("name", INTS)
-def test_int_argument_that_changes_every_call(name):
+def test_int_argument_that_changes_every_call(name, mode):
     """An int argument that changes becomes a symbol: a size of the graph's operations
     (slices, ``arange``, arithmetic with tensors) serves every value; a branch on it keeps its
-    outcome in the guard; a loop over ``range(n)`` specialises it."""
+    outcome in the guard; a loop over ``range(n)`` specialises it.  ``dynamic=True`` lifts it
+    from the first call (one recording less)."""
+    magpy.config.dynamic = mode
     program, recordings = INTS[name]
     fast = magpy.compile(program, backend="eager")
     x = torch.randn(3, 10)
@@ -781,7 +784,7 @@ def test_int_argument_that_changes_every_call(name):
     stats = magpy.stats(fast)
     assert stats.eager_runs == 0
     # (sizes: n == 10 is the whole row, which torch's slicing tells apart: one more record)
-    expected = len(set(INT_VALUES)) if recordings is None else recordings + (name == "sizes")
+    expected = len(set(INT_VALUES)) if recordings is None else recordings + (name == "sizes") - (mode is True)
     assert stats.monitor_runs == expected, stats
 
 
