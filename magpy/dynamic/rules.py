@@ -200,14 +200,6 @@ _SIZE_ATTRS = frozenset({"shape"})
 _SIZE_CALLS = frozenset({"size", "numel", "__len__", "stride", "dim", "nelement"})
 
 
-def hashable(v) -> bool:
-    try:
-        hash(v)
-    except TypeError:
-        return False
-    return True
-
-
 def callee_of(inputs) -> tuple:
     """The callable and positional arguments of a CALL's inputs."""
     from magpy.monitor import NULL

@@ -25,7 +25,6 @@ from magpy.dynamic.rules import (
     argument_shadows,
     callee_of,
     direct_read,
-    hashable,
     int_result,
 )
 from magpy.dynamic.shadows import (
@@ -361,7 +360,8 @@ class Shapes(Observer):
         callee, args = callee_of(inputs)
         if callee is isinstance or callee is type:
             return True   # they look at the type only
-        fn = NATIVE_INT.get(callee) if hashable(callee) else None
+        # (Matched by identity: hashing the callee could run the program's __hash__.)
+        fn = next((v for k, v in NATIVE_INT.items() if k is callee), None)
         out = outputs[0] if outputs else None
         if fn is not None and all(type(a) is int for a in args):
             try:
@@ -374,7 +374,7 @@ class Shapes(Observer):
                 self.set_output(f, 0, r)
                 return True
             return False
-        if any(callee is c for c in NATIVE_SEQ) and len(args) == 1:   # (by identity: no __eq__ runs)
+        if any(callee is c for c in NATIVE_SEQ) and len(args) == 1:
             items = items_of(args[0], in_sh[-1])
             if items is not None and isinstance(out, (tuple, list)) and len(items) == len(out):
                 self.set_output(f, 0, Items(items))
