@@ -22,6 +22,7 @@ def _restore_dynamic():
     yield
     magpy.config.dynamic = saved
 
+
 transformers = pytest.importorskip("transformers")
 
 
