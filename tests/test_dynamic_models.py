@@ -139,8 +139,9 @@ def test_zoo_models_over_sequence_lengths(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", _text_models())
 def test_zoo_models_with_dynamic_true(name):
-    """The same with ``magpy.config.dynamic = True``: one recording (BigBird: two; why is
-    not looked into yet)."""
+    """The same with ``magpy.config.dynamic = True``: one recording (BigBird: two, as it
+    switches itself to full attention for lengths too short for its blocks, rewriting its
+    own ``attention_type``)."""
     _zoo_sweep(name, True, 2 if name == "big_bird" else 1)
 
 
