@@ -365,24 +365,23 @@ class OpRecorder(TorchFunctionMode):
     def _scalar_input(self, value: float, source) -> fx.Node:
         """A placeholder for a float passed as a 0-d float64 tensor: one the mock has in a
         variable (``source`` its name), or a lifted argument (a :class:`ScalarInput`)."""
-        piece = self.piece
-        key = source = InputSource(f"SCALAR({source})") if type(source) is str else source
-        ph = piece.placeholders.get(key)
-        if ph is None:
-            ph = piece.placeholders[key] = self.graph.placeholder(f"in{len(piece.inputs)}")
-            ph.meta["example_value"] = scalar_tensor(value)
-            piece.inputs.append((source, ph))
-        return ph
+        source = InputSource(f"SCALAR({source})") if type(source) is str else source
+        return self._placeholder(source, source, scalar_tensor(value))
 
     def int_input(self, node, value) -> fx.Node:
         """The placeholder of a lifted int argument (its RefGraph ``node``); ``value`` is its
         SymInt, what the graph is compiled for."""
+        source = ScalarInput(node)
+        return self._placeholder(source, source, value)
+
+    def _placeholder(self, key, source, example) -> fx.Node:
+        """The current piece's input from ``source`` (one per ``key``), made if new; the
+        backend compiles it for ``example``."""
         piece = self.piece
-        key = source = ScalarInput(node)
         ph = piece.placeholders.get(key)
         if ph is None:
             ph = piece.placeholders[key] = self.graph.placeholder(f"in{len(piece.inputs)}")
-            ph.meta["example_value"] = value
+            ph.meta["example_value"] = example
             piece.inputs.append((source, ph))
         return ph
 
@@ -403,13 +402,7 @@ class OpRecorder(TorchFunctionMode):
             if source is None:
                 raise _Unsupported(f"a tensor of unknown origin (shape {tuple(t.shape)}) reached an op")
             key = source.id
-            if self.shapes is not None:
-                self.shapes.consider(t)
-        ph = piece.placeholders.get(key)
-        if ph is None:
-            ph = piece.placeholders[key] = self.graph.placeholder(f"in{len(piece.inputs)}")
-            ph.meta["example_value"] = t
-            piece.inputs.append((source, ph))
+        ph = self._placeholder(key, source, t)
         piece.nodes[id(t)] = ph
         return ph
 
