@@ -11,9 +11,9 @@ SymInt = torch.SymInt
 
 
 class Scalar:
-    """The shadow of a lifted float argument: its RefGraph node.  ``pinned`` (shared by one
-    recording) holds the nodes the program used other than as a tensor operation's operand:
-    those are guarded by value after all."""
+    """The shadow of a lifted float (an argument, attribute or global): its RefGraph node.
+    ``pinned`` (shared by one recording) holds the nodes the program used other than as a
+    tensor operation's operand: those are guarded by value after all."""
 
     __slots__ = ("node", "pinned")
 
@@ -24,20 +24,26 @@ class Scalar:
         return f"<lifted float {self.node.value!r}>"
 
 
+def _parts(sh):
+    """The shadows a container shadow holds (its items, values, slice bounds)."""
+    t = type(sh)
+    if t is Items:
+        return sh
+    if t is Entries:
+        return sh.values()
+    if t is slice:
+        return (sh.start, sh.stop, sh.step)
+    return ()
+
+
 def symbolic(sh) -> bool:
     """Does shadow ``sh`` hold a symbolic size (an unspecialised SymInt, or items with one)?"""
     t = type(sh)
     if t is SymInt:
         return not sh.node.expr.is_number and bool(sh.node.shape_env.replace(sh.node.expr).free_symbols)
-    if t is Items:
-        return any(map(symbolic, sh))
-    if t is Entries:
-        return any(map(symbolic, sh.values()))
-    if t is slice:
-        return symbolic(sh.start) or symbolic(sh.stop) or symbolic(sh.step)
     if t is Scalar:
         return sh.node.id not in sh.pinned
-    return False
+    return any(map(symbolic, _parts(sh)))
 
 
 def specialise(sh) -> None:
@@ -45,17 +51,15 @@ def specialise(sh) -> None:
     t = type(sh)
     if t is SymInt:
         int(sh)   # the ShapeEnv records Eq(expr, value) and replaces the expression from now on
-    elif t is Items:
-        for x in sh:
-            specialise(x)
-    elif t is Entries:
-        for x in sh.values():
-            specialise(x)
-    elif t is slice:
-        for x in (sh.start, sh.stop, sh.step):
-            specialise(x)
     elif t is Scalar:
         sh.pinned.add(sh.node.id)
+    for x in _parts(sh):
+        specialise(x)
+
+
+def of_read(r):
+    """The shadow of what a size read gave: a SymInt, or a sequence's items (``x.shape``)."""
+    return Items(r) if isinstance(r, (tuple, list)) else r
 
 
 def with_shadow(value, sh):
@@ -96,14 +100,10 @@ def items_of(v, sh):
 
 
 def collect(sh, ids: set) -> None:
-    t = type(sh)
-    if t is SymInt or t is Scalar:
+    """Add the ids of the SymInts and lifted floats shadow ``sh`` holds to ``ids``."""
+    if type(sh) is SymInt or type(sh) is Scalar:
         ids.add(id(sh))
-    elif t is Items or t is slice:
-        for x in (sh if t is Items else (sh.start, sh.stop, sh.step)):
-            collect(x, ids)
-    elif t is Entries:
-        for x in sh.values():
-            collect(x, ids)
+    for x in _parts(sh):
+        collect(x, ids)
 
 

@@ -33,6 +33,7 @@ from magpy.dynamic.shadows import (
     SymInt,
     collect,
     items_of,
+    of_read,
     specialise,
     symbolic,
     value_of,
@@ -341,10 +342,10 @@ class Shapes(Observer):
         direct = direct_read(ins, inputs)
         for out, r in reads:
             if direct and outputs and outputs[-1] is out:
-                self.set_output(f, len(outputs) - 1, Items(r) if isinstance(r, (tuple, list)) else r)
+                self.set_output(f, len(outputs) - 1, of_read(r))
                 direct = False
             else:
-                specialise(Items(r) if isinstance(r, (tuple, list)) else r)
+                specialise(of_read(r))
 
     def called(self, f, inputs, outputs, in_sh) -> bool:
         """A call with symbolic arguments: a tensor operation took them (the recorder matched
@@ -405,7 +406,7 @@ class Shapes(Observer):
         than it could be).  (Not for sizes: equal small ints of other origins are common, and
         the twins already check every size an operation meets against its inputs' symbols.)"""
         for _, r in self.reads:
-            specialise(Items(r) if isinstance(r, (tuple, list)) else r)
+            specialise(of_read(r))
         self.reads = []
         for (_, name), (obj, value, s) in self.stores.items():
             # A size stored where the object held that very value already is no change the
