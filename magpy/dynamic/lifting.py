@@ -11,8 +11,8 @@ from magpy.refgraph.graph import ARG, KWARG
 
 
 class Lifting:
-    """What one compiled callable's recordings saw of its inputs' sizes and float arguments
-    (by path), and so what the next recording lifts: a dimension or float seen with
+    """What one compiled callable's recordings saw of its inputs' sizes and numbers (by path),
+    and so what the next recording lifts: a dimension, int or float seen with
     ``config.dynamic_after`` distinct values (2 by default: at its second)."""
 
     def __init__(self):
@@ -45,8 +45,8 @@ class Lifting:
         return frozenset(d for d, sizes in enumerate(seen) if len(sizes | {t.shape[d]}) >= after)
 
     def saw(self, inputs) -> None:
-        """A recording's input tensors and float arguments (RefGraph nodes): remember their
-        sizes and values."""
+        """A recording's input tensors, floats and ints (RefGraph nodes): remember their sizes
+        and values."""
         for sn in inputs:
             key = input_key(sn)
             if type(sn.value) in (float, int):

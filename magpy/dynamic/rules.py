@@ -9,7 +9,7 @@ import operator
 import torch
 
 from magpy.dynamic.shadows import Items, SymInt, items_of, symbolic, value_of
-from magpy.monitor import operators
+from magpy.monitor import NULL, operators
 from magpy.monitor.observer import Entries
 
 # rule(shapes, frame, instruction, inputs, outputs, input shadows) -> True if it handled the
@@ -188,11 +188,12 @@ RULES = {
 
 CELL_OPS = frozenset({"STORE_DEREF", "LOAD_DEREF", "MAKE_CELL"})
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-# Native callees that compute an int from ints: the same computation on SymInts.
-NATIVE_INT = {int: int, abs: abs, max: torch.sym_max, min: torch.sym_min, math.floor: math.floor,
-               math.ceil: math.ceil, operator.add: operator.add, operator.sub: operator.sub,
-               operator.mul: operator.mul, operator.floordiv: operator.floordiv, operator.mod: operator.mod,
-               operator.neg: operator.neg, operator.index: operator.index}
+# Native callees that compute an int from ints: (callee, the same computation on SymInts).
+# Pairs, looked up by identity: hashing a callee could run the program's __hash__.
+NATIVE_INT = ((int, int), (abs, abs), (max, torch.sym_max), (min, torch.sym_min), (math.floor, math.floor),
+              (math.ceil, math.ceil), (operator.add, operator.add), (operator.sub, operator.sub),
+              (operator.mul, operator.mul), (operator.floordiv, operator.floordiv),
+              (operator.mod, operator.mod), (operator.neg, operator.neg), (operator.index, operator.index))
 # Native callees that rebuild a sequence with the same items.
 NATIVE_SEQ = (tuple, list, torch.Size)
 # Metadata reads whose result the program gets directly: their result is the twin's.
@@ -202,7 +203,6 @@ _SIZE_CALLS = frozenset({"size", "numel", "__len__", "stride", "dim", "nelement"
 
 def callee_of(inputs) -> tuple:
     """The callable and positional arguments of a CALL's inputs."""
-    from magpy.monitor import NULL
     if inputs and inputs[0] is NULL:
         return inputs[1], inputs[2:]
     return (inputs[0], inputs[1:]) if inputs else (None, ())
@@ -224,8 +224,9 @@ def direct_read(ins, inputs) -> bool:
     return isinstance(owner, torch.Tensor) or bool(args) and isinstance(args[0], torch.Tensor)
 
 
-# How the operation's arguments sit among the instruction's inputs.
 def argument_shadows(f, args, kwargs):
+    """The shadows of a tensor operation's ``(args, kwargs)``, by where they sit among the
+    inputs of the instruction frame ``f`` is executing (None if they are not its inputs)."""
     ins = f.info.instructions[f.lasti]
     inputs, shadows = f.ins_inputs, f.ins_shadows
     name = ins.opname

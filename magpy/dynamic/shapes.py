@@ -78,25 +78,25 @@ class Shapes(Observer):
         self.matched = False                     # the recorder took this instruction's shadows
         self.passed: dict[int, set[int]] = {}    # id(frame) -> symbolic shadows its calls bound
         self.cells: dict[int, tuple] = {}        # id(cell) -> (cell, its content, the content's shadow)
-        self.scalars: dict[int, object] = {}     # node id -> node of a lifted float argument
-        self.ints: dict[int, object] = {}        # node id -> node of a lifted int argument
+        self.scalars: dict[int, object] = {}     # node id -> node of a lifted float
+        self.pinned: set[int] = set()            # of those, the ones guarded by value after all
+        self.ints: dict[int, object] = {}        # node id -> node of a lifted int
         # (id(obj), name) -> (obj, value, SymInt) of a size the program stored into an object
         # from outside: the mock writes it from the new sizes.
         self.stores: dict[tuple, tuple] = {}
-        self.lifted_shadows: dict[int, object] = {}   # node id -> shadow of a lifted attribute
-        self.pinned: set[int] = set()            # of those, the ones guarded by value after all
+        self.lifted_shadows: dict[int, object] = {}   # node id -> shadow of a lifted attribute or global
         self.levels: dict[int, int] = {}         # id(frame) -> intrinsics under way when it was entered
         self._outputs = None                     # the output shadow slots of the instruction observed
         self._matched = False                    # whether a tensor operation took its inputs' shadows
 
     @property
     def active(self) -> bool:
-        """Is anything lifted: a dimension (from then on, every operation is propagated on
-        the twins) or a float argument?"""
+        """Is anything lifted: a size or int (a symbol: from then on, every operation is
+        propagated on the twins) or a float?"""
         return bool(self.symbols or self.scalars)
 
     def argument_shadows(self, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        """The shadows of the call's arguments: its lifted floats (the RefGraph's roots)."""
+        """The shadows of the call's arguments (the RefGraph's roots): its lifted floats and ints."""
         roots = self.refgraph.sn0.children
 
         def shadow(rel, key, value):
@@ -115,8 +115,7 @@ class Shapes(Observer):
         """A lifted int argument: a symbol backed by its value (0 and 1 stay constants)."""
         if sn.value in (0, 1):
             return None
-        from torch._dynamo.source import ConstantSource  # (importing torch._dynamo takes a second)
-        source = ConstantSource(f"int{len(self.symbols)}")
+        source = _source(f"int{len(self.symbols)}")
         sym = self.env.create_symbol(sn.value, source, dynamic_dim=DimDynamic.DYNAMIC)
         value = self.env.create_symintnode(sym, hint=sn.value, source=source)
         self.symbols[sym] = _Origin(sn, None, value, None)
@@ -166,8 +165,7 @@ class Shapes(Observer):
             return
         ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC
                                                       for d in range(t.dim())])
-        from torch._dynamo.source import ConstantSource  # (importing torch._dynamo takes a second)
-        source = ConstantSource(f"in{len(self.inputs)}")   # names the symbols' origin in torch's messages
+        source = _source(f"in{len(self.inputs)}")
         fake = self.fake_mode.from_tensor(t, symbolic_context=ctx, source=source)
         for d in dims:
             self.symbols[fake.size(d).node.expr] = _Origin(t, d, fake.size(d))
@@ -361,8 +359,7 @@ class Shapes(Observer):
         callee, args = callee_of(inputs)
         if callee is isinstance or callee is type:
             return True   # they look at the type only
-        # (Matched by identity: hashing the callee could run the program's __hash__.)
-        fn = next((v for k, v in NATIVE_INT.items() if k is callee), None)
+        fn = next((v for k, v in NATIVE_INT if k is callee), None)
         out = outputs[0] if outputs else None
         if fn is not None and all(type(a) is int for a in args):
             try:
@@ -517,6 +514,11 @@ _SYMPY_OPS = {sympy.Add: operator.add, sympy.Mul: operator.mul, FloorDiv: operat
               CleanDiv: operator.floordiv, Mod: operator.mod, PythonMod: operator.mod,
               sympy.Pow: operator.pow, Max: torch.sym_max, Min: torch.sym_min}
 
+
+def _source(name: str):
+    """A symbol's source for the ShapeEnv (it names the symbol's origin in torch's messages)."""
+    from torch._dynamo.source import ConstantSource  # (importing torch._dynamo takes a second)
+    return ConstantSource(name)
 
 
 @contextlib.contextmanager
