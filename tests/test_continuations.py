@@ -76,12 +76,17 @@ def _sign_flip(i):
     return torch.full((2, 4), 3.0 + i) * (1 if i % 2 == 0 else -1)
 
 
+def _identity(lin):
+    """Make ``lin`` the identity, so the branch follows the input's sign."""
+    with torch.no_grad():
+        lin.weight.copy_(torch.eye(4))
+        lin.bias.zero_()
+
+
 def _pos_neg_build():
     torch.manual_seed(0)
     m = PrintThenBranch()
-    with torch.no_grad():
-        m.lin.weight.copy_(torch.eye(4))
-        m.lin.bias.zero_()
+    _identity(m.lin)
     return m
 
 
@@ -127,9 +132,7 @@ def _helper(h, scale):
 def _counter_build():
     torch.manual_seed(1)
     m = Counter()
-    with torch.no_grad():
-        m.inner.lin.weight.copy_(torch.eye(4))
-        m.inner.lin.bias.zero_()
+    _identity(m.inner.lin)
     return m
 
 
@@ -292,9 +295,7 @@ class Tracker:
 def _scoped_build():
     torch.manual_seed(3)
     m = Scoped()
-    with torch.no_grad():
-        m.lin.weight.copy_(torch.eye(4))
-        m.lin.bias.zero_()
+    _identity(m.lin)
     return m
 
 
