@@ -31,20 +31,17 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         from torch._inductor import config as inductor_config
         from torch._inductor.compile_fx import compile_fx
         from torch._inductor.decomposition import select_decomp_table
-    with _symbolic(example_inputs):
-        return _inductor_compile(gm, example_inputs, compile_fx, inductor_config, select_decomp_table)
-
-
-def _inductor_compile(gm, example_inputs, compile_fx, inductor_config, select_decomp_table):
-    if not _rounds(gm):
-        return compile_fx(gm, example_inputs)
-    # A rounding (fake quantization) turns a last-bit difference before it into a whole step.
-    # Inductor's channels-last convolutions and its decomposed BatchNorm sum in another order
-    # than eager's kernels; kept in eager's layout and as eager's kernel, they give eager's
-    # exact values.
-    table = {op: fn for op, fn in select_decomp_table().items() if "batch_norm" not in op.name()}
-    with inductor_config.patch(layout_optimization=False):
-        return compile_fx(gm, example_inputs, decompositions=table)
+    options, patch = {}, {}
+    if _rounds(gm):
+        # A rounding (fake quantization) turns a last-bit difference before it into a whole
+        # step.  Inductor's channels-last convolutions and its decomposed BatchNorm sum in
+        # another order than eager's kernels; kept in eager's layout and as eager's kernel,
+        # they give eager's exact values.
+        options["decompositions"] = {op: fn for op, fn in select_decomp_table().items()
+                                     if "batch_norm" not in op.name()}
+        patch["layout_optimization"] = False
+    with _symbolic(example_inputs), inductor_config.patch(patch):
+        return compile_fx(gm, example_inputs, **options)
 
 
 def _symbolic(example_inputs: list):
