@@ -14,13 +14,13 @@ class Config:
     ``on_capture_error``: ``"fallback"`` runs a call eagerly when magpy's own capture
     machinery fails on it (and remembers why); ``"raise"`` raises :class:`CaptureError`.
     ``on_backend_error``: the same choice when a backend fails to compile a graph.
-    ``dynamic``: which tensor sizes become symbolic (``magpy.dynamic``), as
-    ``torch.compile(dynamic=...)``: None (automatic: a dimension that a guard miss shows to
-    have changed is lifted in the next record), True (every dimension of the tensor
-    arguments from the first call; parameters and buffers stay static), False (never: one
-    record per size).
+    ``dynamic``: which tensor sizes and Python numbers become symbolic (``magpy.dynamic``),
+    as ``torch.compile(dynamic=...)``: None (automatic: a dimension, int or float that a guard
+    miss shows to have changed is lifted in the next record), True (every dimension of the
+    tensor arguments, and the int and float arguments, from the first call; parameters and
+    buffers stay static), False (never: one record per size and value).
     ``dynamic_after``: in automatic mode, the number of distinct values (sizes of one
-    dimension of one input, or values of one float argument) after which it is lifted.
+    dimension of one input, or values of one int or float) after which it is lifted.
     ``verify_fast_guard``: debugging aid (magpy's tests turn it on): whenever the full guard
     passes and stamps a fast guard, check that the fast guard passes too with the same values.
     """

@@ -13,7 +13,8 @@ topic           what is logged
 ``guards``      each new record's guard source
 ``perf``        each recording: monitor run and total time
 ``dynamic``     each lifted size the program made the record specialise, and where
-                (``s0 specialised by BINARY_OP at model.py:12``)
+                (``s0 specialised by BINARY_OP at model.py:12``), and each operation
+                torch could not run on symbolic sizes
 ==============  ==========================================================================
 
 Whatever the switch says, a recording that takes more than two seconds logs one line at
