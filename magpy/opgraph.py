@@ -101,13 +101,15 @@ class OpRecorder(TorchFunctionMode):
         self._keep: list = []
         self._opaque = 0                                # inside an operation recorded whole
         # A Python value an eager step computed, about to become a constant of the graph:
-        # ``fixed(value)`` makes the record check it (magpy.segments).  ``lifted(value)``: the
-        # mock's variable of a float an eager step computed, or None (it can be a graph input).
+        # ``fixed(value)`` makes the record check it (magpy.segments).  ``lifted(args)``: per
+        # positional argument, the mock's variable of a number an eager step computed that the
+        # graph may take as an input, or None.
         self.fixed = None
         self.lifted = None
-        self._lift = False   # the operation being recorded takes such floats as 0-d tensors
         self.shapes = None   # magpy.dynamic.Shapes of a recording that may lift dimensions
-        self._scalars = False   # the operation being recorded takes lifted float arguments as inputs
+        # Whether the operation being recorded takes Python numbers as 0-d tensor inputs: False,
+        # or the dtype to cast them to (None: as they are), see _scalar_operands.
+        self._operands = False
 
     @property
     def piece(self) -> Piece:
@@ -262,15 +264,14 @@ class OpRecorder(TorchFunctionMode):
             symbolic = shapes.arguments(args, kwargs)
             if symbolic is not None:
                 args, kwargs = symbolic
-        # Arithmetic of floating tensors with a Python float computes as with a 0-d float64
-        # tensor (the same result dtype and values): an eager step's float, or a lifted float
-        # argument, becomes an input.
-        floats = name in _LIFTABLE and all(t.is_floating_point() for t in args if isinstance(t, torch.Tensor))
-        self._lift = floats and self.lifted is not None
-        self._scalars = floats
+        # A number an eager step computed, or a lifted float argument, becomes an input where
+        # it is an operand of floating tensor arithmetic.
+        self._operands = _scalar_operands(name, args)
+        steps = self.lifted(args, kwargs) if self._operands is not False and self.lifted is not None else ()
         try:
-            fargs = pytree.tree_map(self._arg, tuple(args))
-            self._lift = self._scalars = False
+            fargs = tuple(pytree.tree_map(self._arg, a) if var is None else self._scalar_input(a, var)
+                          for a, var in zip(args, steps or (None,) * len(args)))
+            self._operands = False
             fkwargs = pytree.tree_map(self._arg, dict(kwargs))
         except _Unsupported:
             if not _made_from_data(args, kwargs, out):
@@ -341,10 +342,6 @@ class OpRecorder(TorchFunctionMode):
             return self._scalar_arg(a)
         if type(a) is slice and torch.SymInt in (type(a.start), type(a.stop), type(a.step)):
             return slice(self._arg(a.start), self._arg(a.stop), self._arg(a.step))
-        if self._lift and type(a) is float:
-            var = self.lifted(a)
-            if var is not None:
-                return self._scalar_input(a, var)
         if self.fixed is not None:
             self.fixed(a)
         if _literal(a):
@@ -357,16 +354,21 @@ class OpRecorder(TorchFunctionMode):
     def _scalar_arg(self, a: Scalar):
         """A lifted float argument: a graph input where it is an operand of float tensor
         arithmetic, else its value (which the guard then checks)."""
-        if not self._scalars:
+        if self._operands is False:
             specialise(a)
             return a.node.value
         return self._scalar_input(a.node.value, ScalarInput(a.node))
 
-    def _scalar_input(self, value: float, source) -> fx.Node:
-        """A placeholder for a float passed as a 0-d float64 tensor: one the mock has in a
-        variable (``source`` its name), or a lifted argument (a :class:`ScalarInput`)."""
-        source = InputSource(f"SCALAR({source})") if type(source) is str else source
-        return self._placeholder(source, source, scalar_tensor(value))
+    def _scalar_input(self, value: float | int, source) -> fx.Node:
+        """A number as a 0-d tensor input (a float as float64, an int as int64): one the mock
+        has in a variable (``source`` its name), or a lifted argument (a :class:`ScalarInput`);
+        cast to the operation's dtype where ``_scalar_operands`` says."""
+        real = type(value) is float
+        if type(source) is str:
+            source = InputSource(f"{'SCALAR' if real else 'INT_SCALAR'}({source})")
+        node = self._placeholder(source, source, scalar_tensor(value) if real else int_tensor(value))
+        cast = self._operands
+        return node if cast is None else self.graph.call_method("to", (node, cast))
 
     def int_input(self, node, value) -> fx.Node:
         """The placeholder of a lifted int argument (its RefGraph ``node``); ``value`` is its
@@ -465,6 +467,29 @@ def updated_in_place(sn) -> bool:
 def scalar_tensor(value: float) -> torch.Tensor:
     """A float as the 0-d tensor a graph takes it as."""
     return torch.tensor(value, dtype=torch.float64)
+
+
+def int_tensor(value: int) -> torch.Tensor:
+    """An int as the 0-d tensor a graph takes it as."""
+    return torch.tensor(value, dtype=torch.int64)
+
+
+def _scalar_operands(name: str, args: tuple):
+    """May operation ``name`` take its Python number operands as 0-d tensors, and cast to
+    what?  False: no.  Floating tensor arithmetic with a tensor that has dimensions computes
+    with a 0-d float64 or int64 tensor exactly as with the number (the same dtype and values):
+    None, as they are.  Between 0-d tensors the float64 one would decide the result dtype,
+    so the number is cast to the tensor's float32 or float64 first (the precision the
+    operation computes in with a number); half precision computes in float32, not cast."""
+    if name not in _LIFTABLE:
+        return False
+    tensors = [t for t in args if isinstance(t, torch.Tensor)]
+    if not tensors or not all(t.is_floating_point() for t in tensors):
+        return False
+    if any(t.dim() for t in tensors):
+        return None
+    dtype = tensors[0].dtype
+    return dtype if dtype in (torch.float32, torch.float64) else False
 
 
 # Operations whose Python-float operand may be a 0-d tensor instead (see _record).

@@ -19,7 +19,9 @@ computes from it natively (``x * 2``,      replays that computation as another s
 ``f"{x:.3f}"``, ``round(x)``, ``max(x,1)``)  whose result is dynamic in turn
 branches on it, or computes a result      checks it in the mock (``if not e2: MISS``):
 that has no identity (a bool, a small int)  a *steering* value is guarded
-feeds it to a tensor operation             checks its value (the graph holds it as a constant)
+feeds it (a float, or an int ``t.item()``  passes it to the graph as a 0-d tensor input: no
+gave) to floating tensor arithmetic        check (a small int is followed by its shadow slot)
+feeds it to a tensor operation otherwise   checks its value (the graph holds it as a constant)
 does anything else with it (iterates it,   gives up: the call runs eagerly, as before
 uses it as a key, ...)
 =========================================  ==================================================
@@ -39,7 +41,9 @@ recorder, the breaker and the segmenter, and the monitor running the program und
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import operator
+import sys
 import types
 import weakref
 
@@ -51,9 +55,10 @@ from magpy import annotations as ann
 from magpy import continuations
 from magpy.config import config
 from magpy.continuations import Resume, ResumePoint
-from magpy.dynamic import Lifting, Shapes
+from magpy.dynamic import Lifting, Shapes, argument_shadows
 from magpy.errors import GraphBreak
 from magpy.monitor import Monitor, Observer, operators
+from magpy.monitor.observer import Entries, Items, returns_to_caller
 from magpy.opgraph import OpRecorder
 from magpy.refgraph import Breaker, RefGraph, RefGraphBuilder
 from magpy.refgraph.graph import is_immutable
@@ -192,7 +197,12 @@ class Segmenter(Observer):
         self._pending = None                # (frame, GraphBreak) of the step under way
         self._callbacks = weakref.WeakSet()  # frames a native (an intrinsic) called back into
         self._entered = None                # (frame, lasti) of an instruction that entered Python
-        self._unchecked = None              # (frame, lasti, var, value) of a result not tracked yet
+        self._unchecked = None   # (frame, lasti, var, value, slot, Deferred) of a result not tracked yet
+        self._ints: set[str] = set()        # step variables that always hold ints (graph inputs)
+        self.deferred: dict[int, Deferred] = {}   # id -> small int whose check waits for a use
+        self._lifted_now: set[int] = set()  # ids of those the operation just recorded took as inputs
+        self._passed: dict[int, set] = {}   # id(frame) -> ids of those its call bound to parameters
+        self._levels: dict[int, int] = {}   # id(frame) -> intrinsics under way when it was entered
         self.effects = False                # an observable effect happened (checks need resume points)
         self.points: list[ResumePoint] = []
         self._rng = torch.default_generator.get_state()
@@ -246,7 +256,7 @@ class Segmenter(Observer):
         var = f"e{len(self.steps)}"
         self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
                                self._freeze(kwargs) if kwargs else None, brk, undoable, self._at()))
-        self._result(result, var, call)
+        self._result(result, var, call, type(result) is int and _int_result(fn))
 
     def _at(self) -> tuple:
         f = self.breaker.monitor.current
@@ -255,7 +265,11 @@ class Segmenter(Observer):
     def _before(self) -> int:
         return len(self.recorder.pieces) - 1
 
-    def _result(self, v, var: str, call: bool) -> None:
+    def _result(self, v, var: str, call: bool, int_result: bool) -> None:
+        """Track step result ``v`` (``int_result``: from a callee that always gives an int, so
+        it may become a graph input)."""
+        if int_result:
+            self._ints.add(var)
         if id(v) in self.dynamic:
             return   # an eager value given back (``__enter__`` returns self): it keeps its name
         if ambiguous(v):
@@ -266,17 +280,35 @@ class Segmenter(Observer):
                 # Decided at the frame's next instruction: a statement call's result (print's
                 # None) is just popped, and then nothing depends on it.
                 # (The call has taken its inputs off the stack; its result goes on top.)
-                self._unchecked = (frame, frame.lasti, var, v, len(frame.stack))
+                mark = Deferred(var, v) if int_result else None
+                self._unchecked = (frame, frame.lasti, var, v, len(frame.stack), mark)
             else:
                 self.check(v, var)
         else:
             self.dynamic[id(v)] = var
             self._keep.append(v)
 
-    def lifted(self, v) -> str | None:
-        """The variable of ``v`` if it is a float an eager step computed (a graph takes it as an
-        input, unchecked), else None."""
-        return self.dynamic.get(id(v)) if type(v) is float else None
+    def lifted(self, args: tuple, kwargs: dict) -> tuple:
+        """Per positional argument of the tensor operation being recorded: the variable of a
+        float, or an int from a callee that always gives one, that an eager step computed (the
+        graph takes it as an input, unchecked), else None."""
+        marks = None
+        if self.deferred:
+            frame = self.breaker.monitor.current
+            found = argument_shadows(frame, args, kwargs) if hasattr(frame, "info") else None
+            marks = found[0] if found is not None else None
+        names = []
+        for i, a in enumerate(args):
+            t = type(a)
+            var = self.dynamic.get(id(a)) if t is float or t is int else None
+            if t is int and var not in self._ints:
+                var = None
+            mark = marks[i] if marks is not None else None
+            if var is None and type(mark) is Deferred and id(mark) in self.deferred and mark.value is a:
+                var = mark.var
+                self._lifted_now.add(id(mark))
+            names.append(var)
+        return tuple(names)
 
     def fix(self, v) -> None:
         """``v`` becomes a constant of a graph: if it is dynamic (or holds dynamic values),
@@ -287,19 +319,26 @@ class Segmenter(Observer):
                 return
             self.check(v)
 
-    def check(self, v, var: str | None = None, completed: bool = False, slot: int | None = None) -> None:
+    def check(self, v, var: str | None = None, completed: bool = False,
+              slot: int | None = None) -> Step | None:
         """The record depends on the exact value of dynamic ``v``: check it in the mock
         (``completed``: the current instruction has run, a resume point runs it again from
-        its inputs; ``slot``: the stack position there that holds ``v``, untracked)."""
+        its inputs; ``slot``: the stack position there that holds ``v``, untracked).  The
+        check's step, if it needs no resume point."""
         var = var or self.dynamic[id(v)]
-        self._check("check", (var, v), completed, None if slot is None else (slot, var))
+        step = self._check("check", (var, v), completed, None if slot is None else (slot, var))
         # From here on the record holds it as a constant (a resume point took it as its variable).
         self.dynamic.pop(id(v), None)
+        return step
 
-    def _check(self, kind: str, args: tuple, completed: bool, slot=None) -> None:
+    def _check(self, kind: str, args: tuple, completed: bool, slot=None) -> Step | None:
         if self.undoable():
-            self.steps.append(Step(kind, self._before(), None, None, args))
-            return
+            step = Step(kind, self._before(), None, None, args)
+            self.steps.append(step)
+            return step
+        # A resume point holds the frames' values as they are: a small int whose check was
+        # deferred would be baked into it, so those are checked after all.
+        self.deferred.clear()
         try:   # the state at the check must be the graphs' work so far: end the piece here
             self.recorder.cut()
             point = continuations.take(len(self.points), self.breaker.monitor, self.breaker.graph,
@@ -333,10 +372,66 @@ class Segmenter(Observer):
         mon = self.breaker.monitor
         if mon.in_intrinsic or mon.current in self._callbacks:
             self._callbacks.add(frame)
+        self._levels[id(frame)] = mon.in_intrinsic
+        if self.deferred:
+            self._bound(mon.current, frame)
+
+    # ------------------------------------------------------------------ deferred int checks
+    # A small int a step returned (``n = t.item()``) cannot be tracked by identity (CPython
+    # shares them), so its shadow, a :class:`Deferred`, follows it.  Its check is appended
+    # where the step is, and dropped when the recording ends if the program only moved the
+    # int and gave it to floating tensor arithmetic (a graph input then): a new value reuses
+    # the record.  Any other use, or a shadow the monitor cannot follow, keeps the check.
+    def _place(self, frame, unchecked) -> None:
+        """The call that returned the int has completed: its result slot gets the shadow."""
+        mark = unchecked[5]
+        if mark is not None and frame.stack and frame.stack[-1] is mark.value:
+            frame.shadow_stack[-1] = mark
+
+    def _defer(self, unchecked) -> None:
+        """The instruction after the call keeps the int: check it there, deferred if it may
+        become a graph input and a failed check there is a miss."""
+        frame, _, var, v, slot, mark = unchecked
+        undoable = mark is not None and self.undoable()
+        step = self.check(v, var, completed=True, slot=slot)
+        if undoable and step is not None:
+            mark.step = step
+            self.deferred[id(mark)] = mark
+
+    def _bound(self, caller, frame) -> None:
+        """``frame`` was entered from ``caller``'s instruction: the deferred ints it got as
+        parameters are followed there (a native's callback gets none)."""
+        bound = _marks(frame.shadow_locals or (), self.deferred)
+        if bound:
+            self._passed.setdefault(id(caller), set()).update(id(m) for m in bound)
+
+    def _used(self, frame, ins) -> None:
+        """Settle the deferred ints instruction ``ins`` took: moves and graph inputs keep
+        them deferred, any other use checks them."""
+        name = ins.opname
+        lifted, self._lifted_now = self._lifted_now, set()
+        passed = self._passed.pop(id(frame), ()) if name in _CALLS else ()
+        if name in _SHADOW_MOVES:
+            return
+        marks = _marks(frame.ins_shadows, self.deferred)
+        if not marks or (name == "RETURN_VALUE" and returns_to_caller(frame, self._levels)
+                         and _calling(frame.back)):
+            return
+        for m in marks:
+            if id(m) not in lifted and id(m) not in passed:
+                self.deferred.pop(id(m), None)
+
+    def finish(self) -> None:
+        """The recording ended: the deferred checks never needed are dropped (graph inputs)."""
+        dropped = {id(m.step) for m in self.deferred.values()}
+        self.steps[:] = [s for s in self.steps if id(s) not in dropped]
+        self.deferred.clear()
 
     def on_call(self, frame, callee, args, kwargs, result, entered):
         if self.breaker.brk is not None:
             return
+        if self.deferred and any(callee is f for f in _INTROSPECTION):
+            self.deferred.clear()   # the program may read a deferred int where no shadow goes
         if entered:
             self._entered = (frame, frame.lasti) if hasattr(frame, "lasti") else None
             return
@@ -381,10 +476,15 @@ class Segmenter(Observer):
         if self.breaker.brk is not None:
             return
         unchecked = self._unchecked
-        if unchecked is not None and unchecked[0] is frame and unchecked[1] != frame.lasti:
-            self._unchecked = None
-            if ins.opname != "POP_TOP":
-                self.check(unchecked[3], unchecked[2], completed=True, slot=unchecked[4])
+        if unchecked is not None and unchecked[0] is frame:
+            if unchecked[1] == frame.lasti:
+                self._place(frame, unchecked)
+            else:
+                self._unchecked = None
+                if ins.opname != "POP_TOP":
+                    self._defer(unchecked)
+        if self.deferred:
+            self._used(frame, ins)
         pending = self._pending
         if pending is not None and pending[0] is frame:
             self._instruction_step(frame, ins, inputs, outputs)
@@ -498,6 +598,50 @@ def _monitored_consumer(frame) -> bool:
 
 # Impure natives known to only read their arguments (their effect is I/O).
 _READS_ONLY = (print,)
+# Natives that read the program's frames (their locals) where shadows cannot follow.
+_INTROSPECTION = (locals, vars, eval, exec, dir, sys._getframe, inspect.currentframe, inspect.stack)
+_CALLS = frozenset({"CALL", "CALL_FUNCTION_EX"})
+# Instructions that only move a value with its shadow (the monitor's SHADOW_MOVES) or drop it.
+_SHADOW_MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP"})
+
+
+class Deferred:
+    """The shadow of a small int an eager step returned, whose check (``step``) waits for a
+    use (see ``Segmenter._place``)."""
+
+    __slots__ = ("var", "value", "step")
+
+    def __init__(self, var: str, value: int):
+        self.var, self.value, self.step = var, value, None
+
+    def __repr__(self):
+        return f"<deferred check {self.var} == {self.value}>"
+
+
+def _marks(shadows, deferred: dict) -> list:
+    """The deferred ints among ``shadows`` (inside ``*args``/``**kwargs`` shadows too)."""
+    found = []
+    for sh in shadows:
+        t = type(sh)
+        if t is Deferred and id(sh) in deferred:
+            found.append(sh)
+        elif t is Items or t is Entries:
+            found += _marks(sh if t is Items else sh.values(), deferred)
+    return found
+
+
+def _calling(frame) -> bool:
+    """Is monitored ``frame`` executing a call instruction (so a return value lands on it)?"""
+    return hasattr(frame, "info") and frame.info.instructions[frame.lasti].opname in _CALLS
+
+
+def _int_result(fn) -> bool:
+    """Does native ``fn`` always give an int when it gives one (``t.item()`` of an integer
+    tensor, ``int(t)``): its result can be a graph input of a fixed dtype."""
+    if fn is int or fn is operator.index:
+        return True
+    return (getattr(fn, "__name__", None) in ("item", "__int__", "__index__")
+            and isinstance(getattr(fn, "__self__", None), torch.Tensor))
 _STATIC = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType, type, types.ModuleType)
 
 
@@ -591,6 +735,7 @@ class Capture:
         finally:
             # What the call leaves running (a generator, a coroutine) runs on unrecorded.
             self.monitor.observers.clear()
+            self.segmenter.finish()
 
     def graphs(self) -> list[fx.GraphModule | None]:
         """The finished graph of each piece (None: no operations), once code generation has

@@ -533,6 +533,137 @@ def test_item_fed_back_into_arithmetic(mode):
     check_compiled(function(_item_feedback), steps, fullgraph=False)
 
 
+# ---------------------------------------------------------------------------- .item() ints
+# A small int an eager step returns (``n = t.item()`` of an integer tensor, ``int(t)``) is a
+# graph input (a 0-d int64 tensor) when the program only moves it and uses it as an operand
+# of floating tensor arithmetic: a new value reuses the record.  Every other use keeps the
+# value checked: a new value records again.
+
+def _int_operand(x, counts):
+    n = counts.sum().item()
+    return x * n + 1, x.sum() / n
+
+
+def _int_through_calls(x, counts):
+    def scale(a, m):
+        return a - m
+    n = int(counts.max())
+    k = n
+    return scale(x, k) * 2
+
+
+def _int_returned(x, counts):
+    n = counts.sum().item()
+    return x * n, n
+
+
+def _int_steers(x, counts):
+    n = counts.sum().item()
+    return x * n if n > 3 else x - n
+
+
+def _int_sizes(x, counts):
+    n = counts.sum().item()
+    return x[:n] * n
+
+
+def _int_stored(x, counts):
+    n = counts.sum().item()
+    _int_stored.last = n
+    return x * n
+
+
+def _int_in_closure(x, counts):
+    n = counts.sum().item()
+    return (lambda: x * n)()
+
+
+def _int_computed(x, counts):
+    n = counts.sum().item()
+    return x * (n + 1)
+
+
+def _int_in_list(x, counts):
+    n = counts.sum().item()
+    return [x * n, n]
+
+
+def _int_via_locals(x, counts):
+    n = counts.sum().item()
+    return x * locals()["n"]
+
+
+INT_USES = [(_int_operand, True), (_int_through_calls, True), (_int_returned, False), (_int_steers, False),
+            (_int_sizes, False), (_int_stored, False), (_int_in_closure, False), (_int_computed, False),
+            (_int_in_list, False), (_int_via_locals, False)]
+
+
+@pytest.mark.parametrize("program, lifted", INT_USES, ids=[f.__name__[1:] for f, _ in INT_USES])
+def test_item_int_is_a_graph_input_only_where_tensor_arithmetic_uses_it(program, lifted):
+    magpy.config.dynamic = None
+    values = [2, 3, 2, 5, 7, 1, 0, 4, 7]
+    steps = [Step(f"count {v}", (lambda s, v=v: (torch.randn(10, 3), torch.tensor([v, 0]))), seed=i + 1,
+                  expect=MONITOR if i == 0 else MOCK if lifted or v in values[:i] else MONITOR)
+             for i, v in enumerate(values)]
+    trace = check_compiled(function(program), steps, fullgraph=False)
+    assert counts(trace.compiled) == ((1, 8, 0) if lifted else (7, 2, 0)), magpy.stats(trace.compiled)
+
+
+def test_large_item_ints_are_graph_inputs_too():
+    magpy.config.dynamic = None
+    steps = [Step(f"count {v}", (lambda s, v=v: (torch.randn(4, 3), torch.tensor([v, 0]))), seed=i + 1,
+                  expect=MONITOR if i == 0 else MOCK) for i, v in enumerate([300, 2, 1000, 300, 5])]
+    trace = check_compiled(function(_int_operand), steps, fullgraph=False)
+    assert counts(trace.compiled) == (1, 4, 0), magpy.stats(trace.compiled)
+
+
+def _int_after_effect(x, counts, acc):
+    acc.add_(1)    # an input updated in place: a failed check can no longer miss
+    n = counts.sum().item()
+    return x * n + acc
+
+
+def test_item_int_after_an_effect_stays_checked():
+    magpy.config.dynamic = None
+    values = [2, 3, 2, 5]
+    steps = [Step(f"count {v}", (lambda s, v=v: (torch.randn(4, 3), torch.tensor([v, 0]), torch.zeros(3))),
+                  seed=i + 1) for i, v in enumerate(values)]
+    trace = check_compiled(function(_int_after_effect), steps, fullgraph=False)
+    assert magpy.stats(trace.compiled).eager_runs == 0, magpy.stats(trace.compiled)
+
+
+def test_item_int_operand_under_inductor():
+    magpy.config.dynamic = None
+    steps = [Step(f"count {v}", (lambda s, v=v: (torch.randn(10, 3), torch.tensor([v, 0]))), seed=i + 1,
+                  expect=MONITOR if i == 0 else MOCK) for i, v in enumerate([2, 3, 9, 2])]
+    trace = check_compiled(function(_int_operand), steps, backend="inductor", fullgraph=False,
+                           rtol=1e-5, atol=1e-5)
+    assert counts(trace.compiled) == (1, 3, 0), magpy.stats(trace.compiled)
+
+
+# A 0-d float tensor times a lifted number keeps its own dtype (two 0-d tensors would give
+# float64): the number is cast to the tensor's dtype in the graph.
+
+def _zero_d_times_item(x):
+    return x.sum() * x.mean().item()
+
+
+def _zero_d_times_argument(x, s):
+    return x.sum() * s, (x.sum() - s).double()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_zero_d_tensor_times_a_lifted_number_keeps_its_dtype(dtype):
+    magpy.config.dynamic = True
+    steps = [Step(f"call {i}", (lambda s: (torch.randn(5).to(dtype),)), seed=i + 1, expect=ANY)
+             for i in range(3)]
+    check_compiled(function(_zero_d_times_item), steps, fullgraph=False)
+    steps = [Step(f"scale {v}", (lambda s, v=v: (torch.randn(5).to(dtype), v)), seed=i + 1,
+                  expect=MONITOR if i == 0 else ANY) for i, v in enumerate([0.5, 1.25, 3.0])]
+    trace = check_compiled(function(_zero_d_times_argument), steps)
+    assert magpy.stats(trace.compiled).eager_runs == 0
+
+
 # ============================================================================ 9. explain
 
 def test_explain_mentions_the_lifted_dimension():

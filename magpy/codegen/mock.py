@@ -23,7 +23,7 @@ from magpy.codegen.source import Names, is_literal, value_checks, var
 from magpy.continuations import Reduced, Resume, Variable
 from magpy.errors import CaptureError
 from magpy.monitor import NULL, generators
-from magpy.opgraph import InputSource, ScalarInput, scalar_tensor
+from magpy.opgraph import InputSource, ScalarInput, int_tensor, scalar_tensor
 from magpy.refgraph.graph import UNSET, Kind, RefGraph, is_immutable, state_of
 
 
@@ -54,7 +54,8 @@ class _Miss:
 MISS = _Miss()
 # What mock code refers to by name.
 NAMESPACE = {"FUNCTION": types.FunctionType, "CELL": types.CellType, "COMMIT_FAILED": MockCommitError,
-             "MISS": MISS, "STEP_RAISED": StepRaised, "RESUME": Resume, "SCALAR": scalar_tensor}
+             "MISS": MISS, "STEP_RAISED": StepRaised, "RESUME": Resume, "SCALAR": scalar_tensor,
+             "INT_SCALAR": int_tensor}
 
 
 class MockWriter:

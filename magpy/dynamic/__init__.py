@@ -40,7 +40,8 @@ then ``SHAPES`` (``codegen.guard.write_shape_check`` from :meth:`Shapes.conditio
 symbols' ranges, the relations torch and the program assumed, the specialisations).
 """
 from magpy.dynamic.lifting import Lifting, input_key
+from magpy.dynamic.rules import argument_shadows
 from magpy.dynamic.shadows import Scalar, specialise, symbolic
 from magpy.dynamic.shapes import Shapes
 
-__all__ = ["Lifting", "Scalar", "Shapes", "input_key", "specialise", "symbolic"]
+__all__ = ["Lifting", "Scalar", "Shapes", "argument_shadows", "input_key", "specialise", "symbolic"]

@@ -2,7 +2,6 @@
 where a tensor operation's arguments sit among its instruction's inputs."""
 from __future__ import annotations
 
-import inspect
 import math
 import operator
 
@@ -10,7 +9,7 @@ import torch
 
 from magpy.dynamic.shadows import Items, SymInt, items_of, symbolic, value_of
 from magpy.monitor import NULL, operators
-from magpy.monitor.observer import Entries
+from magpy.monitor.observer import Entries, returns_to_caller
 
 # rule(shapes, frame, instruction, inputs, outputs, input shadows) -> True if it handled the
 # symbolic shadows among the inputs (setting output shadows), False to specialise them.
@@ -159,12 +158,8 @@ def _kept(sh, f, ins, inputs, outputs, in_sh):
 
 
 def _returned(sh, f, ins, inputs, outputs, in_sh):
-    # To the calling instruction (the monitor moves the shadow), unless it leaves the recorded
-    # call, ends a generator, or returns to native code that called back into the program
-    # (``sorted(key=...)``, ``map``: an intrinsic's callback).
-    caller = f.back
-    return (caller is not f.monitor.host_frame and not f.code.co_flags & _GENERATOR_FLAGS
-            and sh.levels.get(id(f)) == sh.levels.get(id(caller), -1))
+    # To the calling instruction, which the monitor moves the shadow to.
+    return returns_to_caller(f, sh.levels)
 
 
 def _call(sh, f, ins, inputs, outputs, in_sh):
@@ -187,7 +182,6 @@ RULES = {
 }
 
 CELL_OPS = frozenset({"STORE_DEREF", "LOAD_DEREF", "MAKE_CELL"})
-_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 # Native callees that compute an int from ints: (callee, the same computation on SymInts).
 # Pairs, looked up by identity: hashing a callee could run the program's __hash__.
 NATIVE_INT = ((int, int), (abs, abs), (max, torch.sym_max), (min, torch.sym_min), (math.floor, math.floor),

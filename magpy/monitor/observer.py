@@ -8,6 +8,8 @@ the values (loads, stores, copies, swaps, arguments into a callee's parameters, 
 value back to the call site) and observers may set them on any output.  That is where the
 RefGraph hangs provenance, independently of ``id()``.
 """
+import inspect
+
 from magpy.monitor import bytecode
 
 
@@ -73,6 +75,19 @@ SHADOW_MOVES = {
     "LOAD_FAST": _load_fast, "STORE_FAST": _store_fast, "DELETE_FAST": _delete_fast,
     "COPY": _copy, "SWAP": _swap, "CALL": _call, "CALL_FUNCTION_EX": _call,
 }
+
+
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def returns_to_caller(f, levels: dict) -> bool:
+    """Does frame ``f``'s RETURN_VALUE hand its value (and its shadow) to the calling
+    instruction?  Not when it leaves the monitored call, ends a generator, or returns to
+    native code that called back into the program (``sorted(key=...)``, ``map``).
+    ``levels``: id(frame) -> the monitor's ``in_intrinsic`` when the frame was entered."""
+    caller = f.back
+    return (caller is not f.monitor.host_frame and not f.code.co_flags & _GENERATOR_FLAGS
+            and levels.get(id(f)) == levels.get(id(caller), -1))
 
 
 def observed_ops(info):
