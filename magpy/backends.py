@@ -55,6 +55,31 @@ def _symbolic(example_inputs: list):
 SYMBOLIC = frozenset({"eager", "inductor"})
 
 
+class EagerLayout:
+    """A compiled graph whose outputs that eager made contiguous are contiguous again.
+    Inductor may return another layout than the one its own fake tensors promised (``torch.cat``
+    of an empty cache and a transposed projection gives the projection's strides): a program
+    that ``view``s the result would fail where eager does not, and a KV cache with other
+    strides misses its next record.  Which outputs need it is learnt on the first call (the
+    compiled code fixes its layouts); the rest cost nothing."""
+
+    __slots__ = ("fn", "contiguous", "fix")
+
+    def __init__(self, fn: Callable, contiguous: tuple[int, ...]):
+        self.fn, self.contiguous, self.fix = fn, contiguous, None
+
+    def __call__(self, *args):
+        out = self.fn(*args)
+        fix = self.fix
+        if fix is None:
+            fix = self.fix = tuple(i for i in self.contiguous if not out[i].is_contiguous())
+        if fix:
+            out = list(out)
+            for i in fix:
+                out[i] = out[i].contiguous()
+        return out
+
+
 # Operations whose result jumps where their input crosses a boundary.
 _ROUNDING = frozenset({"round", "floor", "ceil", "trunc", "floor_divide", "remainder", "fmod", "sign",
                        "__floordiv__", "__mod__"})

@@ -445,7 +445,10 @@ def _close(piece: Piece) -> fx.GraphModule:
     root = torch.nn.Module()
     for name, t in piece.constants.items():
         root.register_buffer(name, t)
-    return fx.GraphModule(root, piece.graph)
+    gm = fx.GraphModule(root, piece.graph)
+    # The layout eager gave (backends.EagerLayout keeps it).
+    gm.meta[CONTIGUOUS_OUTPUTS] = tuple(i for i, t in enumerate(piece.outputs) if t.is_contiguous())
+    return gm
 
 
 class _Paused:
@@ -457,6 +460,10 @@ class _Paused:
 
     def __exit__(self, *exc):
         self.recorder._opaque -= 1
+
+
+# GraphModule.meta key: the positions of the outputs the recording run made contiguous.
+CONTIGUOUS_OUTPUTS = "magpy_contiguous_outputs"
 
 
 def updated_in_place(sn) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from magpy import annotations, continuations, logs
+from magpy import annotations, backends, continuations, logs
 from magpy.codegen import compile_source, generate
 from magpy.codegen.guard import inputs_in_words, path_in_words, write_shape_check
 from magpy.config import config
@@ -38,7 +38,7 @@ from magpy.dynamic import Lifting
 from magpy.errors import BackendError, CaptureError, GraphBreak
 from magpy.monitor import Monitor, generators, shared_default_policy
 from magpy.monitor.tracebacks import user_stacklevel
-from magpy.opgraph import updated_in_place
+from magpy.opgraph import CONTIGUOUS_OUTPUTS, updated_in_place
 from magpy.refgraph.graph import ARG, KWARG, Kind, is_immutable
 from magpy.segments import Capture
 
@@ -419,6 +419,8 @@ def _compile_graph(backend, gm, example):
     try:
         start = time.perf_counter()
         compiled = fn(gm, example)
+        if name != "eager" and gm.meta[CONTIGUOUS_OUTPUTS]:
+            compiled = backends.EagerLayout(compiled, gm.meta[CONTIGUOUS_OUTPUTS])
         ops = sum(n.op.startswith("call") for n in gm.graph.nodes)
         logs.logger("graphs").info("compiled a graph of %d operations with %r in %.3f s", ops, name,
                                    time.perf_counter() - start)

@@ -207,3 +207,21 @@ def test_inductor_keeps_eager_arithmetic_before_a_rounding():
             x = torch.randn(2, 8, 32, 32)
             assert torch.equal(compiled(x), model(x)), seed
     assert magpy.stats(compiled).mock_runs == 2
+
+
+def _cat_onto_empty_cache(x, w, cache):
+    k = (x @ w).view(2, 5, 4, 8).transpose(1, 2)
+    return torch.cat([cache, k], dim=-2)
+
+
+def test_inductor_outputs_keep_eager_layout():
+    # Inductor returns torch.cat of an empty cache and a transposed view in the view's
+    # strides; eager's result is contiguous, and a program may view() it.
+    x, w, cache = torch.randn(2, 5, 32), torch.randn(32, 32), torch.randn(2, 4, 0, 8)
+    want = _cat_onto_empty_cache(x, w, cache)
+    compiled = magpy.compile(_cat_onto_empty_cache, backend="inductor")
+    for _ in range(3):
+        got = compiled(x, w, cache)
+        assert got.stride() == want.stride()
+        assert torch.allclose(got.view(-1), want.view(-1), atol=1e-5)
+    assert magpy.stats(compiled).mock_runs == 2
