@@ -176,6 +176,8 @@ METHODS: dict[tuple[type, str], Annotation] = {
     (object, "__new__"): Annotation(reads=TYPE),
     (object, "__init_subclass__"): Annotation(reads=NONE),
     (type, "mro"): PURE, (type, "__subclasses__"): IMPURE,
+    # func.__get__(obj, cls) binds a method (an LR scheduler's wrapper of optimizer.step).
+    (types.FunctionType, "__get__"): Annotation(reads=NONE),
     (contextvars.ContextVar, "get"): Annotation(reads=NONE, relation="contextvar"),
     (contextvars.ContextVar, "set"): _inplace(NONE, NONE),
     (contextvars.ContextVar, "reset"): _inplace(NONE, NONE),
@@ -229,6 +231,10 @@ TORCH_METADATA = frozenset({
     "__torch_function__", "_is_view", "is_set_to", "dim_order", "is_xpu", "is_mps", "is_vulkan",
 })
 
+# Tensor attributes that hold another tensor: state of the tensor, like an object's attribute
+# (the RefGraph tracks reads and writes of a leaf's ``.grad``, magpy.training), not a data read.
+TORCH_REFERENCES = frozenset({"grad"})
+
 # Operations whose non-tensor result is computed from metadata only (dtype, device, layout,
 # whether a tensor is 0-d), all fixed by the guard: that result is a constant of the record.
 # ``t.type()`` is a string; ``t.type(dtype_or_name)`` converts, an ordinary recorded operation.
@@ -248,7 +254,7 @@ TORCH_DYNAMIC = frozenset({
     "item", "tolist", "__bool__", "__int__", "__float__", "__complex__", "__index__", "numpy",
     "__array__", "__format__", "__repr__", "__str__", "data_ptr", "untyped_storage", "storage",
     "__reduce_ex__", "__hash__", "backward", "register_hook", "retain_grad", "requires_grad_",
-    "equal", "allclose", "is_nonzero", "__contains__", "grad", "grad_fn", "_version", "__deepcopy__",
+    "equal", "allclose", "is_nonzero", "__contains__", "grad_fn", "_version", "__deepcopy__",
     "__setstate__", "share_memory_", "pin_memory", "__dlpack__", "__array_wrap__", "_base",
 })
 

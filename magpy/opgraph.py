@@ -183,8 +183,8 @@ class OpRecorder(TorchFunctionMode):
     def _recorded_name(self, func) -> str | None:
         """The name ``func`` is recorded under, or None when it is not a graph operation."""
         name = ann.torch_name(func)
-        if name in ann.TORCH_GRAD_MODE or name in ann.TORCH_METADATA:
-            return None   # graph state (_sync_modes records it where it matters), or metadata
+        if name in ann.TORCH_GRAD_MODE or name in ann.TORCH_METADATA or name in ann.TORCH_REFERENCES:
+            return None   # graph state (_sync_modes records it where it matters), metadata, a .grad
         if name in ann.TORCH_DYNAMIC:
             if name in ann.TORCH_TRUTH and self._assertion() is not None:
                 return name   # recorded as an assertion if the truth lets the assertion pass

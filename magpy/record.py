@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from magpy import annotations, backends, continuations, logs
+from magpy import annotations, backends, continuations, logs, training
 from magpy.codegen import compile_source, generate
 from magpy.codegen.guard import inputs_in_words, path_in_words, write_shape_check
 from magpy.config import config
@@ -117,7 +117,7 @@ def _native_module(name: str) -> bool:
         or name.startswith("magpy.") or name == "inspect" or annotations.is_numpy_module(name)
 
 
-_MONITORED_TORCH = ("torch.nn.modules", "torch.nn.utils.parametriz")
+_MONITORED_TORCH = ("torch.nn.modules", "torch.nn.utils.parametriz", *training.MONITORED_TORCH)
 
 
 def _compiling(monitor, args, kwargs):
@@ -180,6 +180,7 @@ def _base_policy():
     # A torch.jit.script'ed function called from Python runs its original Python, as under
     # torch.compile: its tensor operations are recorded like any others.
     policy.substitute(torch.jit.ScriptFunction, _original_python)
+    training.add_to(policy)
     return policy
 
 
@@ -294,6 +295,7 @@ def _recording(fn, args, kwargs, roots, lifting) -> Capture:
 def _policy(recorder):
     policy = record_policy()
     policy.add_intrinsic(_FUNCTION_APPLY, _custom_function(recorder))
+    policy.add_intrinsic(torch.Tensor.backward, training.backward_intrinsic(recorder))
     return policy
 
 
@@ -416,6 +418,8 @@ def _diagnosis(gen):
 
 def _compile_graph(backend, gm, example):
     name, fn = backend
+    training.number_arguments(gm)
+    grad = torch.is_grad_enabled()
     try:
         start = time.perf_counter()
         compiled = fn(gm, example)
@@ -431,6 +435,10 @@ def _compile_graph(backend, gm, example):
         warnings.warn(f"magpy: backend {name!r} failed to compile a graph ({type(e).__name__}: {e}); "
                       "running the graph eagerly instead", RuntimeWarning, stacklevel=user_stacklevel())
         return gm.forward
+    finally:
+        # A backend that traces the graph runs its grad-mode nodes; failing midway it would
+        # leave the mode the graph switched to.
+        torch._C._set_grad_enabled(grad)
 
 
 @contextlib.contextmanager

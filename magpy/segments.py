@@ -258,6 +258,21 @@ class Segmenter(Observer):
                                self._freeze(kwargs) if kwargs else None, brk, undoable, self._at()))
         self._result(result, var, call, type(result) is int and _int_result(fn))
 
+    def effect_step(self, fn, args: tuple, brk: GraphBreak) -> str | None:
+        """``var = fn(*args)`` as a step whose effects and tensor results the caller tracks
+        itself (``loss.backward()``, magpy.training): the current piece ends here.  Its
+        variable, or None when the run gives up on segments."""
+        try:
+            self.recorder.cut()
+        except Exception as e:  # noqa: BLE001 - the recorder's refusal (opgraph._Unsupported)
+            self.breaker.stop(str(e))
+            return None
+        self.breaks.append(brk)
+        self.effects = True
+        var = f"e{len(self.steps)}"
+        self.steps.append(Step("call", self._before(), var, fn, args, None, brk, False, self._at()))
+        return var
+
     def _at(self) -> tuple:
         f = self.breaker.monitor.current
         return (f.code.co_filename, f.code.co_name, f.f_lineno) if hasattr(f, "info") else ()

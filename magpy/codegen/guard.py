@@ -519,7 +519,9 @@ def path_in_words(node, params) -> str:
         return getattr(v, "__qualname__", None) or f"<{type(v).__qualname__}>"
     base = path_in_words(p, params)
     if rel == ITEM:
-        return str(key) if base == "" else f"{base}[{key!r}]"
+        if base == "":
+            return str(key)   # a global's name
+        return f"{base}[{key!r}]" if is_immutable(key) else f"{base}[<{_short(key)}>]"   # state[param]
     if rel == ATTR:
         return f"{base}.{key}"
     if rel == DICT:

@@ -217,6 +217,9 @@ class MockWriter:
                 self.commit(f"    del {v}.cell_contents")
         elif k is Kind.CONTEXTVAR:
             self.commit(f"    {v}.set({self.expr(None if now[0] is UNSET else now[0])})")
+        elif k is Kind.TENSOR:   # a leaf's .grad (refgraph.tensor_state)
+            for key, val in now.items():
+                self.commit(f"    {v}.{key} = {self.expr(val)}")
         elif k is Kind.SET:
             self.g.rewritten(node, now)
             self.commit(f"    {v}.clear(); {v}.update([{', '.join(self.expr(x) for x in now)}])")
@@ -287,6 +290,8 @@ class MockWriter:
 
     def tensor(self, t) -> str:
         piece = self.rec.produced(t)
+        if piece is None and id(t) in self.rec.eager:   # a tensor an eager step gave back
+            return self.use(self.rec.eager[id(t)])
         if piece is None:
             raise CaptureError(f"the call leaves behind a tensor of unknown origin (shape {tuple(t.shape)})")
         return self.use(f"out{piece.index}[{piece.output(t)}]")

@@ -207,6 +207,9 @@ class Monitor:
         if intrinsic is not None:
             return self._intrinsic(callee, intrinsic, args, kwargs)
         if t is FunctionType:
+            target = self.policy.aliases.get(id(callee))
+            if target is not None:
+                return self.call(target, args, kwargs, shadows)
             if self.policy.runs_natively(callee):
                 return self.call_native(callee, args, kwargs)
             return self.enter(callee, args, kwargs, shadows)

@@ -22,6 +22,7 @@ class CallPolicy:
         self.intrinsics: dict = {}
         self.method_intrinsics: dict = {}
         self.substitutes: dict = {}      # callable type -> instance -> what to call instead
+        self.aliases: dict = {}          # id(callee) -> what to call instead
         self._keep: list = []
 
     def run_natively(self, fn: Callable) -> None:
@@ -48,6 +49,12 @@ class CallPolicy:
         ``torch.jit.script``ed function runs its original Python); None: call it as it is."""
         self.substitutes[tp] = replacement
 
+    def alias(self, callee: Callable, target: Callable) -> None:
+        """Calls of ``callee`` are calls of ``target``: a wrapper that only forwards to it
+        (``torch._disable_dynamo``'s) is looked through, so the monitor follows ``target``."""
+        self.aliases[id(callee)] = target
+        self._keep.append(callee)
+
     def copy(self) -> "CallPolicy":
         """An independent policy starting from this one's entries."""
         new = CallPolicy()
@@ -56,5 +63,6 @@ class CallPolicy:
         new.intrinsics = dict(self.intrinsics)
         new.method_intrinsics = dict(self.method_intrinsics)
         new.substitutes = dict(self.substitutes)
+        new.aliases = dict(self.aliases)
         new._keep = list(self._keep)
         return new

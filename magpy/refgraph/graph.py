@@ -120,7 +120,17 @@ def state_of(v, kind: Kind):
         return (v.get(UNSET),)
     if kind is Kind.OBJECT or (kind is Kind.STATIC and isinstance(v, torch.nn.Module)):
         return dict(v.__dict__)
+    if kind is Kind.TENSOR:
+        return tensor_state(v)
     return None
+
+
+def tensor_state(t) -> dict | None:
+    """What of a tensor the program may change besides its data: a leaf's ``.grad``, which
+    ``backward()`` and optimizers' ``zero_grad`` write (None for a non-leaf, whose ``.grad``
+    is not kept).  Read past torch function modes, as :func:`tensor_version`."""
+    with torch._C.DisableTorchFunction():
+        return {"grad": t.grad} if t.is_leaf else None
 
 
 def tensor_version(t) -> int | None:
@@ -146,8 +156,13 @@ def same_state(a, b) -> bool:
     if len(a) != len(b):
         return False
     if type(a) is dict:
-        return all(k1 == k2 and v1 is v2 for (k1, v1), (k2, v2) in zip(a.items(), b.items()))
+        return all(_same_key(k1, k2) and v1 is v2 for (k1, v1), (k2, v2) in zip(a.items(), b.items()))
     return all(x is y for x, y in zip(a, b))
+
+
+def _same_key(a, b) -> bool:
+    # Keys with identity (an optimizer's state is keyed by parameters) are the same object.
+    return a is b or (is_immutable(a) and a == b)
 
 
 class ShadowVersion:

@@ -331,7 +331,13 @@ class RefGraphBuilder(Observer):
     def read_attr(self, obj, name, value):
         """``value = obj.name`` where ``obj`` may be a node."""
         node = self.node(obj)
-        if node is None or node.kind is Kind.TENSOR or node.kind is Kind.VALUE:
+        if node is None or node.kind is Kind.VALUE:
+            return
+        if node.kind is Kind.TENSOR:
+            # A leaf's .grad as the call found it (not one it wrote since): state it read.
+            snap = node.snapshot
+            if name in ann.TORCH_REFERENCES and snap is not None and snap.get(name, _MISSING) is value:
+                self.g.child(node, ATTR, name, value)
             return
         tp = type(obj)
         if isinstance(obj, types.ModuleType):

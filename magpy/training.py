@@ -1,0 +1,194 @@
+"""Training steps: ``loss.backward()`` and ``optimizer.step()`` inside a compiled call.
+
+A step ``opt.zero_grad(); loss = f(model(x), y); loss.backward(); opt.step()`` is recorded as
+graph, eager step, graph:
+
+- the forward and the loss are the first graph (a backend compiling it through AOTAutograd,
+  as Inductor does, compiles its backward too);
+- ``loss.backward()`` is an eager step (:func:`backward_intrinsic`): it runs the real autograd
+  engine, so gradient hooks, custom ``autograd.Function`` backwards and accumulation into
+  existing ``.grad`` tensors happen exactly as in eager.  It gives back the ``.grad`` of every
+  leaf it reached; the later graphs take those tensors as inputs, and the mock leaves them in
+  ``.grad`` (the RefGraph tracks a leaf's ``.grad`` as its state, ``refgraph.tensor_state``);
+- the optimizer's Python code (param_groups loops, its ``state`` dicts, lazily created
+  momentum buffers and step counters) is monitored like the program's own
+  (:data:`MONITORED_TORCH`), so its tensor updates become the last graph and its state is
+  guarded and written back by the mock.
+
+The table entries here keep the optimizer's eager semantics under the monitor: wrappers that
+only hide a function from Dynamo are looked through, profiler ranges of torch's own code are
+not recorded, and the step counter's value enters the update as a float64 tensor computed
+in the graph instead of a float read into Python on every step.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+import torch
+from torch.optim import optimizer as _optimizer
+
+from magpy.monitor.policy import CallPolicy
+from magpy.refgraph.graph import ATTR
+
+# torch's Python code the monitor enters (the rest runs natively): an optimizer's and
+# clip_grad_norm_'s reads of parameters, ``.grad`` and optimizer state are the program's reads.
+MONITORED_TORCH = ("torch.optim", "torch.nn.utils.clip_grad")
+
+_DISABLED_CODE = torch._disable_dynamo(lambda: None).__code__
+
+
+def add_to(policy: CallPolicy) -> None:
+    """Add the training entries that do not depend on a recording to ``policy``."""
+    for fn in _disabled_functions():
+        policy.alias(fn, fn.__wrapped__)
+    record = torch.autograd.profiler.record_function
+    policy.add_intrinsic(record.__enter__, _enter_profiler_range)
+    policy.add_intrinsic(record.__exit__, _exit_profiler_range)
+    policy.add_intrinsic(_optimizer._get_value, _step_value)
+
+
+def _disabled_functions() -> list:
+    """The functions of torch.optim wrapped by ``torch._disable_dynamo`` (``zero_grad``,
+    ``load_state_dict`` ...): the wrapper only keeps Dynamo out; magpy follows the function."""
+    found = []
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith(MONITORED_TORCH) or mod is None:
+            continue
+        for cls in vars(mod).values():
+            if isinstance(cls, type):
+                found += [f for f in vars(cls).values()
+                          if type(f) is types.FunctionType and f.__code__ is _DISABLED_CODE]
+    return found
+
+
+def _enter_profiler_range(monitor, args, kwargs):
+    # record_function ranges are profiler annotations: a compiled step does not open them
+    # (opening one returns a profiler handle, which is not a tensor a graph could carry).
+    return args[0]
+
+
+def _exit_profiler_range(monitor, args, kwargs):
+    return None
+
+
+def _step_value(monitor, args, kwargs):
+    """``torch.optim.optimizer._get_value(step_t)``: eagerly ``step_t.item()``, a new float on
+    every step.  A float64 0-d tensor instead keeps the update one graph for every step; the
+    bias corrections then compute in float64 as Python's float arithmetic does."""
+    (x,) = args
+    return x.to(torch.float64) if isinstance(x, torch.Tensor) else x
+
+
+def _addcdiv_(self, tensor1, tensor2, *, value):
+    # The kernel computes self + value * tensor1 / tensor2 with value cast to self's dtype:
+    # the same roundings, one operation each.
+    return self.add_(tensor1.mul(value).div(tensor2))
+
+
+def _addcmul_(self, tensor1, tensor2, *, value):
+    return self.add_(tensor1.mul(value).mul(tensor2))
+
+
+# Tensor methods whose number argument ``value`` an optimizer passes as a 0-d tensor (the
+# step counter's float64 value, :func:`_step_value`): torch reads it with ``.item()``,
+# which a graph compiler cannot trace; these compute the same in tensor operations.
+NUMBER_ARGUMENTS = {"addcdiv_": _addcdiv_, "addcmul_": _addcmul_}
+
+
+def number_arguments(gm: torch.fx.GraphModule) -> None:
+    """Rewrite, in place, the calls of :data:`NUMBER_ARGUMENTS` given a tensor ``value``."""
+    changed = False
+    for node in gm.graph.nodes:
+        rewrite = NUMBER_ARGUMENTS.get(node.target) if node.op == "call_method" else None
+        if rewrite is not None and isinstance(node.kwargs.get("value"), torch.fx.Node):
+            node.op, node.target = "call_function", rewrite
+            changed = True
+    if changed:
+        gm.recompile()
+
+
+# --------------------------------------------------------------------------- backward
+def backward_intrinsic(recorder):
+    """``loss.backward(gradient, retain_graph)`` in a recording: an eager step of the record
+    that gives back the ``.grad`` tensors it wrote (module docstring).  Other forms
+    (``create_graph``, ``inputs``) are ordinary dynamic operations."""
+    def intrinsic(monitor, args, kwargs):
+        loss, gradient, retain_graph, other = _backward_arguments(*args, **(kwargs or {}))
+        breaker = recorder.dynamic
+        with recorder.paused():   # (reading the autograd graph is not the program's read)
+            leaves = None if other or breaker.brk is not None else _leaves(loss)
+        if leaves is None or not all(map(_known(recorder), leaves)):
+            # An ordinary dynamic operation: an eager step whose effects are not tracked.
+            breaker("Tensor.backward reads tensor data into Python", step=True)
+            return torch.Tensor.backward(*args, **(kwargs or {}))
+        with recorder.paused():
+            before = tuple(_grad_read(recorder.refgraph, leaf) for leaf in leaves)
+        if not all(map(_known(recorder), (g for g in before if g is not None))):
+            breaker("Tensor.backward into a .grad of unknown origin", step=True)
+            return torch.Tensor.backward(*args, **(kwargs or {}))
+        brk = breaker.where("loss.backward() runs eagerly between graphs (it fills .grad)")
+        step = (loss, gradient, retain_graph, tuple(leaves), before)
+        var = breaker.segmenter.effect_step(gradients, step, brk)
+        with recorder.paused():
+            grads = gradients(*step)
+        if var is not None:
+            for i, g in enumerate(grads):
+                # A .grad an earlier step made and this one accumulated into keeps its name.
+                if g is not None and id(g) not in recorder.eager:
+                    recorder.eager[id(g)] = f"{var}[{i}]"
+                    recorder._keep.append(g)
+        return None
+    return intrinsic
+
+
+def gradients(loss, gradient, retain_graph, leaves: tuple, before: tuple) -> tuple:
+    """The eager step of ``loss.backward()``: the leaves' ``.grad`` after it.  ``before`` is
+    their ``.grad`` where the program called it: the mock writes the program's state back at
+    its end, so what the call set before (``zero_grad``'s None) is set here first."""
+    for leaf, grad in zip(leaves, before):
+        if leaf.grad is not grad:
+            leaf.grad = grad
+    torch.autograd.backward(loss, gradient, retain_graph)
+    return tuple(leaf.grad for leaf in leaves)
+
+
+def _grad_read(refgraph, leaf):
+    """``leaf.grad`` now; if it is the one the call found, a read of the leaf's state (whether
+    backward creates or accumulates into it), which the guard checks."""
+    grad = leaf.grad
+    node = refgraph.node_of(leaf)
+    if node is not None and node.snapshot is not None and node.snapshot.get("grad") is grad:
+        refgraph.child(node, ATTR, "grad", grad)
+    return grad
+
+
+def _backward_arguments(loss, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    return loss, gradient, retain_graph, (create_graph or inputs is not None)
+
+
+def _leaves(loss) -> list | None:
+    """The tensors whose ``.grad`` backward from ``loss`` accumulates into, in a fixed order
+    (the autograd graph's depth-first order from ``loss.grad_fn``); None if it has none."""
+    if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
+        return None
+    leaves, seen, todo = [], {}, [loss.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen[id(fn)] = fn   # (kept alive, so ids stay unique)
+        variable = getattr(fn, "variable", None)   # an AccumulateGrad node
+        if variable is not None:
+            leaves.append(variable)
+        todo.extend(reversed([f for f, _ in fn.next_functions]))
+    return leaves
+
+
+def _known(recorder):
+    """Can the mock name this tensor (read from outside, or made by a graph or a step)?"""
+    def known(t) -> bool:
+        return (recorder.refgraph.node_of(t) is not None or recorder.produced(t) is not None
+                or id(t) in recorder.eager)
+    return known
+
