@@ -28,6 +28,7 @@ import contextvars
 import copy
 import dataclasses
 import functools
+import inspect
 import itertools
 import math
 import operator
@@ -190,6 +191,10 @@ SET_ORDER_FREE = frozenset({len, bool, hash, id, isinstance, issubclass, callabl
                             operator.contains, operator.eq, operator.ne, operator.sub, operator.and_,
                             operator.or_, operator.xor, operator.le, operator.lt, operator.ge, operator.gt})
 SET_ORDER_FREE_METHODS = frozenset(m for m in _SET_METHODS if m != "pop") | {"__eq__", "__ne__"}
+
+
+# Natives that read the program's frames (their locals), where shadow slots cannot follow.
+FRAME_READERS = (locals, vars, eval, exec, dir, sys._getframe, inspect.currentframe, inspect.stack)
 
 
 def set_order_free(callee) -> bool:

@@ -123,6 +123,7 @@ class Explanation:
     inputs: list = dataclasses.field(default_factory=list)     # the guard's checks on the inputs, in words
     dynamic: list = dataclasses.field(default_factory=list)    # the symbolic sizes, in words (magpy.dynamic)
     shape_check_source: str | None = None  # the guard's check of the symbolic sizes (SHAPES)
+    control_flow: list = dataclasses.field(default_factory=list)   # the ifs recorded as torch.cond
 
     def __repr__(self) -> str:
         counts = f"graphs={self.graph_count}, ops={self.op_count}, breaks={len(self.break_reasons)}"
@@ -144,6 +145,9 @@ class Explanation:
             out += [f"  {line}" for line in self.dynamic]
         for i, gm in enumerate(self.graphs):
             out.append(f"graph {i}: {_op_summary(gm)}")
+        if self.control_flow:
+            out.append("control flow:")
+            out += [f"  {line}" for line in self.control_flow]
         for i, b in enumerate(self.break_reasons):
             last = self.eager and i == len(self.break_reasons) - 1
             out.append(f"break ({'ends recording: the call runs eagerly' if last else 'eager step'}): {b}")
@@ -208,7 +212,7 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     breaks = list(rec.breaks) + ([rec.graph_break] if rec.graph_break is not None else [])
     return Explanation(len(graphs), graphs, rec.op_count, breaks, rec.guard_source, rec.mock_source, result,
                        rec.fast_source, rec.graph_break is not None, _segments(rec), list(rec.inputs),
-                       list(rec.lifted) + _static_backend(cache), rec.shape_source)
+                       list(rec.lifted) + _static_backend(cache), rec.shape_source, list(rec.conds))
 
 
 def _static_backend(cache) -> list[str]:

@@ -40,6 +40,10 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         options["decompositions"] = {op: fn for op, fn in select_decomp_table().items()
                                      if "batch_norm" not in op.name()}
         patch["layout_optimization"] = False
+    if any(n.target is torch.ops.higher_order.cond for n in gm.graph.nodes):
+        # Inductor hands a cond's branches channels-last activations that the compiled branch
+        # then asserts to be contiguous (torch 2.13; torch.compile fails the same way).
+        patch["layout_optimization"] = False
     with _symbolic(example_inputs), inductor_config.patch(patch):
         return compile_fx(gm, example_inputs, **options)
 

@@ -222,6 +222,9 @@ class RecordCache:
             return result
         if self.fullgraph and (rec.breaks or rec.graph_break):
             raise GraphBreakError((rec.breaks or (rec.graph_break,))[0])   # the first break
+        if rec.graph_break is not None and rec.graph_break.retry:
+            logs.logger("breaks").info("%s: recording again next call: %s", self.name(), rec.graph_break)
+            return result
         if rec.graph_break is not None:
             self.stats.break_reasons.append(str(rec.graph_break))
             self.warn_break(rec.graph_break, "runs eagerly")

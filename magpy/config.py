@@ -21,6 +21,8 @@ class Config:
     buffers stay static), False (never: one record per size and value).
     ``dynamic_after``: in automatic mode, the number of distinct values (sizes of one
     dimension of one input, or values of one int or float) after which it is lifted.
+    ``control_flow``: record an ``if`` on tensor data as one ``torch.cond`` where both arms
+    can be (``magpy.controlflow``); False makes every such jump a graph break.
     ``verify_fast_guard``: debugging aid (magpy's tests turn it on): whenever the full guard
     passes and stamps a fast guard, check that the fast guard passes too with the same values.
     """
@@ -31,6 +33,7 @@ class Config:
     verify_fast_guard: bool = False
     dynamic: bool | None = None
     dynamic_after: int = 2
+    control_flow: bool = True
 
     def __setattr__(self, name, value):
         if name not in {f.name for f in dataclasses.fields(self)}:

@@ -16,6 +16,7 @@ class GraphBreak:
     reason: str
     filename: str = "<unknown>"
     lineno: int = 0
+    retry: bool = False   # the next call records again (this run learnt how to do better)
 
     @property
     def source(self) -> str:

@@ -18,6 +18,7 @@ makes and a later one uses is an output of the first and an input of the second.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import operator
@@ -55,6 +56,7 @@ class Piece:
         self.inference = torch.is_inference_mode_enabled()
         self.entered: list = []                      # (inference-mode context node, grad mode before)
         self.constants: dict[str, torch.Tensor] = {}   # tensors folded into the graph (_fold)
+        self.submodules: dict[str, fx.GraphModule] = {}   # the arms of its conds
 
     def output(self, t) -> int:
         """The output index of ``t``, a tensor this piece makes (made an output if new)."""
@@ -63,6 +65,56 @@ class Piece:
             i = self._out_index[id(t)] = len(self.outputs)
             self.outputs.append(t)
         return i
+
+
+class Arm(Piece):
+    """The operations of one arm of a tensor ``if`` (magpy.controlflow): a graph of its own,
+    whose inputs are the tensors from before the jump that it reads (``captures``, in order).
+    ``sandbox`` stops the arm's fork before an operation writes one of those."""
+
+    def __init__(self, outer: Piece, sandbox):
+        super().__init__(outer.index)
+        self.captures: list = []
+        self.sandbox = sandbox
+
+    def capture(self, t) -> fx.Node:
+        ph = self.graph.placeholder(f"c{len(self.captures)}")
+        self.captures.append(t)
+        self.nodes[id(t)] = ph
+        return ph
+
+    def made(self, t) -> bool:
+        """Did this arm's operations make ``t``?"""
+        node = self.nodes.get(id(t))
+        return node is not None and node.op != "placeholder"
+
+    def check(self, func, args, kwargs) -> None:
+        """Stop the fork before ``func`` writes a tensor from before the jump."""
+        for t in _written(ann.torch_name(func), args, kwargs):
+            if not self.made(t):
+                self.sandbox.stop(f"{ann.torch_name(func)} updates a tensor from before the branch")
+
+    def module(self, outputs: list, operands: list) -> fx.GraphModule:
+        """This arm as a cond branch: a graph of all the cond's ``operands`` giving
+        ``outputs`` (tensors it made, or operands it left as they were)."""
+        g = fx.Graph()
+        inputs = {id(x): g.placeholder(f"op{i}") for i, x in enumerate(operands)}
+        env = {self.nodes[id(x)]: inputs[id(x)] for x in self.captures}
+        for node in self.graph.nodes:
+            if node.op != "placeholder":
+                env[node] = g.node_copy(node, env.__getitem__)
+        results = []
+        for t in outputs:
+            n = env[self.nodes[id(t)]] if self.made(t) else inputs[id(t)]
+            # A branch must not give back its input itself (cond's outputs are new tensors).
+            results.append(g.call_method("clone", (n,)) if n.op == "placeholder" else n)
+        g.output(tuple(results))
+        root = torch.nn.Module()
+        for name, t in self.constants.items():
+            root.register_buffer(name, t)
+        for name, arm in self.submodules.items():   # the arms of its own (nested) conds
+            root.add_module(name, arm)
+        return fx.GraphModule(root, g)
 
 
 class ScalarInput:
@@ -110,6 +162,10 @@ class OpRecorder(TorchFunctionMode):
         # Whether the operation being recorded takes Python numbers as 0-d tensor inputs: False,
         # or the dtype to cast them to (None: as they are), see _scalar_operands.
         self._operands = False
+        self.branches = None   # magpy.controlflow.Branches: records tensor ifs as conds
+        # id(tensor a cond gave) -> (its pred tensor, the truth for which the cond passed
+        # ``p`` through, p): the mock gives the program p itself then (see cond).
+        self.passes: dict[int, tuple] = {}
 
     @property
     def piece(self) -> Piece:
@@ -156,12 +212,15 @@ class OpRecorder(TorchFunctionMode):
     # ------------------------------------------------------------------ interception
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        piece = self.pieces[-1]
+        if type(piece) is Arm:
+            piece.check(func, args, kwargs)
         if self.dynamic.brk is not None or self._opaque:
             return func(*args, **kwargs)
         # Only func(...) itself may raise into the program: magpy's own work around it stops
         # recording instead.
         try:
-            name = self._recorded_name(func)
+            name = self._recorded_name(func, args)
         except Exception as e:  # noqa: BLE001 - magpy's failure, never the program's
             self.dynamic.fail(e)
             name = None
@@ -180,7 +239,7 @@ class OpRecorder(TorchFunctionMode):
                 self.dynamic.fail(e)
         return out
 
-    def _recorded_name(self, func) -> str | None:
+    def _recorded_name(self, func, args) -> str | None:
         """The name ``func`` is recorded under, or None when it is not a graph operation."""
         name = ann.torch_name(func)
         if name in ann.TORCH_GRAD_MODE or name in ann.TORCH_METADATA or name in ann.TORCH_REFERENCES:
@@ -188,6 +247,8 @@ class OpRecorder(TorchFunctionMode):
         if name in ann.TORCH_DYNAMIC:
             if name in ann.TORCH_TRUTH and self._assertion() is not None:
                 return name   # recorded as an assertion if the truth lets the assertion pass
+            if name in ann.TORCH_TRUTH and self.branches is not None and self.branches.wants(args[0]):
+                return None   # a branch: recorded as a cond once the jump completes
             self.dynamic(f"{_qualname(func)} reads tensor data into Python", step=True)
             return None
         return name
@@ -253,6 +314,10 @@ class OpRecorder(TorchFunctionMode):
     # ------------------------------------------------------------------ recording
     def _record(self, func, name, args, kwargs, out):
         self._sync_modes()
+        if self.passes:
+            for t in _written(name, args, kwargs):
+                if any(id(t) == i or t is p for i, (_, _, p) in self.passes.items()):
+                    raise _Unsupported(f"{name} updates in place a tensor an if passed through")
         if self.shapes is not None:
             # An input with lifted sizes makes its twin now, so that this very operation
             # (the first to use it) already runs on the twins.
@@ -268,6 +333,11 @@ class OpRecorder(TorchFunctionMode):
         # it is an operand of floating tensor arithmetic.
         self._operands = _scalar_operands(name, args)
         steps = self.lifted(args, kwargs) if self._operands is not False and self.lifted is not None else ()
+        # A tensor an if passed through, reached through a slot the if left it in, is the
+        # cond's output there (magpy.controlflow).
+        nodes = self.branches.standing_in(args, kwargs) if self.branches is not None else None
+        if nodes is not None:
+            args, kwargs = nodes
         try:
             fargs = tuple(pytree.tree_map(self._arg, a) if var is None else self._scalar_input(a, var)
                           for a, var in zip(args, steps or (None,) * len(args)))
@@ -394,6 +464,8 @@ class OpRecorder(TorchFunctionMode):
         node = piece.nodes.get(id(t))
         if node is not None:
             return node
+        if type(piece) is Arm:
+            return piece.capture(t)
         made = self.made.get(id(t))
         if made is not None:
             key = source = InputSource(f"out{made.index}[{made.output(t)}]")
@@ -428,6 +500,60 @@ class OpRecorder(TorchFunctionMode):
             self.graph.call_function(torch._C._set_grad_enabled, (now,))
             piece.grad = now
 
+    @contextlib.contextmanager
+    def arm(self, sandbox):
+        """Record into a new :class:`Arm` of the current piece while the block runs."""
+        arm = Arm(self.piece, sandbox)
+        self.pieces.append(arm)
+        try:
+            yield arm
+        finally:
+            self.pieces.pop()
+            for i in arm.nodes:
+                if self.made.get(i) is arm:
+                    del self.made[i]
+
+    def cond(self, t, truth: bool, taken: tuple, other: tuple, outputs: list) -> None:
+        """Record ``torch.cond`` on the truth of ``t``.  ``taken`` and ``other`` are ``(arm,
+        the tensors it leaves in the frame's changed slots)``; the run took ``taken`` (the
+        condition was ``truth``).  ``outputs`` are the tensors that stand for the cond's
+        outputs: the taken arm's, or a stand-in where it left a tensor from before the jump
+        (the program goes on with that very tensor; see magpy.controlflow).
+
+        A cond's outputs are new tensors; where an arm leaves a tensor ``p`` from before the
+        jump, the program has ``p`` itself, which the mock gives it when that arm runs
+        (``passes``).  The run stops if a later operation writes either in place."""
+        self._sync_modes()
+        graph, piece = self.graph, self.piece
+        operands, seen = [], set()
+        for arm, outs in (taken, other):
+            for x in arm.captures + [o for o in outs if not arm.made(o)]:
+                if id(x) not in seen:
+                    seen.add(id(x))
+                    operands.append(x)
+        branches = []
+        for arm, outs in ((taken, other) if truth else (other, taken)):
+            name = f"_cond_arm{len(piece.submodules)}"
+            piece.submodules[name] = arm.module(outs, operands)
+            branches.append(graph.get_attr(name))
+        pred = self.tensor_node(t)
+        if t.dtype != torch.bool:
+            pred = graph.call_function(torch.ne, (pred, 0))
+        pred = graph.call_method("reshape", (pred, ()))
+        node = graph.call_function(torch.ops.higher_order.cond,
+                                   (pred, *branches, tuple(self.tensor_node(x) for x in operands)))
+        piece.op_count += 1
+        pred_t = torch.tensor(truth)
+        self._keep.append(pred_t)
+        self._made(pred_t, pred)
+        for i, (out, a, b) in enumerate(zip(outputs, taken[1], other[1])):
+            self._keep.append(out)
+            self._made(out, graph.call_function(operator.getitem, (node, i)))
+            if out is not a:
+                self.passes[id(out)] = (pred_t, truth, a)
+            elif not other[0].made(b):
+                self.passes[id(out)] = (pred_t, not truth, b)
+
     def produced(self, t) -> Piece | None:
         """The piece whose operations made ``t`` (not an input), if any."""
         return self.made.get(id(t))
@@ -445,6 +571,8 @@ def _close(piece: Piece) -> fx.GraphModule:
     root = torch.nn.Module()
     for name, t in piece.constants.items():
         root.register_buffer(name, t)
+    for name, arm in piece.submodules.items():
+        root.add_module(name, arm)
     gm = fx.GraphModule(root, piece.graph)
     # The layout eager gave (backends.EagerLayout keeps it).
     gm.meta[CONTIGUOUS_OUTPUTS] = tuple(i for i, t in enumerate(piece.outputs) if t.is_contiguous())
@@ -500,6 +628,21 @@ def _scalar_operands(name: str, args: tuple):
 
 
 # Operations whose Python-float operand may be a 0-d tensor instead (see _record).
+def _written(name: str, args: tuple, kwargs: dict) -> list:
+    """The tensors operation ``name`` writes in place."""
+    if kwargs and kwargs.get("out") is not None:
+        written = pytree.tree_leaves(kwargs["out"])
+    elif (name.endswith("_") and not name.endswith("__")) or name in _INPLACE_DUNDERS:
+        written = args[:1]
+    else:
+        return []
+    return [t for t in written if isinstance(t, torch.Tensor)]
+
+
+# Tensor methods that update their first argument in place (besides ``name_``).
+_INPLACE_DUNDERS = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
+                              "__ifloordiv__", "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__",
+                              "__ilshift__", "__irshift__", "__imatmul__"})
 _LIFTABLE = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__",
                        "__rmul__", "__imul__", "__truediv__", "__rdiv__", "__rtruediv__", "__itruediv__",
                        "add", "sub", "mul", "div", "true_divide", "add_", "sub_", "mul_", "div_"})

@@ -68,6 +68,7 @@ class Record:
     effects: bool = False          # its mock has effects before it ends (a failure cannot re-run the call)
     lifted: tuple = ()             # its symbolic sizes, in words (magpy.dynamic)
     shape_source: str | None = None   # the guard's SHAPES check (symbolic sizes), if any
+    conds: tuple = ()              # the ifs recorded as torch.cond, in words (magpy.controlflow)
 
     def match(self, args: tuple, kwargs: dict):
         """The mock's environment if this record covers the call, else None."""
@@ -333,7 +334,7 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
         changed = bool(g.mock_nodes())
         inputs = tuple(inputs_in_words(g, names, cap.lifted))
     with _stage("generating the guard and mock (codegen)"):
-        gen = generate(g, cap, result, len(args), tuple(kwargs), broken, names)
+        gen = generate(g, cap, cap.branches.result(result), len(args), tuple(kwargs), broken, names)
     with _stage("compiling the generated guard (compile_source)"):
         guard = compile_source(gen.guard_source, gen.namespace, "guard", f"guard {id(gen):x}")
         diagnose = _diagnosis(gen)
@@ -361,7 +362,7 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
                  graph_pieces=tuple(i for i, gm in enumerate(graphs) if gm is not None), inputs=inputs,
                  breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects,
                  lifted=_lifted_words(cap, names),
-                 shape_source=shape_source)
+                 shape_source=shape_source, conds=tuple(cap.branches.conds))
     if gen.lone_result:
         with _stage("handing back a native generator"):
             result = _native_twin(result)

@@ -41,9 +41,7 @@ recorder, the breaker and the segmenter, and the monitor running the program und
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import operator
-import sys
 import types
 import weakref
 
@@ -55,10 +53,11 @@ from magpy import annotations as ann
 from magpy import continuations
 from magpy.config import config
 from magpy.continuations import Resume, ResumePoint
+from magpy.controlflow import Branches
 from magpy.dynamic import Lifting, Shapes, argument_shadows
 from magpy.errors import GraphBreak
 from magpy.monitor import Monitor, Observer, operators
-from magpy.monitor.observer import Entries, Items, returns_to_caller
+from magpy.monitor.observer import CALLS, calling, returns_to_caller, tracked
 from magpy.opgraph import OpRecorder
 from magpy.refgraph import Breaker, RefGraph, RefGraphBuilder
 from magpy.refgraph.graph import is_immutable
@@ -416,7 +415,7 @@ class Segmenter(Observer):
     def _bound(self, caller, frame) -> None:
         """``frame`` was entered from ``caller``'s instruction: the deferred ints it got as
         parameters are followed there (a native's callback gets none)."""
-        bound = _marks(frame.shadow_locals or (), self.deferred)
+        bound = tracked(frame.shadow_locals or (), Deferred, self.deferred)
         if bound:
             self._passed.setdefault(id(caller), set()).update(id(m) for m in bound)
 
@@ -425,12 +424,12 @@ class Segmenter(Observer):
         them deferred, any other use checks them."""
         name = ins.opname
         lifted, self._lifted_now = self._lifted_now, set()
-        passed = self._passed.pop(id(frame), ()) if name in _CALLS else ()
+        passed = self._passed.pop(id(frame), ()) if name in CALLS else ()
         if name in _SHADOW_MOVES:
             return
-        marks = _marks(frame.ins_shadows, self.deferred)
+        marks = tracked(frame.ins_shadows, Deferred, self.deferred)
         if not marks or (name == "RETURN_VALUE" and returns_to_caller(frame, self._levels)
-                         and _calling(frame.back)):
+                         and calling(frame.back)):
             return
         for m in marks:
             if id(m) not in lifted and id(m) not in passed:
@@ -445,7 +444,7 @@ class Segmenter(Observer):
     def on_call(self, frame, callee, args, kwargs, result, entered):
         if self.breaker.brk is not None:
             return
-        if self.deferred and any(callee is f for f in _INTROSPECTION):
+        if self.deferred and any(callee is f for f in ann.FRAME_READERS):
             self.deferred.clear()   # the program may read a deferred int where no shadow goes
         if entered:
             self._entered = (frame, frame.lasti) if hasattr(frame, "lasti") else None
@@ -613,9 +612,6 @@ def _monitored_consumer(frame) -> bool:
 
 # Impure natives known to only read their arguments (their effect is I/O).
 _READS_ONLY = (print,)
-# Natives that read the program's frames (their locals) where shadows cannot follow.
-_INTROSPECTION = (locals, vars, eval, exec, dir, sys._getframe, inspect.currentframe, inspect.stack)
-_CALLS = frozenset({"CALL", "CALL_FUNCTION_EX"})
 # Instructions that only move a value with its shadow (the monitor's SHADOW_MOVES) or drop it.
 _SHADOW_MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP"})
 
@@ -631,23 +627,6 @@ class Deferred:
 
     def __repr__(self):
         return f"<deferred check {self.var} == {self.value}>"
-
-
-def _marks(shadows, deferred: dict) -> list:
-    """The deferred ints among ``shadows`` (inside ``*args``/``**kwargs`` shadows too)."""
-    found = []
-    for sh in shadows:
-        t = type(sh)
-        if t is Deferred and id(sh) in deferred:
-            found.append(sh)
-        elif t is Items or t is Entries:
-            found += _marks(sh if t is Items else sh.values(), deferred)
-    return found
-
-
-def _calling(frame) -> bool:
-    """Is monitored ``frame`` executing a call instruction (so a return value lands on it)?"""
-    return hasattr(frame, "info") and frame.info.instructions[frame.lasti].opname in _CALLS
 
 
 def _int_result(fn) -> bool:
@@ -697,13 +676,15 @@ class Capture:
         self.breaker.segmenter = self.segmenter
         self.recorder.fixed = self.segmenter.fix
         self.recorder.lifted = self.segmenter.lifted
-        observers = [self.builder, self.segmenter]
+        self.branches = Branches(self.builder, self.breaker, self.recorder, self.segmenter)
+        self.recorder.branches = self.branches
+        observers = [self.builder, self.branches, self.segmenter]
         self.shapes = None
         if lifting is not None and lifting.armed(config.dynamic):
             self.shapes = self.recorder.shapes = Shapes(lifting, config.dynamic, self.refgraph)
             observers.append(self.shapes)
         self.monitor = Monitor(observers, policy=policy_for(self.recorder))
-        self.breaker.monitor = self.monitor
+        self.breaker.monitor = self.branches.monitor = self.monitor
         if self.shapes is not None:
             self.shapes.monitor = self.monitor
         self.grad_on_entry = torch.is_grad_enabled()

@@ -236,10 +236,17 @@ class NotResumable(nn.Module):
             yield row * 2 if row.sum() > 0 else row
 
 
-def test_a_branch_that_cannot_resume_runs_eagerly():
+def test_a_branch_that_cannot_resume_runs_eagerly(monkeypatch):
+    # As a torch.cond (magpy.controlflow) the branch needs no resume point: switched off here.
+    monkeypatch.setattr(magpy.config, "control_flow", False)
     inputs = [torch.ones(2, 2), -torch.ones(2, 2), torch.ones(2, 2)]
     compiled = _compare(NotResumable, inputs, monitor_runs=1, eager_runs=2)
     assert "cannot resume there" in magpy.stats(compiled).break_reasons[0]
+
+
+def test_the_same_branch_as_a_cond_compiles():
+    inputs = [torch.ones(2, 2), -torch.ones(2, 2), torch.ones(2, 2)]
+    _compare(NotResumable, inputs, monitor_runs=1, eager_runs=0)
 
 
 @pytest.mark.parametrize("backend", ["inductor"])
@@ -299,6 +306,9 @@ def _scoped_build():
     return m
 
 
-def test_branch_inside_with_blocks_and_try_finally_resumes():
+def test_branch_inside_with_blocks_and_try_finally_resumes(monkeypatch):
+    monkeypatch.setattr(magpy.config, "control_flow", False)   # (else the branch is a cond)
     inputs = [_sign_flip(i) for i in range(6)]
     _compare(_scoped_build, inputs, monitor_runs=2)
+    monkeypatch.setattr(magpy.config, "control_flow", True)
+    _compare(_scoped_build, inputs, monitor_runs=1)

@@ -294,7 +294,12 @@ class MockWriter:
             return self.use(self.rec.eager[id(t)])
         if piece is None:
             raise CaptureError(f"the call leaves behind a tensor of unknown origin (shape {tuple(t.shape)})")
-        return self.use(f"out{piece.index}[{piece.output(t)}]")
+        out = self.use(f"out{piece.index}[{piece.output(t)}]")
+        passes = self.rec.passes.get(id(t))
+        if passes is None:
+            return out
+        pred, when, p = passes   # a cond's output: the tensor its arm left, when that arm ran
+        return f"({self.expr(p)} if bool({self.tensor(pred)}) is {when} else {out})"
 
     def build(self, v) -> str:
         t = type(v)

@@ -23,11 +23,23 @@ def _dict_version():
 DICT_VERSION = _dict_version() if sys.version_info[:2] == (3, 11) else None
 
 if sys.version_info[:2] == (3, 11):
-    from magpy.monitor.py311 import HANDLERS, NEVER_EXECUTED, binder_code, decode, pops  # noqa: F401
+    from magpy.monitor.py311 import (  # noqa: F401
+        BRANCH_JUMPS,
+        CELL_MAKE,
+        CELL_WRITES,
+        EFFECT_OPS,
+        FORWARD_JUMP,
+        HANDLERS,
+        NEVER_EXECUTED,
+        binder_code,
+        decode,
+        pops,
+    )
     SUPPORTED = True
 else:  # pragma: no cover - exercised only on other interpreters
     SUPPORTED = False
     HANDLERS, NEVER_EXECUTED = {}, {}
+    BRANCH_JUMPS, FORWARD_JUMP, EFFECT_OPS, CELL_MAKE, CELL_WRITES = {}, None, frozenset(), None, frozenset()
 
     def decode(code, instructions, n):
         from magpy.monitor.frame import unsupported_python_message

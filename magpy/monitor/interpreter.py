@@ -43,6 +43,7 @@ class Monitor:
         self.host_frame = None       # the real frame that called run()
         self.host_exc = None
         self.in_intrinsic = 0        # intrinsics under way (frames they enter are callbacks)
+        self.sandbox = None          # magpy.controlflow.Sandbox of a fork under way
         self._depth = 0
 
     # ------------------------------------------------------------------ entry points
@@ -99,7 +100,7 @@ class Monitor:
         """
         ops = f.ops
         if ops is None:
-            ops = f.ops = self._ops(f.info)
+            ops = f.ops = self.ops_for(f.info)
         prev = self.current
         f.back = prev if prev is not None else self.host_frame
         self.current = f
@@ -121,11 +122,14 @@ class Monitor:
         finally:
             self.current = prev
 
-    def _ops(self, info):
+    def ops_for(self, info):
+        """The dispatch table frames of ``info`` run with now (observed, sandboxed)."""
         if not self.observers:
             return info.ops
         if info.observed_ops is None:
             info.observed_ops = observed_ops(info)
+        if self.sandbox is not None:
+            return self.sandbox.ops(info, info.observed_ops)
         return info.observed_ops
 
     def _unwind(self, f, exc):
@@ -230,6 +234,8 @@ class Monitor:
 
     def call_native(self, callee, args, kwargs):
         """Run a callee natively (its body is not monitored) and report it."""
+        if self.sandbox is not None:
+            self.sandbox.check_call(callee)
         result = callee(*args, **kwargs) if kwargs else callee(*args)
         self.ret_shadow = None
         if self.observers:
@@ -238,6 +244,8 @@ class Monitor:
         return result
 
     def _intrinsic(self, callee, handler, args, kwargs):
+        if self.sandbox is not None:
+            self.sandbox.check_call(callee)
         self.in_intrinsic += 1
         try:
             result = handler(self, args, kwargs)

@@ -90,6 +90,27 @@ def returns_to_caller(f, levels: dict) -> bool:
             and levels.get(id(f)) == levels.get(id(caller), -1))
 
 
+def tracked(shadows, kind: type, live: dict) -> list:
+    """The shadows of type ``kind`` whose ids ``live`` holds, among ``shadows`` (inside the
+    ``Items``/``Entries`` of ``*args``/``**kwargs`` too)."""
+    found = []
+    for sh in shadows:
+        t = type(sh)
+        if t is kind and id(sh) in live:
+            found.append(sh)
+        elif t is Items or t is Entries:
+            found += tracked(sh if t is Items else sh.values(), kind, live)
+    return found
+
+
+CALLS = frozenset({"CALL", "CALL_FUNCTION_EX"})
+
+
+def calling(frame) -> bool:
+    """Is monitored ``frame`` executing a call instruction (so a return value lands on it)?"""
+    return hasattr(frame, "info") and frame.info.instructions[frame.lasti].opname in CALLS
+
+
 def observed_ops(info):
     """The dispatch table of ``info`` with every handler wrapped to report to observers."""
     ops = []

@@ -1063,3 +1063,16 @@ def binder_code(code, nparams):
         co_varnames=code.co_varnames[:nparams], co_nlocals=nparams, co_cellvars=(),
         co_freevars=(), co_flags=flags, co_stacksize=nparams + 1, co_linetable=b"",
         co_exceptiontable=b"")
+
+
+# Control flow operators (magpy.controlflow): the conditional jumps an ``if`` compiles to,
+# with the truth that makes them jump; the jump that ends an ``if`` arm over its ``else``;
+# the instructions with an effect outside the frame's locals; those that make a frame's
+# cell and those that write one (an effect unless the cell is new).
+BRANCH_JUMPS = {"POP_JUMP_FORWARD_IF_FALSE": False, "POP_JUMP_FORWARD_IF_TRUE": True}
+FORWARD_JUMP = "JUMP_FORWARD"
+EFFECT_OPS = frozenset({"STORE_ATTR", "DELETE_ATTR", "STORE_SUBSCR", "DELETE_SUBSCR", "STORE_GLOBAL",
+                        "DELETE_GLOBAL", "STORE_NAME", "DELETE_NAME", "IMPORT_NAME", "IMPORT_STAR",
+                        "BEFORE_WITH", "BEFORE_ASYNC_WITH", "PRINT_EXPR", "SETUP_ANNOTATIONS"})
+CELL_MAKE = "MAKE_CELL"
+CELL_WRITES = frozenset({"STORE_DEREF", "DELETE_DEREF"})

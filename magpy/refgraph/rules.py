@@ -66,6 +66,7 @@ class Breaker:
         self.monitor = None
         self.segmenter = None
         self.graph = graph
+        self.sandbox = None   # magpy.controlflow.Sandbox of a fork under way: a break stops it
 
     def fail(self, exc: BaseException) -> None:
         """magpy's machinery failed: stop recording; the program itself runs on unharmed."""
@@ -74,6 +75,8 @@ class Breaker:
             self("internal error in magpy's capture")
 
     def __call__(self, reason: str, step: bool = False) -> None:
+        if self.sandbox is not None:
+            self.sandbox.stop(reason)
         if self.brk is not None:
             return
         brk = self.where(reason)
@@ -83,6 +86,8 @@ class Breaker:
 
     def stop(self, reason: str | GraphBreak) -> None:
         """Give up segments: the run ends as one that met ``reason`` (it runs eagerly)."""
+        if self.sandbox is not None:
+            self.sandbox.stop(str(reason))
         if self.brk is None:
             self.brk = reason if isinstance(reason, GraphBreak) else self.where(reason)
 

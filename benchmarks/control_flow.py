@@ -1,0 +1,236 @@
+"""Control flow: eager vs torch.compile vs magpy on a BlockDrop-style network (paper §8.4).
+
+A policy network looks at the input and switches residual blocks on or off, so different
+inputs run different block subsets through the Python ``if gates[i] > 0.5: x = x + block(x)``.
+magpy records each such ``if`` on a tensor as one ``torch.cond`` (``magpy/controlflow.py``):
+one recording, one graph for every subset.  This measures what that buys on this CPU:
+
+    python -m benchmarks.control_flow [--calls N] [--blocks N] [--threads N] [--quick]
+
+The model (``BlockDrop`` below, random weights): a conv stem, ``--blocks`` residual blocks
+(conv-BN-ReLU-conv-BN, 32 channels, default 6) and a linear head, on 32x32 images at batch 8;
+the policy (conv, ReLU, global pool, linear, sigmoid, mean over the batch) gives one 0-d gate
+per block.  Its last layer is standardised on calibration images (seeds distinct from the
+benchmark's) so each gate is on for about half of the inputs; the header prints how many
+distinct block subsets the calls take.
+
+``--calls`` calls (default 50) under ``torch.no_grad()`` in eval mode, image ``i`` drawn with
+seed ``i``; every variant gets the same images: ``eager`` (the model), ``torch.compile``
+(``torch.compile(model)``, default settings, after ``torch._dynamo.reset()``) and ``magpy``
+(``magpy.compile(model)``, default backend inductor, after ``magpy.reset()``), each inductor
+variant in a fresh inductor cache (``torch._inductor.utils.fresh_cache()``).  ``--quick``: 10
+calls, 3 blocks.
+(Inductor 2.13 on CPU hands cond branches channels-last conv activations that the compiled
+branch asserts to be contiguous; ``torch.compile(fn, fullgraph=True)`` of the same
+``torch.cond`` fails alike.  magpy compiles graphs with conds without layout optimisation.)
+
+Columns: ``total s``: all calls, compilations included (each call timed with
+``time.perf_counter``, the comparisons with eager outside the timed region).  ``median ms``: the
+median of the last half of the calls.  ``speedup``: eager median / median.  ``total/tc``: total /
+torch.compile's total.  ``compilations``: magpy: ``magpy.stats(c).monitor_runs`` recordings,
+``graph_count`` graphs compiled and ``graphs_per_call`` of the last call; torch.compile:
+``counters["stats"]["unique_graphs"]``, dynamo's graph breaks (``counters["graph_break"]``) and
+the frames it skipped (``counters["frames"]`` total - ok: a break in a loop makes dynamo run the
+whole ``forward`` eagerly, compiling only the functions it calls; the reasons are a footnote).
+``correct``: every output ``torch.allclose`` to eager's (rtol = atol = 1e-4), else the number of
+mismatching calls.  The machine is shared: ``--threads 1`` by default; compare ratios of one run.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+import torch._dynamo
+import torch._inductor.config
+from torch import nn
+from torch._dynamo.utils import counters
+
+import magpy
+from benchmarks.dynamic import _fmt, compile_cache, make, reset_compilers
+from benchmarks.models._utils import example_image, init_resnet_style
+from benchmarks.run import machine_info
+
+VARIANTS = ("eager", "torch.compile", "magpy")
+RTOL = ATOL = 1e-4
+BATCH, CHANNELS, IMAGE, CLASSES = 8, 32, 32, 10
+GATE_SPREAD = 2.0    # std of each gate's logit over the calibration images
+CALIBRATION = 64     # calibration images (seeds 10_000...)
+
+
+class BlockDrop(nn.Module):
+    def __init__(self, blocks: int):
+        super().__init__()
+        c = CHANNELS
+        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU())
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU(),
+                          nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c))
+            for _ in range(blocks))
+        self.policy = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
+                                    nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, blocks))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, CLASSES))
+
+    def gates(self, x):
+        return torch.sigmoid(self.policy(x).mean(0))   # one 0-d gate per block
+
+    def forward(self, x):
+        gates = self.gates(x)
+        x = self.stem(x)
+        for i, block in enumerate(self.blocks):
+            if gates[i] > 0.5:
+                x = x + block(x)
+        return self.head(x)
+
+
+@torch.no_grad()
+def build(blocks: int) -> BlockDrop:
+    torch.manual_seed(0)
+    model = BlockDrop(blocks)
+    init_resnet_style(model)
+    for block in model.blocks:      # keep the residual sum O(1) however many blocks run
+        block[-1].weight.fill_(0.5)
+    # standardise the policy's logits over calibration images: every gate on about half the time
+    linear = model.policy[-1]
+    logits = torch.stack([model.policy(image(10_000 + i)).mean(0) for i in range(CALIBRATION)])
+    scale = GATE_SPREAD / logits.std(0)
+    linear.weight.mul_(scale[:, None])
+    linear.bias.sub_(logits.mean(0)).mul_(scale)
+    return model.eval()
+
+
+def image(seed: int) -> torch.Tensor:
+    return example_image((BATCH, 3, IMAGE, IMAGE), seed=seed)
+
+
+def run_variant(variant: str, model, inputs: list, reference: list | None) -> dict:
+    row = {"variant": variant, "times": [], "mismatches": [], "max_diff": 0.0, "error": None}
+    outputs, compiled = [], None
+    with compile_cache(variant):
+        reset_compilers()
+        try:
+            compiled = make(variant, model)
+            for i, x in enumerate(inputs):
+                t0 = time.perf_counter()
+                out = compiled(x)
+                row["times"].append(time.perf_counter() - t0)
+                if reference is None:
+                    outputs.append(out)
+                elif not torch.allclose(out, reference[i], rtol=RTOL, atol=ATOL):
+                    row["mismatches"].append(i)
+                if reference is not None:
+                    row["max_diff"] = max(row["max_diff"], float((out - reference[i]).abs().max()))
+        except Exception as e:  # a failing variant is a result: report it and go on
+            row["error"] = f"{type(e).__name__} at call {len(row['times'])}: {str(e).strip()[:300]}"
+            traceback.print_exc()
+        if variant == "magpy" and compiled is not None:
+            s = magpy.stats(compiled)
+            row["compilations"] = (f"{s.monitor_runs} rec, {s.graph_count} graphs, {s.graphs_per_call}/call"
+                                   + (f", {s.eager_runs} eager" if s.eager_runs else ""))
+            row["note"] = (f"magpy stats: monitor_runs={s.monitor_runs} mock_runs={s.mock_runs} "
+                           f"eager_runs={s.eager_runs} graph_count={s.graph_count} "
+                           f"graphs_per_call={s.graphs_per_call} records={s.records}"
+                           + "".join(f"\n  break: {str(r).splitlines()[0]}" for r in s.break_reasons))
+        elif variant == "torch.compile":
+            breaks, frames = counters.get("graph_break", {}), counters.get("frames", {})
+            skipped = frames.get("total", 0) - frames.get("ok", 0)   # frames dynamo gave up on
+            row["compilations"] = (f"{counters['stats'].get('unique_graphs', 0)} graphs, "
+                                   f"{sum(breaks.values())} breaks, {skipped} frames skipped")
+            reasons = {**breaks, **counters.get("unimplemented", {})}
+            row["note"] = "torch.compile graph breaks / unsupported: " + (
+                "; ".join(f"{n}x {_headings(k)}" for k, n in reasons.items()) or "none")
+    reset_compilers()
+    times = row["times"]
+    row["total"] = sum(times) if times else None
+    row["median"] = statistics.median(times[len(times) // 2:]) * 1e3 if times else None
+    row["outputs"] = outputs
+    return row
+
+
+def _headings(reason: str) -> str:
+    """dynamo's reason without its explanations: 'Data-dependent branching -> graph break in loop'."""
+    lines = [ln for ln in str(reason).splitlines() if ln.strip() and not ln[0].isspace()]
+    return " -> ".join(ln for ln in lines if not ln.startswith(("***", "For more")))[:200]
+
+
+def correct_cell(r: dict, calls: int) -> str:
+    if r["error"]:
+        return "ERROR"
+    if r["variant"] == "eager":
+        return "reference"
+    return "yes" if not r["mismatches"] else f"NO ({len(r['mismatches'])}/{calls} calls)"
+
+
+def print_table(rows: list[dict], calls: int) -> None:
+    eager_med = rows[0]["median"]
+    tc_total = next((r["total"] for r in rows if r["variant"] == "torch.compile"), None)
+    head = ("variant", "total s", "median ms", "speedup", "total/tc", "compilations", "correct")
+    cells = [(r["variant"], _fmt(r["total"], ".2f"), _fmt(r["median"], ".2f"),
+              _fmt(eager_med / r["median"] if eager_med and r["median"] else None, ".2f"),
+              _fmt(r["total"] / tc_total if tc_total and r["total"] else None, ".2f"),
+              r.get("compilations", "-"), correct_cell(r, calls)) for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
+
+    def line(values):
+        return "  ".join(v.rjust(w) if 1 <= i <= 4 else v.ljust(w)
+                         for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+    print("\n".join([line(head), "-" * len(line(head))] + [line(c) for c in cells]))
+    for r in rows:
+        if r.get("note"):
+            print(r["note"])
+        if r["mismatches"] or (r["variant"] != "eager" and r["max_diff"]):
+            print(f"{r['variant']}: max abs diff {r['max_diff']:.3g}, "
+                  f"mismatching calls {r['mismatches'][:20]}")
+        if r["error"]:
+            print(f"{r['variant']}: {r['error']}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, help="calls per variant (default 50; --quick 10)")
+    parser.add_argument("--blocks", type=int, help="residual blocks (default 6; --quick 3)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch.set_num_threads (default 1: the machine is shared)")
+    parser.add_argument("--quick", action="store_true", help="10 calls, 3 blocks")
+    opts = parser.parse_args(argv)
+    calls = opts.calls or (10 if opts.quick else 50)
+    blocks = opts.blocks or (3 if opts.quick else 6)
+    if calls < 2 or blocks < 1:
+        parser.error("--calls must be at least 2 and --blocks at least 1")
+    torch.set_num_threads(opts.threads)
+    start = time.perf_counter()
+    info = machine_info()
+    load = info.get("loadavg")
+    print(f"torch {info['torch']}, magpy {info['magpy']} (config.control_flow="
+          f"{magpy.config.control_flow}); {info['cpu']}, threads {torch.get_num_threads()}"
+          + (f", load average {load[0]:.2f}" if load else ""))
+    model = build(blocks)
+    inputs = [image(i) for i in range(calls)]
+    with torch.no_grad():
+        subsets = ["".join("1" if g > 0.5 else "0" for g in model.gates(x)) for x in inputs]
+    print(f"BlockDrop: {blocks} blocks x {CHANNELS} channels, batch {BATCH}, {IMAGE}x{IMAGE} images; "
+          f"{calls} calls, no_grad; inductor cache fresh per variant")
+    print(f"{len(set(subsets))} distinct block subsets of {2 ** blocks} over {calls} calls "
+          f"(blocks run per call: mean {statistics.mean(s.count('1') for s in subsets):.1f}); "
+          f"first calls: {' '.join(subsets[:8])}\n", flush=True)
+    rows, reference = [], None
+    with torch.no_grad():
+        for variant in VARIANTS:
+            print(f"  {variant} ...", flush=True)
+            row = run_variant(variant, model, inputs, reference)
+            if variant == "eager":
+                reference = row["outputs"] if not row["error"] else None
+            rows.append(row)
+            print(f"  {variant} done in {sum(row['times']):.1f} s", flush=True)
+    print()
+    print_table(rows, calls)
+    print(f"\nwall time {time.perf_counter() - start:.1f} s")
+    return 0 if all(not r["error"] and not r["mismatches"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

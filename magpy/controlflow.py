@@ -1,0 +1,469 @@
+"""Control flow (paper §6.2.2): an ``if`` on tensor data recorded as one ``torch.cond``.
+
+At a conditional jump whose condition is a tensor (``if x.sum() > 0:``) the recording run
+does not break (magpy.segments would make the truth an eager step and the record serve
+one outcome).  Both arms run as *forks* of the frame, each up to the instruction where
+they meet (the join), under a :class:`Sandbox` that stops a fork before anything
+observable happens:
+
+===================================================  =======================================
+an arm ...                                           the fork ...
+===================================================  =======================================
+computes with tensors, sets local variables, calls   runs; its tensor operations go into
+pure natives and Python code that does the same      the arm's own graph (``opgraph.Arm``)
+stores an attribute, item, global or closure cell,   stops before it: the jump is a break
+enters ``with``, imports, calls an impure native,    (an eager step), as without control
+updates a tensor from before the jump in place,      flow operators
+draws random numbers, or meets a break of its own
+(``.item()``)
+a nested tensor ``if``                               records a cond into the arm's graph
+leaves the arm (``return``, ``break``, an            stops
+exception)
+===================================================  =======================================
+
+At the join the arms must agree on every slot of the frame (locals and stack) but the
+tensors: a slot they leave different holds a tensor in both, of the same dtype, shape,
+device and ``requires_grad``; those are the outputs of ``cond(pred, arm_if_true,
+arm_if_false, operands)``, whose operands are the tensors from before the jump that either
+arm reads.  The frame then takes the taken fork's state and goes on from the join.  The
+RefGraph builder watches both forks, so the guard covers what either arm read.
+
+Where an arm leaves a slot's tensor ``p`` as it was (``if g: x = block(x)`` when ``g`` is
+false), the program has ``p`` itself there, not a new tensor: the mock gives it ``p`` when
+that arm runs.  If the run took that arm, the slot keeps ``p`` and gets a :class:`Passed`
+shadow: operations reaching ``p`` through it (moves, calls, tensor operations) record the
+cond's output, while other references to ``p`` record ``p``.  A use the shadow cannot
+follow (stored, put in a container) ends recording; the next recording breaks at that
+``if`` instead.  Returned from the call, it is the call's result as the mock picks it.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import torch
+
+from magpy import annotations as ann
+from magpy.config import config
+from magpy.dynamic import argument_shadows
+from magpy.monitor import Observer, bytecode
+from magpy.monitor.observer import CALLS, calling, returns_to_caller, tracked
+from magpy.refgraph.graph import is_immutable
+
+# Ifs whose passed-through tensor escaped a recording: (file, first line, function, offset).
+_REFUSED: set[tuple] = set()
+# Tensor attributes that are metadata (a passed-through tensor and the cond's output agree).
+_METADATA = frozenset({"shape", "dtype", "device", "ndim", "layout", "requires_grad", "is_cuda", "size",
+                       "dim"})
+_MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP"})
+_CELL_OPS = frozenset({"MAKE_CELL", "STORE_DEREF", "LOAD_DEREF"})
+
+_ARRIVED = object()   # a fork's result: it reached the join
+_LEFT = object()      # a fork's result: it went elsewhere
+
+
+class ForkStopped(BaseException):
+    """Stops a fork at a forbidden operation (not an ``Exception``: the program's own
+    ``except Exception`` does not catch it, and :attr:`Sandbox.violation` says it happened)."""
+
+
+def _arrive(f, arg):
+    f.retval = _ARRIVED
+    return True
+
+
+def _leave(f, arg):
+    f.retval = _LEFT
+    return True
+
+
+class Sandbox:
+    """The rules a fork runs under: the monitor asks it before each native call and runs
+    frames through its tables, whose effectful instructions stop the fork first."""
+
+    def __init__(self):
+        self.violation: str | None = None
+        self._tables: dict[int, tuple] = {}   # id(code info) -> (info, guarded table)
+        self._cells: set[int] = set()         # ids of the cells frames made in the fork
+
+    def stop(self, why: str):
+        if self.violation is None:
+            self.violation = why
+        raise ForkStopped(why)
+
+    def ops(self, info, table: list) -> list:
+        """``table`` (the frame's observed dispatch table) with every effectful instruction
+        stopping the fork before it runs."""
+        entry = self._tables.get(id(info))
+        if entry is None:
+            guarded = [e if e is None or ins is None else (self._guard(e[0], ins.opname), e[1], e[2])
+                       for e, ins in zip(table, info.instructions)]
+            entry = self._tables[id(info)] = (info, guarded)
+        return entry[1]
+
+    def _guard(self, handler, opname: str):
+        """``handler`` of instruction ``opname``, stopping the fork before an effect."""
+        if opname in bytecode.EFFECT_OPS:
+            def refuse(f, arg):
+                self.stop(f"{opname} in a branch")
+            return refuse
+        if opname == bytecode.CELL_MAKE:
+            def make(f, i):
+                done = handler(f, i)
+                self._cells.add(id(f.locals[i]))
+                return done
+            return make
+        if opname in bytecode.CELL_WRITES:
+            def write(f, i):
+                if id(f.locals[i]) not in self._cells:
+                    self.stop(f"{opname} of a variable from outside the branch")
+                return handler(f, i)
+            return write
+        return handler
+
+    def check_call(self, callee) -> None:
+        """A native call in a fork: only pure ones (tensor operations are checked by the
+        recorder, which knows which tensors the arm made)."""
+        if ann.is_tensor_method(callee):
+            return
+        a, _ = ann.lookup(callee)
+        if a is None or not a.pure or a.inplace:
+            self.stop(f"{getattr(callee, '__qualname__', callee)!s} in a branch")
+
+
+class Passed:
+    """The shadow of a slot where the run's arm left tensor ``value`` as it was: reached
+    through the slot, it is the cond's output, which ``out`` (a stand-in) holds."""
+
+    __slots__ = ("out", "value", "site")
+
+    def __init__(self, out, value, site):
+        self.out, self.value, self.site = out, value, site
+
+    def __repr__(self):
+        return f"<tensor passed through the if at {self.site[0]}:{self.site[1]}>"
+
+
+def arms(info, j: int) -> tuple[tuple[int, int], tuple[int, int], int] | None:
+    """For the conditional jump at code unit ``j``: the arm taken when the condition is
+    true and the one taken when it is false, each ``(start, end)``, and their join; None
+    unless it is a forward ``if``/``else`` (or ``if`` alone) that ends in a join."""
+    ins = info.instructions[j]
+    jumps_if = bytecode.BRANCH_JUMPS.get(ins.opname) if ins is not None else None
+    if jumps_if is None:
+        return None
+    _, target, fall = info.ops[j]
+    last = target - 1
+    while last > fall and info.instructions[last] is None:
+        last -= 1
+    end = info.instructions[last]
+    join = target
+    other = (target, target)
+    if end is not None and end.opname == bytecode.FORWARD_JUMP:
+        join = info.ops[last][1]
+        if join <= target:
+            return None
+        other = (target, join)
+    through = (fall, target)
+    return (other, through, join) if jumps_if else (through, other, join)
+
+
+class Branches(Observer):
+    """Records tensor ``if``s of one recording run as ``torch.cond`` (module docstring).
+
+    The recorder asks :meth:`wants` when the program reads a tensor's truth; if the read
+    is a branch this can take, the jump completes unbroken and :meth:`on_instruction` runs
+    the forks; if they fail, it hands the truth to the breaker as a step after all.
+    """
+
+    def __init__(self, builder, breaker, recorder, segmenter):
+        self.monitor = None   # set once the capture made its monitor
+        self.builder, self.breaker = builder, breaker
+        self.recorder, self.segmenter = recorder, segmenter
+        self._pending = None   # (frame, lasti, tensor, arms) of the jump under way
+        self.conds: list[str] = []   # the ifs recorded as conds, in words (explain)
+        self.live: dict[int, Passed] = {}    # the Passed shadows of the run
+        self.consumed: set[int] = set()      # of those, the ones the operation just recorded took
+        self._passed: dict[int, set] = {}    # id(frame) -> those its call bound to parameters
+        self._levels: dict[int, int] = {}    # id(frame) -> intrinsics under way when it was entered
+        self._cells: dict[int, tuple] = {}   # id(cell) -> (cell, its content, the content's Passed)
+
+    def wants(self, t: torch.Tensor) -> bool:
+        """Is the truth of ``t`` being read by a jump this can record as a cond?"""
+        if not config.control_flow or self.breaker.brk is not None:
+            return False
+        f = self.monitor.current
+        if f is None or not hasattr(f, "info") or t.numel() != 1:
+            return False
+        shapes = self.recorder.shapes
+        if shapes is not None and shapes.active:
+            return False
+        found = arms(f.info, f.lasti)
+        if found is None or _site(f) in _REFUSED:
+            return False
+        self._pending = (f, f.lasti, t, found)
+        return True
+
+    # The monitor calls it like any observer (first among them: a failed branch becomes a
+    # step that the segmenter completes at this very instruction).
+    def on_enter(self, frame):
+        self._levels[id(frame)] = self.monitor.in_intrinsic
+        if self.live:
+            bound = tracked(frame.shadow_locals or (), Passed, self.live)
+            if bound:
+                self._passed.setdefault(id(self.monitor.current), set()).update(id(m) for m in bound)
+
+    def on_instruction(self, frame, ins, inputs, outputs):
+        if self.live:
+            self._follow(frame, ins)
+        pending = self._pending
+        if pending is None or pending[0] is not frame or pending[1] != frame.lasti:
+            return
+        self._pending = None
+        _, _, t, (if_true, if_false, join) = pending
+        truth = frame.pc == if_true[0]
+        taken, other = (if_true, if_false) if truth else (if_false, if_true)
+        why = self._record(frame, t, truth, taken, other, join)
+        if why is not None:
+            self.breaker(f"Tensor.__bool__ reads tensor data into Python (no cond: {why})", step=True)
+
+    def standing_in(self, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """``args``/``kwargs`` of the tensor operation being recorded, with each tensor that
+        arrives through a :class:`Passed` slot replaced by the stand-in of the cond's output;
+        None if there is none."""
+        if not self.live:
+            return None
+        f = self.monitor.current
+        found = argument_shadows(f, args, kwargs) if hasattr(f, "info") else None
+        if found is None:
+            return None
+        pos, kw = found
+        if args and pos[0] is None:   # ``t.method(...)``: the monitor calls the bound method
+            pos = (_bound_self(f, args[0], self.live),) + tuple(pos[1:])
+
+        def swap(v, sh):
+            if type(sh) is Passed and id(sh) in self.live and sh.value is v:
+                self.consumed.add(id(sh))
+                return sh.out
+            return v
+        args = tuple(swap(a, s) for a, s in zip(args, pos))
+        return args, {k: swap(v, kw.get(k)) for k, v in kwargs.items()}
+
+    def result(self, result):
+        """The call's result for the mock: the stand-in of the cond's output if the call
+        returns a tensor it reached through a :class:`Passed` slot."""
+        sh = self.monitor.ret_shadow
+        return sh.out if type(sh) is Passed and id(sh) in self.live and sh.value is result else result
+
+    def _follow(self, frame, ins) -> None:
+        """A :class:`Passed` shadow must go only where it is followed (module docstring)."""
+        name = ins.opname
+        consumed, self.consumed = self.consumed, set()
+        passed = self._passed.pop(id(frame), ()) if name in CALLS else ()
+        if name in _MOVES:
+            return
+        if name in _CELL_OPS:
+            self._cell(frame, ins)
+            return
+        marks = tracked(frame.ins_shadows, Passed, self.live)
+        if not marks:
+            return
+        if name in ("LOAD_ATTR", "LOAD_METHOD") and ins.argval in _METADATA:
+            return
+        if name == "LOAD_METHOD" and getattr(frame.stack[-1], "__self__", None) is marks[0].value:
+            frame.shadow_stack[-1] = marks[0]   # the bound method: its self is still the slot's
+            return
+        if name == "RETURN_VALUE" and (frame.back is self.monitor.host_frame and len(marks) == 1
+                                       or returns_to_caller(frame, self._levels) and calling(frame.back)):
+            return   # to the calling instruction, or the call's result (see result)
+        for m in marks:
+            if id(m) not in consumed and id(m) not in passed:
+                self._escaped(m, name)
+                return
+
+    def on_call(self, frame, callee, args, kwargs, result, entered):
+        if self.live and any(callee is f for f in ann.FRAME_READERS):
+            self._escaped(next(iter(self.live.values())), getattr(callee, "__name__", "a frame reader"))
+
+    def _escaped(self, mark, how: str) -> None:
+        _REFUSED.add(mark.site)
+        self.live.clear()
+        brk = self.breaker.where(f"a tensor an if left as it was is used where magpy cannot follow it "
+                                 f"({how}); that if is a break from the next recording on")
+        self.breaker.stop(dataclasses.replace(brk, retry=True))
+
+    def _cell(self, frame, ins) -> None:
+        """A closure cell keeps its content's :class:`Passed` shadow (``_call_impl`` keeps its
+        ``*args`` in one)."""
+        cell = frame.locals[ins.arg]
+        if ins.opname == "LOAD_DEREF":
+            entry = self._cells.get(id(cell))
+            if entry is not None and entry[0] is cell and entry[1] is frame.stack[-1]:
+                frame.shadow_stack[-1] = entry[2]
+            return
+        sh = frame.ins_shadows[0] if ins.opname == "STORE_DEREF" else frame.shadow_locals[ins.arg]
+        if tracked((sh,), Passed, self.live):
+            self._cells[id(cell)] = (cell, cell.cell_contents, sh)
+        else:
+            self._cells.pop(id(cell), None)
+
+    def _record(self, frame, t, truth, taken, other, join) -> str | None:
+        """Run both arms and record the cond; the reason it cannot be, or None."""
+        with self.recorder.paused():
+            rng = torch.default_generator.get_state()
+        arm_o, fork_o, why = self._fork(frame, other, join)
+        if why is None:
+            arm_t, fork_t, why = self._fork(frame, taken, join)
+        with self.recorder.paused():
+            drew = not torch.equal(rng, torch.default_generator.get_state())
+            torch.default_generator.set_state(rng)
+        if why is None and drew:
+            why = "an arm draws random numbers"
+        if why is None:
+            why = self._merge(frame, t, truth, (arm_t, fork_t), (arm_o, fork_o))
+        if why is None:
+            self._adopt(frame, fork_t, join)
+            self.conds.append(f"if at {frame.code.co_filename}:{frame.f_lineno} ({frame.code.co_qualname}): "
+                              f"torch.cond, the run took the {'true' if truth else 'false'} arm")
+        return why
+
+    def _fork(self, frame, region, join):
+        """Run the arm ``region`` of ``frame`` on a copy of it, to the join: ``(arm, fork,
+        None)``, or ``(None, None, why not)``."""
+        sandbox = Sandbox()
+        fork = frame.copy(back=frame.back)
+        fork.pc = region[0]
+        with self._forking(sandbox):
+            table = list(self.monitor.ops_for(frame.info))
+            for i, e in enumerate(table):
+                if e is not None and not region[0] <= i < region[1]:
+                    table[i] = (_leave, None, i)
+            table[join] = (_arrive, None, join)
+            fork.ops = table
+            with self.recorder.arm(sandbox) as arm:
+                try:
+                    result = self.monitor.execute(fork)
+                except ForkStopped:
+                    result = None
+                except Exception as e:  # noqa: BLE001 - the arm fails on this input: not recordable
+                    sandbox.violation = sandbox.violation or f"the arm raises {type(e).__name__}"
+                    result = None
+        if sandbox.violation is not None:
+            return None, None, sandbox.violation
+        if result is not _ARRIVED:
+            return None, None, "an arm leaves the if (return, break, continue)"
+        return arm, fork, None
+
+    @contextlib.contextmanager
+    def _forking(self, sandbox):
+        mon, brk, rec = self.monitor, self.breaker, self.recorder
+        # (A fork inside a fork, for a nested if, puts the outer one's rules back after it.)
+        saved = (mon.observers, brk.segmenter, rec.fixed, rec.lifted, mon.sandbox, torch.is_grad_enabled())
+        mon.observers = [self.builder, self]
+        mon.sandbox = brk.sandbox = sandbox
+        brk.segmenter = None
+        rec.lifted = None
+        rec.fixed = self._constant(sandbox)
+        try:
+            yield
+        finally:
+            mon.observers, brk.segmenter, rec.fixed, rec.lifted, outer, grad = saved
+            mon.sandbox = brk.sandbox = outer
+            torch._C._set_grad_enabled(grad)
+
+    def _constant(self, sandbox):
+        segmenter = self.segmenter
+
+        def fixed(v):
+            # A value an eager step computed would be a constant of the arm's graph.
+            if segmenter.dynamic and segmenter.is_dynamic(v):
+                sandbox.stop("a value computed eagerly used in a branch")
+        return fixed
+
+    def _merge(self, frame, t, truth, taken, other) -> str | None:
+        """Compare the forks at the join and put the cond into the graph."""
+        (arm_t, fork_t), (arm_o, fork_o) = taken, other
+        if len(fork_t.stack) != len(fork_o.stack):
+            return "the arms leave different stacks"
+        slots_t, slots_o = self._graph_values(fork_t), self._graph_values(fork_o)
+        outputs: dict[tuple, list] = {}   # (id(a), id(b)) -> [a, b, slots]
+        for i, (a, b) in enumerate(zip(slots_t, slots_o)):
+            if a is b:
+                continue
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+                if _meta(a) != _meta(b):
+                    return f"the arms give tensors of different kinds ({_meta(a)} and {_meta(b)})"
+                outputs.setdefault((id(a), id(b)), [a, b, []])[2].append(i)
+            elif not (type(a) is type(b) and is_immutable(a) and _equal(a, b)):
+                return f"the arms leave different Python values ({type(a).__name__}, {type(b).__name__})"
+        if len({k[0] for k in outputs}) != len(outputs):
+            return "a tensor of the taken arm pairs with different tensors of the other"
+        if not outputs:
+            return None   # the arms' operations made nothing the program keeps
+        if any(not arm_t.made(a) and not arm_o.made(b) for a, b, _ in outputs.values()):
+            return "both arms leave tensors from before the if"
+        stand_ins, marks = [], []
+        held = fork_t.locals + fork_t.stack
+        for a, _, slots in outputs.values():
+            if arm_t.made(a):
+                stand_ins.append(a)
+                continue
+            with self.recorder.paused():
+                out = a.detach()   # (only a key for the cond's output: never the program's)
+            mark = Passed(out, held[slots[0]], _site(frame))
+            marks.extend((i, mark) for i in slots)
+            stand_ins.append(out)
+        self.recorder.cond(t, truth, (arm_t, [a for a, _, _ in outputs.values()]),
+                           (arm_o, [b for _, b, _ in outputs.values()]), stand_ins)
+        n = len(fork_t.locals)
+        for i, mark in marks:
+            if i < n:
+                fork_t.shadow_locals[i] = mark
+            else:
+                fork_t.shadow_stack[i - n] = mark
+            self.live[id(mark)] = mark
+        return None
+
+    def _graph_values(self, frame) -> list:
+        """The values of ``frame``'s slots as the graph knows them: a tensor held through a
+        :class:`Passed` slot is the earlier cond's output."""
+        values = frame.locals + frame.stack
+        shadows = frame.shadow_locals + frame.shadow_stack
+        return [sh.out if type(sh) is Passed and id(sh) in self.live and sh.value is v else v
+                for v, sh in zip(values, shadows)]
+
+    def _adopt(self, frame, fork, join) -> None:
+        """The frame goes on from the join in the taken fork's state."""
+        frame.locals[:] = fork.locals
+        frame.stack[:] = fork.stack
+        if frame.shadow_stack is not None:
+            frame.shadow_locals[:] = fork.shadow_locals
+            frame.shadow_stack[:] = fork.shadow_stack
+        frame.pc = join
+
+
+def _site(frame) -> tuple:
+    code = frame.code
+    return code.co_filename, code.co_firstlineno, code.co_qualname, frame.lasti
+
+
+def _bound_self(f, first, live: dict):
+    """The :class:`Passed` shadow of the bound method a CALL calls, if ``first`` (the
+    operation's first argument) is its ``self``."""
+    for v, sh in zip(f.ins_inputs, f.ins_shadows):
+        if (type(sh) is Passed and id(sh) in live and sh.value is first
+                and getattr(v, "__self__", None) is first):
+            return sh
+    return None
+
+
+def _meta(t: torch.Tensor) -> tuple:
+    return t.dtype, tuple(t.shape), t.device, t.requires_grad, t.layout
+
+
+def _equal(a, b) -> bool:
+    try:
+        return bool(a == b) or (a != a and b != b)
+    except Exception:  # noqa: BLE001 - an odd __eq__: not equal
+        return False
+

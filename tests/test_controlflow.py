@@ -1,0 +1,309 @@
+"""Control flow operators: an ``if`` on tensor data recorded as one ``torch.cond``.
+
+Every program runs through ``tests.compile_harness.check_compiled`` (outputs, arguments and
+program state compared with eager after each call; per-call MONITOR/MOCK expectations) with
+inputs that take both arms across calls.  Where both arms can be recorded, the first call
+records once and every later call, whichever arm it takes, is a mock run of one graph.
+Where an arm cannot be (a print, an in-place update of program state, a ``return``), the
+jump is a graph break as without control flow operators: still eager's results.
+"""
+import pytest
+import torch
+from torch import nn
+
+import magpy
+from tests.compile_harness import (
+    ANY,
+    MOCK,
+    MONITOR,
+    Step,
+    check_compiled,
+    fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
+)
+
+
+@pytest.fixture(autouse=True)
+def _restore_config():
+    saved = magpy.config.control_flow
+    yield
+    magpy.config.control_flow = saved
+
+
+def _signs(make, signs):
+    """One call per sign: inputs whose condition is true (+1) or false (-1)."""
+    return [Step(f"call {i} ({'true' if s > 0 else 'false'})", (lambda st, s=s: make(s)), seed=i + 1,
+                 expect=MONITOR if i == 0 else MOCK) for i, s in enumerate(signs)]
+
+
+def _positive(s):
+    return (torch.randn(4, 8).abs() * s,)
+
+
+SIGNS = [1, -1, -1, 1, -1, 1]
+
+
+def _counts(compiled):
+    st = magpy.stats(compiled)
+    return st.monitor_runs, st.mock_runs, st.eager_runs, st.graphs_per_call
+
+
+# ---------------------------------------------------------------------------- recorded as cond
+
+def _if_else(x):
+    if x.sum() > 0:
+        y = torch.relu(x) * 2
+    else:
+        y = x - 1
+    return y + 1
+
+
+def _if_alone(x):
+    y = x * 3
+    if x.mean() > 0:
+        y = torch.tanh(y)
+    return y
+
+
+def _kept_alias(x):
+    identity = x
+    if x.sum() > 0:
+        x = torch.sigmoid(x) * 4
+    return x + identity
+
+
+def _ternary(x):
+    y = x.exp() if x.sum() > 0 else x.neg()
+    return y.sum(0)
+
+
+def _two_ifs(x):
+    if x.sum() > 0:
+        x = x * 2
+    if x.max() > 1:
+        x = x - 1
+    return x
+
+
+class _Gated(nn.Module):
+    """A BlockDrop-style network: a policy picks the residual blocks that run."""
+
+    def __init__(self):
+        super().__init__()
+        self.policy = nn.Linear(8, 3)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)) for _ in range(3))
+
+    def forward(self, x):
+        gates = torch.sigmoid(self.policy(x.mean(0)))
+        for i, block in enumerate(self.blocks):
+            if gates[i] > 0.5:
+                x = x + block(x)
+        return x
+
+
+def _nested(x):
+    if x.sum() > 0:
+        if x.max() > 2:
+            x = x * 0.5
+        else:
+            x = x + 1
+    else:
+        x = -x
+    return x
+
+
+PROGRAMS = [_if_else, _if_alone, _kept_alias, _ternary, _two_ifs, _nested]
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=[f.__name__[1:] for f in PROGRAMS])
+def test_both_arms_share_one_record(program):
+    trace = check_compiled(lambda: (program, None), _signs(_positive, SIGNS))
+    assert _counts(trace.compiled) == (1, len(SIGNS) - 1, 0, 1), magpy.stats(trace.compiled)
+
+
+def test_gated_blocks_are_one_record_for_every_choice():
+    def inputs(seed):
+        torch.manual_seed(seed)
+        return (torch.randn(5, 8) * 3,)
+    # The inputs take 0 to 3 of the blocks.  (Under grad mode the arms would differ in
+    # requires_grad: the jump stays a break.)
+    seeds = [0, 1, 2, 3, 4, 5, 6, 7]
+    steps = [Step(f"input {s}", (lambda st, s=s: inputs(s)), expect=MONITOR if i == 0 else MOCK, ctx=torch.no_grad)
+             for i, s in enumerate(seeds)]
+
+    def build():
+        model = _Gated()
+        with torch.no_grad():
+            model.policy.weight.mul_(4)
+        return model, model
+    trace = check_compiled(build, steps)
+    assert _counts(trace.compiled) == (1, 7, 0, 1), magpy.stats(trace.compiled)
+
+
+def test_cond_under_inductor():
+    trace = check_compiled(lambda: (_if_else, None), _signs(_positive, SIGNS[:4]), backend="inductor",
+                           rtol=1e-5, atol=1e-5)
+    assert _counts(trace.compiled) == (1, 3, 0, 1), magpy.stats(trace.compiled)
+
+
+def test_switched_off_each_outcome_records():
+    magpy.config.control_flow = False
+    steps = [Step(s.name, s.args, seed=s.seed, expect=ANY) for s in _signs(_positive, SIGNS)]
+    trace = check_compiled(lambda: (_if_else, None), steps, fullgraph=False)
+    st = magpy.stats(trace.compiled)
+    assert st.monitor_runs == 2 and st.eager_runs == 0, st
+
+
+# ---------------------------------------------------------------------------- falls back to a break
+
+def _prints(x):
+    if x.sum() > 0:
+        print("positive")
+        x = x * 2
+    return x
+
+
+class _Counts(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("hits", torch.zeros(()))
+
+    def forward(self, x):
+        if x.sum() > 0:
+            self.hits += 1
+        return x * 2
+
+
+def _returns(x):
+    if x.sum() > 0:
+        return x * 2
+    return x - 1
+
+
+def _stores(x, box):
+    if x.sum() > 0:
+        box.append(1)
+    return x * 2
+
+
+FALLBACKS = [
+    pytest.param(lambda: (_prints, None), lambda s: _positive(s), id="print"),
+    pytest.param(lambda: (lambda m: (m, m))(_Counts()), lambda s: _positive(s), id="buffer_updated"),
+    pytest.param(lambda: (_returns, None), lambda s: _positive(s), id="return"),
+    pytest.param(lambda: (_stores, None), lambda s: _positive(s) + ([],), id="list_append"),
+]
+
+
+@pytest.mark.parametrize("build, make", FALLBACKS)
+def test_arm_with_an_effect_is_a_break(build, make):
+    steps = [Step(s.name, s.args, seed=s.seed, expect=ANY) for s in _signs(make, SIGNS)]
+    trace = check_compiled(build, steps, fullgraph=False)
+    st = magpy.stats(trace.compiled)
+    assert st.eager_runs == 0 and st.monitor_runs == 2, st
+
+
+FIRST_FALSE = [-1, 1, 1, -1, 1, -1]
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=[f.__name__[1:] for f in PROGRAMS])
+def test_a_first_call_that_leaves_a_tensor_as_it_was_records_the_cond_too(program):
+    # The recording goes on with that very tensor (``x`` itself, not a cond's new output):
+    # reached through the slot the if left it in, it is the cond's output in the graph, and
+    # the mock gives the program x itself when that arm runs.
+    trace = check_compiled(lambda: (program, None), _signs(_positive, FIRST_FALSE))
+    assert _counts(trace.compiled) == (1, len(FIRST_FALSE) - 1, 0, 1), magpy.stats(trace.compiled)
+
+
+def _escapes(x, box):
+    y = x * 3
+    if x.mean() > 0:
+        y = torch.tanh(y)
+    box.append(y)    # stored where no shadow follows it
+    return y
+
+
+def test_a_passed_through_tensor_that_escapes_ends_recording_then_breaks():
+    steps = [Step(f"call {i}", (lambda st, s=s: _positive(s) + ([],)), seed=i + 1, expect=ANY)
+             for i, s in enumerate(FIRST_FALSE)]
+    trace = check_compiled(lambda: (_escapes, None), steps, fullgraph=False)
+    st = magpy.stats(trace.compiled)
+    # The first recording learns the if cannot be a cond; the next ones record each outcome.
+    assert (st.monitor_runs, st.eager_runs, st.records) == (3, 0, 2), st
+
+
+class _Scaled(nn.Module):
+    """Each arm reads a different attribute: the guard covers both, whichever arm ran."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = 2.0, 3.0
+
+    def forward(self, x):
+        if x.sum() > 0:
+            y = x * self.up
+        else:
+            y = x - self.down
+        return y
+
+
+def _set_down(m):
+    m.down = 5.0
+
+
+def test_the_guard_covers_what_the_arm_not_taken_read():
+    steps = _signs(_positive, [1, -1, 1])
+    steps.append(Step("after m.down = 5.0 (read by the arm not taken first)", (lambda st: _positive(-1)),
+                      mutate=_set_down, seed=9, expect=MONITOR))
+    steps += [Step(f"again {i}", (lambda st, s=s: _positive(s)), seed=10 + i, expect=MOCK)
+              for i, s in enumerate([1, -1])]
+    trace = check_compiled(lambda: (lambda m: (m, m))(_Scaled()), steps)
+    assert magpy.stats(trace.compiled).eager_runs == 0
+
+
+@pytest.mark.slow
+def test_gated_blocks_under_inductor():
+    def build():
+        model = _Gated()
+        with torch.no_grad():
+            model.policy.weight.mul_(4)
+        return model, model
+    steps = [Step(f"input {s}", (lambda st, s=s: (torch.randn(5, 8) * 3,)), seed=s,
+                  expect=MONITOR if s == 0 else MOCK, ctx=torch.no_grad) for s in range(6)]
+    trace = check_compiled(build, steps, backend="inductor", rtol=1e-5, atol=1e-5)
+    assert _counts(trace.compiled) == (1, 5, 0, 1), magpy.stats(trace.compiled)
+
+
+def test_explain_lists_each_cond_with_its_line():
+    torch.manual_seed(0)
+    model = _Gated()
+    with torch.no_grad():
+        model.policy.weight.mul_(4)
+        text = str(magpy.explain(magpy.compile(model, backend="eager"), torch.randn(5, 8) * 3))
+    assert text.count("torch.cond, the run took the") == 3, text
+    assert f"test_controlflow.py:{_Gated.forward.__code__.co_firstlineno + 3} (_Gated.forward)" in text, text
+
+
+class _GatedConv(nn.Module):
+    """Convolutional blocks: inductor would hand the conds channels-last activations."""
+
+    def __init__(self):
+        super().__init__()
+        self.policy = nn.Linear(4, 2)
+        self.stem = nn.Conv2d(4, 8, 3, padding=1)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU()) for _ in range(2))
+
+    def forward(self, x):
+        gates = torch.sigmoid(self.policy(x.mean((0, 2, 3))) * 4)
+        x = self.stem(x)
+        for i, block in enumerate(self.blocks):
+            if gates[i] > 0.5:
+                x = x + block(x)
+        return x.mean((2, 3))
+
+
+@pytest.mark.slow
+def test_gated_convolutions_under_inductor():
+    steps = [Step(f"input {s}", (lambda st: (torch.randn(2, 4, 16, 16),)), seed=s,
+                  expect=MONITOR if s == 0 else MOCK, ctx=torch.no_grad) for s in range(6)]
+    trace = check_compiled(lambda: (lambda m: (m, m))(_GatedConv()), steps, backend="inductor",
+                           rtol=1e-4, atol=1e-4)
+    assert _counts(trace.compiled) == (1, 5, 0, 1), magpy.stats(trace.compiled)
