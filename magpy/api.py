@@ -123,6 +123,7 @@ class Explanation:
     inputs: list = dataclasses.field(default_factory=list)     # the guard's checks on the inputs, in words
     dynamic: list = dataclasses.field(default_factory=list)    # the symbolic sizes, in words (magpy.dynamic)
     shape_check_source: str | None = None  # the guard's check of the symbolic sizes (SHAPES)
+    autopilot: list = dataclasses.field(default_factory=list)  # a compiled callable's graph trials, in words
 
     def __repr__(self) -> str:
         counts = f"graphs={self.graph_count}, ops={self.op_count}, breaks={len(self.break_reasons)}"
@@ -147,6 +148,9 @@ class Explanation:
         for i, b in enumerate(self.break_reasons):
             last = self.eager and i == len(self.break_reasons) - 1
             out.append(f"break ({'ends recording: the call runs eagerly' if last else 'eager step'}): {b}")
+        if self.autopilot:
+            out.append("autopilot (compiled vs eager, the faster kept; magpy.config.autopilot):")
+            out += [f"  {line}" for line in self.autopilot]
         if len(self.segments) > 1:
             out.append("segments (what the mock runs, in order):")
             out += [f"  {line}" for line in self.segments]
@@ -208,7 +212,15 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     breaks = list(rec.breaks) + ([rec.graph_break] if rec.graph_break is not None else [])
     return Explanation(len(graphs), graphs, rec.op_count, breaks, rec.guard_source, rec.mock_source, result,
                        rec.fast_source, rec.graph_break is not None, _segments(rec), list(rec.inputs),
-                       list(rec.lifted) + _static_backend(cache), rec.shape_source)
+                       list(rec.lifted) + _static_backend(cache), rec.shape_source, _trials(cache))
+
+
+def _trials(cache) -> list[str]:
+    """The trials of a compiled callable's graphs (magpy.autopilot), one line each."""
+    if cache is None:
+        return []
+    return [f"record {r} graph {g}: {trial.describe()}"
+            for r, rec in enumerate(cache.records) for g, trial in enumerate(rec.trials)]
 
 
 def _static_backend(cache) -> list[str]:
