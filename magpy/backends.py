@@ -40,15 +40,42 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         options["decompositions"] = {op: fn for op, fn in select_decomp_table().items()
                                      if "batch_norm" not in op.name()}
         patch["layout_optimization"] = False
-    with _symbolic(example_inputs), inductor_config.patch(patch):
+    with _tracing(example_inputs) as context, inductor_config.patch(patch):
+        _example_values(gm, example_inputs, context.fake_mode)
         return compile_fx(gm, example_inputs, **options)
 
 
-def _symbolic(example_inputs: list):
-    """Compiling for fake tensors with symbolic sizes (magpy.dynamic) happens in their mode."""
+def _example_values(gm: torch.fx.GraphModule, example_inputs: list, mode) -> None:
+    """Give each operation node the fake value Dynamo's nodes carry (``meta["example_value"]``):
+    AOTAutograd's on-disk cache only takes graphs whose method calls are on nodes known to be
+    tensors that way.  A graph fake tensors cannot run (a data-dependent operation) keeps
+    its nodes as they are: it is then compiled again in each process, nothing worse."""
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    try:
+        # The graph may switch grad or inference mode: leave both as they were.
+        with torch.autograd.set_grad_enabled(torch.is_grad_enabled()), \
+                torch.inference_mode(torch.is_inference_mode_enabled()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            FakeTensorProp(gm, mode).propagate(*example_inputs)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return
+    for node in gm.graph.nodes:
+        if node.op != "placeholder" and "val" in node.meta:
+            node.meta.setdefault("example_value", node.meta["val"])
+
+
+def _tracing(example_inputs: list):
+    """The tracing context to compile in: that of fake tensors with symbolic sizes
+    (magpy.dynamic), else a fake mode with a shape environment of its own.  Inductor's
+    on-disk FX graph cache bypasses every graph compiled without a shape environment (its
+    cache entries keep their shape guards there), so a new process would compile again."""
     from torch._guards import TracingContext, detect_fake_mode, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
     mode = detect_fake_mode(example_inputs)
-    return tracing(TracingContext(mode)) if mode is not None else contextlib.nullcontext()
+    if mode is None:
+        mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+    return tracing(TracingContext(mode))
 
 
 # Backends that compile graphs for symbolic sizes (fake tensor example inputs).
