@@ -24,7 +24,7 @@ WARMUP_CALLS = 1   # untimed calls of each version first (lazy initialisation, a
 TIMED_CALLS = 3    # timed calls of each version
 
 # Calls on trial; the compiled version runs on even ones, the eager one on odd ones.
-_TRIAL_CALLS = 2 * (WARMUP_CALLS + TIMED_CALLS)
+TRIAL_CALLS = 2 * (WARMUP_CALLS + TIMED_CALLS)
 _COMPILED, _EAGER = 0, 1
 
 
@@ -55,7 +55,7 @@ class Trial:
         start = _now()
         out = fn(*args)
         self.times[which].append(_now() - start)
-        if self.calls == _TRIAL_CALLS:
+        if self.calls == TRIAL_CALLS:
             self.decide()
         return out
 
@@ -76,7 +76,7 @@ class Trial:
         """The decision in words, with the times it rests on."""
         if self.kept is None:
             return (f"{self.ops} operations: on trial, {self.backend} vs eager "
-                    f"({self.calls} of {_TRIAL_CALLS} calls)")
+                    f"({self.calls} of {TRIAL_CALLS} calls)")
         compiled, eager = (min(t) * 1e3 for t in self.times)
         return (f"{self.ops} operations: kept {self.winner} ({self.backend} {compiled:.3f} ms, eager "
                 f"{eager:.3f} ms per call, best of {TIMED_CALLS})")

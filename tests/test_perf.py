@@ -14,7 +14,7 @@ import magpy
 from magpy import autopilot, logs
 from tests.compile_harness import fresh_magpy  # noqa: F401 - autouse fixture
 
-TRIAL = 2 * (autopilot.WARMUP_CALLS + autopilot.TIMED_CALLS)   # mock calls on trial
+TRIAL = autopilot.TRIAL_CALLS                                  # mock calls on trial
 CALLS = TRIAL + 6                                              # mock calls per test
 
 
