@@ -32,7 +32,11 @@ Per variant:
   ``min`` and at most ``max`` calls (default 5 s, 10..200 calls; ``--quick``: 1 s, 5..50).
   Variants of a model are timed one after the other, not interleaved: on a shared machine,
   expect a few percent of noise.
+  magpy variants warm up for at least ``magpy.autopilot.TRIAL_CALLS`` calls: the autopilot's
+  trial (compiled graph vs the same graph run eagerly) is over before the timed calls.
 * ``speedup``: eager median / variant median.
+* ``kept``: magpy's autopilot decisions (``magpy.stats(compiled).kept``): how many graphs
+  kept their compiled version (the backend's name) and how many run eagerly, the faster.
 * ``graphs``: magpy: ``magpy.stats(compiled).graph_count``, and beside it ``(N/call)`` where the
   stats have ``graphs_per_call`` (the graphs one call runs); the notes say whether the calls ran
   the mock (``mock_runs > 0``) or fell back to eager (``eager_runs > 0``: the break reasons are
@@ -101,6 +105,7 @@ from torch._dynamo.utils import counters  # noqa: E402
 
 import magpy  # noqa: E402
 from benchmarks.models import MODELS, hf_zoo  # noqa: E402
+from magpy import autopilot  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = REPO / "benchmarks" / "results" / "run.json"
@@ -288,6 +293,9 @@ def graph_info(variant: Variant, compiled) -> dict:
                                 "eager_runs": s.eager_runs, "graph_count": s.graph_count,
                                 "records": s.records},
                 "break_reasons": [str(r) for r in s.break_reasons]}
+        kept = getattr(s, "kept", None)   # magpy.autopilot: version -> graphs that kept it
+        if kept is not None:
+            info["kept"] = dict(kept)
         if per_call is not None:
             info["graphs_per_call"] = per_call
             info["magpy_stats"]["graphs_per_call"] = per_call
@@ -316,6 +324,14 @@ def graph_info(variant: Variant, compiled) -> dict:
                                     if k in ("stats", "frames", "recompiles", "resumes")},
                 "notes": notes}
     return {"graphs": None, "break_reasons": [], "notes": []}
+
+
+def _warmup(variant: Variant, timing: Timing) -> int:
+    """Warm-up calls: for magpy, at least its autopilot's trial (the calls that time the
+    compiled graphs against eager), so the timed calls run the version it kept."""
+    if variant.compiler == "magpy" and magpy.config.autopilot:
+        return max(timing.warmup, autopilot.TRIAL_CALLS)
+    return timing.warmup
 
 
 def _identity(out):
@@ -360,7 +376,7 @@ def run_variant(variant: Variant, model, args, kwargs, reference, timing: Timing
             checks = {"first call": check(out)}
             del out
             stage = "warm-up / timed calls"
-            for _ in range(timing.warmup):
+            for _ in range(_warmup(variant, timing)):
                 compiled(*args, **kwargs)
             times = time_calls(lambda: compiled(*args, **kwargs), timing)
             stage = "later call"
@@ -503,7 +519,8 @@ def machine_info() -> dict:
     }
 
 
-COLUMNS = ("model", "variant", "compile s", "median ms", "speedup vs eager", "graphs", "correct", "notes")
+COLUMNS = ("model", "variant", "compile s", "median ms", "speedup vs eager", "graphs", "kept", "correct",
+           "notes")
 
 
 def table_cells(rows: list[dict]) -> tuple[list[list[str]], list[str]]:
@@ -540,7 +557,7 @@ def table_cells(rows: list[dict]) -> tuple[list[list[str]], list[str]]:
         cells.append([
             r["model"], r["variant"],
             _fmt(r.get("compile_s"), ".3f"), _fmt(r.get("median_ms"), ".2f"),
-            _fmt(r.get("speedup"), ".2f"), _graphs_cell(r),
+            _fmt(r.get("speedup"), ".2f"), _graphs_cell(r), _kept_cell(r),
             correct, "; ".join(notes + refs)])
     return cells, footnotes
 
@@ -555,6 +572,12 @@ def _graphs_cell(r: dict) -> str:
     if isinstance(per_call, float):  # an average over calls
         per_call = f"{per_call:.0f}" if per_call.is_integer() else f"{per_call:.1f}"
     return f"{r['graphs']} ({per_call}/call)"
+
+
+def _kept_cell(r: dict) -> str:
+    """magpy's autopilot: how many graphs kept each version ("inductor 2, eager 1")."""
+    kept = r.get("kept")
+    return ", ".join(f"{k} {n}" for k, n in sorted(kept.items(), key=lambda kv: -kv[1])) if kept else "-"
 
 
 def _fmt(x, spec: str) -> str:

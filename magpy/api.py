@@ -124,6 +124,7 @@ class Explanation:
     dynamic: list = dataclasses.field(default_factory=list)    # the symbolic sizes, in words (magpy.dynamic)
     shape_check_source: str | None = None  # the guard's check of the symbolic sizes (SHAPES)
     control_flow: list = dataclasses.field(default_factory=list)   # the ifs recorded as torch.cond
+    autopilot: list = dataclasses.field(default_factory=list)  # a compiled callable's graph trials, in words
 
     def __repr__(self) -> str:
         counts = f"graphs={self.graph_count}, ops={self.op_count}, breaks={len(self.break_reasons)}"
@@ -151,6 +152,9 @@ class Explanation:
         for i, b in enumerate(self.break_reasons):
             last = self.eager and i == len(self.break_reasons) - 1
             out.append(f"break ({'ends recording: the call runs eagerly' if last else 'eager step'}): {b}")
+        if self.autopilot:
+            out.append("autopilot (compiled vs eager, the faster kept; magpy.config.autopilot):")
+            out += [f"  {line}" for line in self.autopilot]
         if len(self.segments) > 1:
             out.append("segments (what the mock runs, in order):")
             out += [f"  {line}" for line in self.segments]
@@ -212,7 +216,16 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     breaks = list(rec.breaks) + ([rec.graph_break] if rec.graph_break is not None else [])
     return Explanation(len(graphs), graphs, rec.op_count, breaks, rec.guard_source, rec.mock_source, result,
                        rec.fast_source, rec.graph_break is not None, _segments(rec), list(rec.inputs),
-                       list(rec.lifted) + _static_backend(cache), rec.shape_source, list(rec.conds))
+                       list(rec.lifted) + _static_backend(cache), rec.shape_source,
+                       control_flow=list(rec.conds), autopilot=_trials(cache))
+
+
+def _trials(cache) -> list[str]:
+    """The trials of a compiled callable's graphs (magpy.autopilot), one line each."""
+    if cache is None:
+        return []
+    return [f"record {r} graph {g}: {trial.describe()}"
+            for r, rec in enumerate(cache.records) for g, trial in enumerate(rec.trials)]
 
 
 def _static_backend(cache) -> list[str]:

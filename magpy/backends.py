@@ -16,6 +16,7 @@ import warnings
 from typing import Callable
 
 import torch
+from torch._guards import TracingContext, detect_fake_mode, tracing
 
 from magpy.errors import BackendError
 
@@ -44,15 +45,54 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         # Inductor hands a cond's branches channels-last activations that the compiled branch
         # then asserts to be contiguous (torch 2.13; torch.compile fails the same way).
         patch["layout_optimization"] = False
-    with _symbolic(example_inputs), inductor_config.patch(patch):
-        return compile_fx(gm, example_inputs, **options)
+    mode = _fake_mode(example_inputs)
+    try:
+        with tracing(TracingContext(mode)), inductor_config.patch(patch):
+            given = _example_values(gm, example_inputs, mode)
+            return compile_fx(gm, example_inputs, **options)
+    except Exception:
+        if detect_fake_mode(example_inputs) is not None:
+            raise
+        # Its own shape environment lets inductor's passes make Python scalars symbolic,
+        # which some graphs fail on (AdamW's update: KeyError in _tensorify_python_scalars):
+        # compile as before, without the disk caches.
+        for node in given:
+            del node.meta["example_value"]
+        with inductor_config.patch(patch):
+            return compile_fx(gm, example_inputs, **options)
 
 
-def _symbolic(example_inputs: list):
-    """Compiling for fake tensors with symbolic sizes (magpy.dynamic) happens in their mode."""
-    from torch._guards import TracingContext, detect_fake_mode, tracing
+def _example_values(gm: torch.fx.GraphModule, example_inputs: list, mode) -> list:
+    """Give each operation node the fake value Dynamo's nodes carry (``meta["example_value"]``):
+    AOTAutograd's on-disk cache only takes graphs whose method calls are on nodes known to be
+    tensors that way.  A graph fake tensors cannot run (a data-dependent operation) keeps
+    its nodes as they are: it is then compiled again in each process, nothing worse.  The
+    nodes given a value."""
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    try:
+        # The graph may switch grad or inference mode: leave both as they were.
+        with torch.autograd.set_grad_enabled(torch.is_grad_enabled()), \
+                torch.inference_mode(torch.is_inference_mode_enabled()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            FakeTensorProp(gm, mode).propagate(*example_inputs)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return []
+    given = [n for n in gm.graph.nodes if n.op != "placeholder" and "val" in n.meta
+             and "example_value" not in n.meta]
+    for node in given:
+        node.meta["example_value"] = node.meta["val"]
+    return given
+
+
+def _fake_mode(example_inputs: list):
+    """The fake mode to compile in: that of fake tensors with symbolic sizes (magpy.dynamic),
+    else one with a shape environment of its own.  Inductor's on-disk FX graph cache bypasses
+    every graph compiled without a shape environment (its cache entries keep their shape
+    guards there), so a new process would compile again."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
     mode = detect_fake_mode(example_inputs)
-    return tracing(TracingContext(mode)) if mode is not None else contextlib.nullcontext()
+    return mode if mode is not None else FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
 
 
 # Backends that compile graphs for symbolic sizes (fake tensor example inputs).

@@ -57,6 +57,8 @@ class Stats:
     records: int = 0          # records in the cache now
     break_reasons: list = dataclasses.field(default_factory=list)
     breaks: dict = dataclasses.field(default_factory=dict)   # reason -> dynamic operations run as eager steps
+    kept: dict = dataclasses.field(default_factory=dict)     # version ("eager", a backend) -> graphs that
+    #                                                          kept it after their trial (magpy.autopilot)
 
 
 class RecordCache:
@@ -276,9 +278,16 @@ class RecordCache:
     def count_record(self, rec: Record) -> None:
         """A record that runs in pieces (or continues one): its graphs and breaks."""
         self.stats.graph_count += len(rec.graphs)
+        for trial in rec.trials:
+            trial.report = self.kept
         for brk in rec.breaks:
             self.stats.breaks[brk.reason] = self.stats.breaks.get(brk.reason, 0) + 1
             self.warn_break(brk, "runs in pieces (graphs with eager steps between them)")
+
+    def kept(self, trial) -> None:
+        """A graph's trial (magpy.autopilot) is over: count and log the version it kept."""
+        self.stats.kept[trial.winner] = self.stats.kept.get(trial.winner, 0) + 1
+        logs.logger("perf").info("%s: graph of %s", self.name(), trial.describe())
 
     def warn_break(self, brk, what: str) -> None:
         """One warning per callable and reason, at the program's line that broke the graph."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from magpy import annotations, backends, continuations, logs, training
+from magpy import annotations, autopilot, backends, continuations, logs, training
 from magpy.codegen import compile_source, generate
 from magpy.codegen.guard import inputs_in_words, path_in_words, write_shape_check
 from magpy.config import config
@@ -69,6 +69,7 @@ class Record:
     lifted: tuple = ()             # its symbolic sizes, in words (magpy.dynamic)
     shape_source: str | None = None   # the guard's SHAPES check (symbolic sizes), if any
     conds: tuple = ()              # the ifs recorded as torch.cond, in words (magpy.controlflow)
+    trials: tuple = ()             # its compiled graphs on trial against eager (magpy.autopilot)
 
     def match(self, args: tuple, kwargs: dict):
         """The mock's environment if this record covers the call, else None."""
@@ -350,8 +351,13 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
     with _stage("closing the operator graphs (opgraph)"):
         graphs = cap.graphs()
     with _stage("compiling the graphs (backend)"):
-        gen.link([None if gm is None else _compile_graph(backend, gm, cap.example_inputs(i))
-                  for i, gm in enumerate(graphs)])
+        compiled = [None if gm is None else _compile_graph(backend, gm, cap.example_inputs(i))
+                    for i, gm in enumerate(graphs)]
+        gen.link(compiled)
+    trials = tuple(fn for fn in compiled if isinstance(fn, autopilot.Trial))
+    for i, fn in enumerate(compiled):
+        if isinstance(fn, autopilot.Trial):
+            fn.settle = functools.partial(gen.relink, i)
     shape_source = _link_shape_check(gen, cap)
     with _stage("compiling the generated mock (compile_source)"):
         mock = compile_source(gen.mock_source, gen.namespace, "mock", f"mock {id(gen):x}")
@@ -362,7 +368,7 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
                  graph_pieces=tuple(i for i, gm in enumerate(graphs) if gm is not None), inputs=inputs,
                  breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects,
                  lifted=_lifted_words(cap, names),
-                 shape_source=shape_source, conds=tuple(cap.branches.conds))
+                 shape_source=shape_source, conds=tuple(cap.branches.conds), trials=trials)
     if gen.lone_result:
         with _stage("handing back a native generator"):
             result = _native_twin(result)
@@ -429,6 +435,8 @@ def _compile_graph(backend, gm, example):
         ops = sum(n.op.startswith("call") for n in gm.graph.nodes)
         logs.logger("graphs").info("compiled a graph of %d operations with %r in %.3f s", ops, name,
                                    time.perf_counter() - start)
+        if name != "eager" and config.autopilot:
+            compiled = autopilot.Trial(compiled, gm.forward, name, ops)
         return compiled
     except Exception as e:  # noqa: BLE001 - any backend failure
         if config.on_backend_error == "raise":

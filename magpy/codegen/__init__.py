@@ -35,7 +35,11 @@ class Generated:
         """Give the mock its compiled graphs (None for a piece without operations)."""
         for i, graph in enumerate(graphs):
             if graph is not None:
-                self.namespace[f"GRAPH{i}"] = graph
+                self.relink(i, graph)
+
+    def relink(self, i: int, graph) -> None:
+        """Make the mock call ``graph`` for piece ``i`` from now on (magpy.autopilot's choice)."""
+        self.namespace[f"GRAPH{i}"] = graph
 
 
 def generate(refgraph: RefGraph, recording, result, nargs: int, kwarg_names: tuple,

@@ -1,0 +1,89 @@
+"""Autopilot: keep a compiled graph only if it is faster than the same graph run eagerly.
+
+A graph compiler is not always a win (on a small CPU Inductor can be ten times slower than
+eager on some models), and ``torch.compile`` never checks.  magpy owns the call path and
+the recorded fx graph is always at hand, so each compiled graph is put on trial over its
+first calls: one warm-up call of each version, then :data:`TIMED_CALLS` timed calls of
+each, alternated so that load on the machine hits both alike.  Every call runs exactly one
+version (graphs may update their inputs in place: running both would apply that twice);
+the eager version is the reference the compiled one must match, so either result serves.
+The faster (best time of each, ties to the compiled version) is then put where the mock
+looks the graph up (:attr:`Trial.settle`), so later calls pay nothing for the trial.
+
+``magpy.config.autopilot`` (on by default) turns trials off for graphs compiled after it
+is set; the "eager" backend has nothing to try.
+"""
+from __future__ import annotations
+
+from time import perf_counter
+from typing import Callable
+
+import torch
+
+WARMUP_CALLS = 1   # untimed calls of each version first (lazy initialisation, allocator caches)
+TIMED_CALLS = 3    # timed calls of each version
+
+# Calls on trial; the compiled version runs on even ones, the eager one on odd ones.
+TRIAL_CALLS = 2 * (WARMUP_CALLS + TIMED_CALLS)
+_COMPILED, _EAGER = 0, 1
+
+
+class Trial:
+    """A compiled graph on trial against its eager twin; callable like either of them."""
+
+    __slots__ = ("versions", "backend", "ops", "calls", "times", "kept", "settle", "report")
+
+    def __init__(self, compiled: Callable, eager: Callable, backend: str, ops: int):
+        self.versions = (compiled, eager)
+        self.backend = backend     # the compiled version's name (the backend's)
+        self.ops = ops             # the graph's operations (for the log line)
+        self.calls = 0
+        self.times: tuple[list[float], list[float]] = ([], [])   # seconds per timed call of each version
+        self.kept: int | None = None     # _COMPILED or _EAGER once decided
+        self.settle: Callable[[Callable], None] | None = None   # puts the winner in the mock's place
+        self.report: Callable[[Trial], None] | None = None     # counts and logs the decision
+
+    def __call__(self, *args):
+        if self.kept is not None:   # not settled in a mock (called directly)
+            return self.versions[self.kept](*args)
+        n = self.calls
+        self.calls = n + 1
+        which = n & 1
+        fn = self.versions[which]
+        if n < 2 * WARMUP_CALLS:
+            return fn(*args)
+        start = _now()
+        out = fn(*args)
+        self.times[which].append(_now() - start)
+        if self.calls == TRIAL_CALLS:
+            self.decide()
+        return out
+
+    def decide(self) -> None:
+        compiled, eager = (min(t) for t in self.times)
+        self.kept = _COMPILED if compiled <= eager else _EAGER
+        if self.settle is not None:
+            self.settle(self.versions[self.kept])
+        if self.report is not None:
+            self.report(self)
+
+    @property
+    def winner(self) -> str | None:
+        """The name of the version kept ("eager" or the backend's), None while on trial."""
+        return None if self.kept is None else (self.backend, "eager")[self.kept]
+
+    def describe(self) -> str:
+        """The decision in words, with the times it rests on."""
+        if self.kept is None:
+            return (f"{self.ops} operations: on trial, {self.backend} vs eager "
+                    f"({self.calls} of {TRIAL_CALLS} calls)")
+        compiled, eager = (min(t) * 1e3 for t in self.times)
+        return (f"{self.ops} operations: kept {self.winner} ({self.backend} {compiled:.3f} ms, eager "
+                f"{eager:.3f} ms per call, best of {TIMED_CALLS})")
+
+
+def _now() -> float:
+    # CUDA kernels run asynchronously: the time of a call is the time until they finished.
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return perf_counter()

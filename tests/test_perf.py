@@ -1,0 +1,163 @@
+"""The autopilot (``magpy.autopilot``): each compiled graph is timed against the same graph run
+eagerly over its first calls, and the faster is kept.
+
+The backends here are made slower (or faster) than eager by factors of hundreds, so the
+decision does not depend on the machine's load; no test asserts a time.
+"""
+import logging
+import time
+
+import pytest
+import torch
+
+import magpy
+from magpy import autopilot, logs
+from tests.compile_harness import fresh_magpy  # noqa: F401 - autouse fixture
+
+TRIAL = autopilot.TRIAL_CALLS                                  # mock calls on trial
+CALLS = TRIAL + 6                                              # mock calls per test
+
+
+class Counting:
+    """A backend whose compiled graphs count their calls; ``slow`` sleeps in each."""
+
+    def __init__(self, compile_graph, name: str):
+        self.compile_graph, self.__name__, self.calls = compile_graph, name, 0
+
+    def __call__(self, gm, example_inputs):
+        fn = self.compile_graph(gm, example_inputs)
+
+        def run(*args):
+            self.calls += 1
+            return fn(*args)
+
+        return run
+
+
+def sleepy(gm, example_inputs):
+    def run(*args):
+        time.sleep(0.02)   # the graph itself takes microseconds
+        return gm.forward(*args)
+
+    return run
+
+
+def folded(gm, example_inputs):
+    """The graph ``x + 1 + 1 + ...`` as one addition (exact for integer values)."""
+    adds = sum(n.op.startswith("call") for n in gm.graph.nodes)
+    return lambda x: (x + float(adds),)
+
+
+ADDS = 300
+
+
+def many_adds(x):
+    for _ in range(ADDS):
+        x = x + 1
+    return x
+
+
+def small(x, w):
+    return torch.relu(x @ w) * 2
+
+
+def run_calls(fn, compiled, *args, calls=CALLS):
+    """The first call records; the rest run the mock. Each result is the eager one."""
+    for _ in range(calls + 1):
+        got, want = compiled(*args), fn(*args)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.fixture
+def autopilot_on():
+    before = magpy.config.autopilot
+    magpy.config.autopilot = True
+    yield
+    magpy.config.autopilot = before
+
+
+def test_slow_backend_loses_to_eager(autopilot_on):
+    backend = Counting(sleepy, "sleepy")
+    compiled = magpy.compile(small, backend=backend)
+    run_calls(small, compiled, torch.randn(4, 8), torch.randn(8, 3))
+    assert magpy.stats(compiled).kept == {"eager": 1}
+    # The compiled graph ran on its warm-up and timed calls only; later calls run eagerly.
+    assert backend.calls == TRIAL // 2
+
+
+def test_fast_backend_wins(autopilot_on):
+    backend = Counting(folded, "folded")
+    compiled = magpy.compile(many_adds, backend=backend)
+    run_calls(many_adds, compiled, torch.randint(-5, 5, (16,)).float())
+    assert magpy.stats(compiled).kept == {"folded": 1}
+    assert backend.calls == CALLS - TRIAL // 2
+
+
+def test_decided_graph_costs_nothing(autopilot_on):
+    """Once decided, the mock calls the winner itself: the trial is out of the call path."""
+    compiled = magpy.compile(small, backend=sleepy)
+    run_calls(small, compiled, torch.randn(4, 8), torch.randn(8, 3))
+    rec = compiled._magpy_cache.records[0]
+    trial, = rec.trials
+    assert trial.calls == TRIAL
+    assert trial not in rec.mock.__globals__.values()
+
+
+def test_switched_off():
+    before = magpy.config.autopilot
+    magpy.config.autopilot = False
+    try:
+        backend = Counting(sleepy, "sleepy")
+        compiled = magpy.compile(small, backend=backend)
+        run_calls(small, compiled, torch.randn(4, 8), torch.randn(8, 3), calls=4)
+    finally:
+        magpy.config.autopilot = before
+    assert backend.calls == 4
+    assert magpy.stats(compiled).kept == {}
+    assert compiled._magpy_cache.records[0].trials == ()
+
+
+def test_config_checks_its_value():
+    with pytest.raises(ValueError, match="autopilot"):
+        magpy.config.autopilot = "yes"
+
+
+def test_eager_backend_has_nothing_to_try(autopilot_on):
+    compiled = magpy.compile(small, backend="eager")
+    run_calls(small, compiled, torch.randn(4, 8), torch.randn(8, 3), calls=2)
+    assert compiled._magpy_cache.records[0].trials == ()
+
+
+def accumulate(buf, x):
+    buf.add_(x)
+    return buf * 2
+
+
+@pytest.mark.parametrize("backend", [sleepy, "inductor"])
+def test_in_place_update_applied_once_per_call(autopilot_on, backend):
+    """Each call runs one version: a graph that updates its input in place updates it once."""
+    x = torch.arange(6.0)
+    buf, ref = torch.zeros(6), torch.zeros(6)
+    compiled = magpy.compile(accumulate, backend=backend)
+    for _ in range(CALLS + 1):
+        torch.testing.assert_close(compiled(buf, x), accumulate(ref, x), rtol=0, atol=0)
+    torch.testing.assert_close(buf, ref, rtol=0, atol=0)
+    assert sum(magpy.stats(compiled).kept.values()) == 1
+
+
+def test_explain_and_log_show_the_decision(autopilot_on, caplog):
+    logs.configure("perf")
+    caplog.set_level(logging.INFO, logger="magpy")
+    try:
+        compiled = magpy.compile(small, backend=sleepy)
+        args = torch.randn(4, 8), torch.randn(8, 3)
+        run_calls(small, compiled, *args, calls=TRIAL - 1)
+        assert "on trial" in str(magpy.explain(compiled, *args))
+        assert not any("kept" in r.getMessage() for r in caplog.records)
+        compiled(*args)
+    finally:
+        logs.configure(None)
+    line, = [r.getMessage() for r in caplog.records if "kept" in r.getMessage()]
+    assert "kept eager (sleepy" in line
+    text = str(magpy.explain(compiled, *args))
+    assert "autopilot" in text and "record 0 graph 0: 3 operations: kept eager" in text

@@ -1,0 +1,61 @@
+"""Warm start: a second process compiling the same model with Inductor finds every graph in
+Inductor's on-disk caches (FX graph cache and AOTAutograd cache) and compiles nothing new.
+
+Each run is a fresh interpreter sharing one ``TORCHINDUCTOR_CACHE_DIR``; the child reports
+torch's own cache counters.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHILD = textwrap.dedent("""
+    import json, torch, magpy
+    from torch._dynamo.utils import counters
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+            self.bn = torch.nn.BatchNorm2d(4)
+            self.fc = torch.nn.Linear(4 * 6 * 6, 5)
+
+        def forward(self, x):
+            y = self.bn(self.conv(x)).relu()
+            if y.mean().item() > 10:   # a graph break: two graphs
+                y = y * 2
+            return self.fc(y.flatten(1)).softmax(-1)
+
+    torch.manual_seed(0)
+    model = magpy.compile(Net().eval())
+    with torch.no_grad():
+        x = torch.randn(2, 3, 8, 8)
+        out = model(x)
+        torch.testing.assert_close(model(x), out)
+    caches = {**counters["inductor"], **counters["aot_autograd"]}
+    print(json.dumps({"graphs": magpy.stats(model).graph_count,
+                      **{k: v for k, v in caches.items() if k.startswith(("fxgraph", "autograd_cache"))}}))
+""")
+
+
+def run_child(cache_dir: Path) -> dict:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT)}
+    env.pop("MAGPY_LOGS", None)
+    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=cache_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_compiles_nothing_new(tmp_path):
+    cold = run_child(tmp_path)
+    assert cold["graphs"] == 2
+    assert cold.get("fxgraph_cache_miss") == 2 and not cold.get("fxgraph_cache_bypass"), cold
+    warm = run_child(tmp_path)
+    assert warm.get("fxgraph_cache_hit") == 2 and not warm.get("fxgraph_cache_miss"), warm
+    assert not warm.get("fxgraph_cache_bypass"), warm
+    assert warm.get("autograd_cache_hit") == 2 and not warm.get("autograd_cache_miss"), warm
