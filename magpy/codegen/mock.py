@@ -126,6 +126,11 @@ class MockWriter:
         name = self.dynamic.get(id(fn))
         if name is not None:
             return self.use(name)
+        node = self.g.node_of(fn)
+        if node is not None:
+            # Read from outside (``random.random``, the global Random's bound method): loaded
+            # from there again, so it acts on the real object, never on a copy of it.
+            return self.load(node)
         owner = getattr(fn, "__self__", None)
         if owner is not None and not isinstance(owner, (type, types.ModuleType)) and hasattr(fn, "__name__"):
             # A bound method is made anew on each access: bind it to this call's object.
