@@ -97,6 +97,8 @@ def _fake_mode(example_inputs: list):
 
 # Backends that compile graphs for symbolic sizes (fake tensor example inputs).
 SYMBOLIC = frozenset({"eager", "inductor"})
+# Backends that cannot compile torch.cond: an if on tensor data stays a break for them.
+NO_CONDS = frozenset({"torchscript", "onnxrt"})
 
 
 class EagerLayout:

@@ -181,6 +181,7 @@ class Branches(Observer):
         self.builder, self.breaker = builder, breaker
         self.recorder, self.segmenter = recorder, segmenter
         self._pending = None   # (frame, lasti, tensor, arms) of the jump under way
+        self.enabled = True    # the backend compiles conds (backends.NO_CONDS)
         self.conds: list[str] = []   # the ifs recorded as conds, in words (explain)
         self.live: dict[int, Passed] = {}    # the Passed shadows of the run
         self.consumed: set[int] = set()      # of those, the ones the operation just recorded took
@@ -190,7 +191,7 @@ class Branches(Observer):
 
     def wants(self, t: torch.Tensor) -> bool:
         """Is the truth of ``t`` being read by a jump this can record as a cond?"""
-        if not config.control_flow or self.breaker.brk is not None:
+        if not (config.control_flow and self.enabled) or self.breaker.brk is not None:
             return False
         f = self.monitor.current
         if f is None or not hasattr(f, "info") or t.numel() != 1:

@@ -224,6 +224,7 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | Non
     try:
         with _stage("setting up the recording"):
             cap = _recording(fn, args, kwargs, roots, lifting)
+            cap.branches.enabled = backend[0] not in backends.NO_CONDS
     except CaptureError as e:
         _capture_failed(e, errors)
         return fn(*args, **kwargs), None   # the program has not run yet: run it eagerly

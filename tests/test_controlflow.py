@@ -7,6 +7,8 @@ records once and every later call, whichever arm it takes, is a mock run of one 
 Where an arm cannot be (a print, an in-place update of program state, a ``return``), the
 jump is a graph break as without control flow operators: still eager's results.
 """
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -307,3 +309,14 @@ def test_gated_convolutions_under_inductor():
     trace = check_compiled(lambda: (lambda m: (m, m))(_GatedConv()), steps, backend="inductor",
                            rtol=1e-4, atol=1e-4)
     assert _counts(trace.compiled) == (1, 5, 0, 1), magpy.stats(trace.compiled)
+
+
+def test_a_backend_without_cond_keeps_the_break():
+    # TorchScript cannot compile torch.cond: the if stays a break (no compile warning).
+    steps = [Step(s.name, s.args, seed=s.seed, expect=ANY) for s in _signs(_positive, SIGNS[:4])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        trace = check_compiled(lambda: (_if_else, None), steps, backend="torchscript", fullgraph=False,
+                               rtol=1e-5, atol=1e-5)
+    st = magpy.stats(trace.compiled)
+    assert st.monitor_runs == 2 and st.eager_runs == 0, st
