@@ -287,10 +287,12 @@ class Branches(Observer):
             self._escaped(next(iter(self.live.values())), getattr(callee, "__name__", "a frame reader"))
 
     def _escaped(self, mark, how: str) -> None:
+        why = f"a tensor an if left as it was is used where magpy cannot follow it ({how})"
+        if self.monitor.sandbox is not None:
+            self.monitor.sandbox.stop(why)   # in an arm: that arm's if is a break, nothing more
         _REFUSED.add(mark.site)
         self.live.clear()
-        brk = self.breaker.where(f"a tensor an if left as it was is used where magpy cannot follow it "
-                                 f"({how}); that if is a break from the next recording on")
+        brk = self.breaker.where(f"{why}; that if is a break from the next recording on")
         self.breaker.stop(dataclasses.replace(brk, retry=True))
 
     def _cell(self, frame, ins) -> None:

@@ -320,3 +320,20 @@ def test_a_backend_without_cond_keeps_the_break():
                                rtol=1e-5, atol=1e-5)
     st = magpy.stats(trace.compiled)
     assert st.monitor_runs == 2 and st.eager_runs == 0, st
+
+
+def _escape_in_a_later_arm(x, box):
+    y = x * 3
+    if x.mean() > 0:          # a cond; when false, y passes through
+        y = torch.tanh(y)
+    if x.sum() > 100:         # never true here: its arm puts y in a tuple, where no shadow goes
+        y = (y, box)[0] * 2
+    return y + 1
+
+
+def test_an_arm_that_escapes_a_passed_tensor_only_breaks_its_own_if():
+    steps = [Step(f"call {i}", (lambda st, s=s: _positive(s) + ([],)), seed=i + 1, expect=ANY)
+             for i, s in enumerate(FIRST_FALSE)]
+    trace = check_compiled(lambda: (_escape_in_a_later_arm, None), steps, fullgraph=False)
+    st = magpy.stats(trace.compiled)
+    assert st.eager_runs == 0 and st.records == 1 and st.monitor_runs == 1, st
