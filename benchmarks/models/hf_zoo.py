@@ -199,7 +199,7 @@ SPECS: dict[str, Spec] = {
                     attention="eager", why="alternating global/local (windowed) attention layers"),
     "gptj": Spec("decoder", "GPTJModel", "GPTJConfig",
                  dict(vocab_size=VOCAB, n_positions=64, n_embd=64, n_layer=2, n_head=4, rotary_dim=8),
-                 _text, attention="eager", why="partial rotary embedding, parallel attention + MLP"),
+                 _text, attention="sdpa", why="partial rotary embedding, parallel attention + MLP"),
     "gpt_neox": Spec("decoder", "GPTNeoXModel", "GPTNeoXConfig", _LM, _text,
                      why="fused QKV, partial rotary (rotary_pct 0.25)"),
     "opt": Spec("decoder", "OPTModel", "OPTConfig",
