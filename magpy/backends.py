@@ -27,6 +27,9 @@ def _eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     return gm.forward
 
 
+_CONTROL_FLOW = (torch.ops.higher_order.cond, torch.ops.higher_order.while_loop)
+
+
 def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     with _quiet(categories=(DeprecationWarning,)):   # inductor's imports use deprecated torch.jit APIs
         from torch._inductor import config as inductor_config
@@ -41,7 +44,7 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         options["decompositions"] = {op: fn for op, fn in select_decomp_table().items()
                                      if "batch_norm" not in op.name()}
         patch["layout_optimization"] = False
-    if any(n.target is torch.ops.higher_order.cond for n in gm.graph.nodes):
+    if any(n.target in _CONTROL_FLOW for n in gm.graph.nodes):
         # Inductor hands a cond's branches channels-last activations that the compiled branch
         # then asserts to be contiguous (torch 2.13; torch.compile fails the same way).
         patch["layout_optimization"] = False
@@ -97,7 +100,8 @@ def _fake_mode(example_inputs: list):
 
 # Backends that compile graphs for symbolic sizes (fake tensor example inputs).
 SYMBOLIC = frozenset({"eager", "inductor"})
-# Backends that cannot compile torch.cond: an if on tensor data stays a break for them.
+# Backends that cannot compile torch.cond or torch.while_loop: an if or a while on tensor
+# data stays a break for them.
 NO_CONDS = frozenset({"torchscript", "onnxrt"})
 
 

@@ -22,7 +22,8 @@ class Config:
     ``dynamic_after``: in automatic mode, the number of distinct values (sizes of one
     dimension of one input, or values of one int or float) after which it is lifted.
     ``control_flow``: record an ``if`` on tensor data as one ``torch.cond`` where both arms
-    can be (``magpy.controlflow``); False makes every such jump a graph break.
+    can be, a ``while`` on tensor data as one ``torch.while_loop`` where its body can be
+    (``magpy.controlflow``); False makes every such jump a graph break.
     ``autopilot``: time each compiled graph against the same graph run eagerly over its first
     calls and keep the faster (``magpy.autopilot``); applies to graphs compiled after it is set.
     ``verify_fast_guard``: debugging aid (magpy's tests turn it on): whenever the full guard

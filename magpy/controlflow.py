@@ -1,4 +1,5 @@
-"""Control flow (paper §6.2.2): an ``if`` on tensor data recorded as one ``torch.cond``.
+"""Control flow (paper §6.2.2): an ``if`` on tensor data recorded as one ``torch.cond``, a
+``while`` loop on tensor data as one ``torch.while_loop``.
 
 At a conditional jump whose condition is a tensor (``if x.sum() > 0:``) the recording run
 does not break (magpy.segments would make the truth an eager step and the record serve
@@ -35,6 +36,20 @@ shadow: operations reaching ``p`` through it (moves, calls, tensor operations) r
 cond's output, while other references to ``p`` record ``p``.  A use the shadow cannot
 follow (stored, put in a container) ends recording; the next recording breaks at that
 ``if`` instead.  Returned from the call, it is the call's result as the mock picks it.
+
+A ``while`` whose test reads a tensor's truth (the jump at its top and the one back at the
+end of its body) is recorded from two iterations of its body, each a fork from the state
+the one before left, under the same sandbox; the second fork's operations are the body
+graph (the first's reads of the loop's variables may coincide with tensors from before the
+loop, the second's cannot).  Between the state before the loop and after each iteration,
+every slot but the loop's tensors must be equal; the slots that change (grouped by the
+tensor they hold: ``h = new``) are the carried operands, whose tensor each iteration makes
+anew with the same dtype, shape, strides and ``requires_grad``; whether the loop goes on is
+carried too (a 0-d bool tensor).  The loop then runs for real on a copy of the frame,
+unobserved but sandboxed, and the frame goes on after it.  A loop the run does not enter
+leaves its tensors as they were (``Passed`` shadows, as an ``if`` does); a variable the body
+sets that was unbound before the loop enters the operator as zeros and must not be read
+after the loop (:class:`LoopLocal`), since a loop that does not run leaves it unbound.
 """
 from __future__ import annotations
 
@@ -46,7 +61,7 @@ import torch
 from magpy import annotations as ann
 from magpy.config import config
 from magpy.dynamic import argument_shadows
-from magpy.monitor import Observer, bytecode
+from magpy.monitor import NULL, Observer, bytecode
 from magpy.monitor.observer import CALLS, calling, returns_to_caller, tracked
 from magpy.refgraph.graph import is_immutable
 
@@ -57,6 +72,7 @@ _METADATA = frozenset({"shape", "dtype", "device", "ndim", "layout", "requires_g
                        "dim"})
 _MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP"})
 _CELL_OPS = frozenset({"MAKE_CELL", "STORE_DEREF", "LOAD_DEREF"})
+_LOCAL_READS = frozenset({"LOAD_FAST", "DELETE_FAST"})
 
 _ARRIVED = object()   # a fork's result: it reached the join
 _LEFT = object()      # a fork's result: it went elsewhere
@@ -144,10 +160,10 @@ class Passed:
         return f"<tensor passed through the if at {self.site[0]}:{self.site[1]}>"
 
 
-def arms(info, j: int) -> tuple[tuple[int, int], tuple[int, int], int] | None:
-    """For the conditional jump at code unit ``j``: the arm taken when the condition is
-    true and the one taken when it is false, each ``(start, end)``, and their join; None
-    unless it is a forward ``if``/``else`` (or ``if`` alone) that ends in a join."""
+def _forward_jump(info, j: int) -> tuple | None:
+    """For the forward conditional jump at code unit ``j``: ``(the truth that makes it jump,
+    its target, the code unit after it, the last instruction before the target and its code
+    unit)``; None if it is not one."""
     ins = info.instructions[j]
     jumps_if = bytecode.BRANCH_JUMPS.get(ins.opname) if ins is not None else None
     if jumps_if is None:
@@ -156,7 +172,17 @@ def arms(info, j: int) -> tuple[tuple[int, int], tuple[int, int], int] | None:
     last = target - 1
     while last > fall and info.instructions[last] is None:
         last -= 1
-    end = info.instructions[last]
+    return jumps_if, target, fall, last, info.instructions[last]
+
+
+def arms(info, j: int) -> tuple[tuple[int, int], tuple[int, int], int] | None:
+    """For the conditional jump at code unit ``j``: the arm taken when the condition is
+    true and the one taken when it is false, each ``(start, end)``, and their join; None
+    unless it is a forward ``if``/``else`` (or ``if`` alone) that ends in a join."""
+    jump = _forward_jump(info, j)
+    if jump is None:
+        return None
+    jumps_if, target, fall, last, end = jump
     join = target
     other = (target, target)
     if end is not None and end.opname == bytecode.FORWARD_JUMP:
@@ -166,6 +192,42 @@ def arms(info, j: int) -> tuple[tuple[int, int], tuple[int, int], int] | None:
         other = (target, join)
     through = (fall, target)
     return (other, through, join) if jumps_if else (through, other, join)
+
+
+class LoopLocal:
+    """The shadow of a variable a ``while_loop``'s body set that was unbound before the loop
+    at ``site``: reading it after the loop ends the recording (module docstring)."""
+
+    __slots__ = ("site",)
+
+    def __init__(self, site):
+        self.site = site
+
+
+def loop(info, j: int) -> tuple[int, int, int, bool] | None:
+    """For the conditional jump at code unit ``j``: ``(body, test, exit, back_if)`` if it is
+    the test at the top of a ``while`` loop (the body runs from ``body`` to the test at its
+    end, whose jump back at code unit ``test`` is taken when the condition's truth is
+    ``back_if``; the loop leaves to ``exit``), else None."""
+    jump = _forward_jump(info, j)
+    if jump is None:
+        return None
+    jumps_if, exit, body, test, end = jump
+    back_if = bytecode.LOOP_JUMPS.get(end.opname) if end is not None else None
+    if back_if is None or back_if == jumps_if or info.ops[test][1] != body:
+        return None
+    return body, test, exit, back_if
+
+
+def _region_table(ops: list, region: tuple[int, int], join: int, arrive) -> list:
+    """Dispatch table ``ops`` for running only ``region``: leaving it ends the run, and
+    ``arrive`` runs instead of the instruction at ``join``."""
+    table = list(ops)
+    for i, e in enumerate(table):
+        if e is not None and not region[0] <= i < region[1]:
+            table[i] = (_leave, None, i)
+    table[join] = (arrive, None, join)
+    return table
 
 
 class Branches(Observer):
@@ -180,7 +242,7 @@ class Branches(Observer):
         self.monitor = None   # set once the capture made its monitor
         self.builder, self.breaker = builder, breaker
         self.recorder, self.segmenter = recorder, segmenter
-        self._pending = None   # (frame, lasti, tensor, arms) of the jump under way
+        self._pending = None   # (frame, lasti, tensor, its record method, regions) of the jump under way
         self.enabled = True    # the backend compiles conds (backends.NO_CONDS)
         self.conds: list[str] = []   # the ifs recorded as conds, in words (explain)
         self.live: dict[int, Passed] = {}    # the Passed shadows of the run
@@ -188,6 +250,7 @@ class Branches(Observer):
         self._passed: dict[int, set] = {}    # id(frame) -> those its call bound to parameters
         self._levels: dict[int, int] = {}    # id(frame) -> intrinsics under way when it was entered
         self._cells: dict[int, tuple] = {}   # id(cell) -> (cell, its content, the content's Passed)
+        self.loop_locals = False             # has a loop left a LoopLocal shadow in this run?
 
     def wants(self, t: torch.Tensor) -> bool:
         """Is the truth of ``t`` being read by a jump this can record as a cond?"""
@@ -199,10 +262,12 @@ class Branches(Observer):
         shapes = self.recorder.shapes
         if shapes is not None and shapes.active:
             return False
-        found = arms(f.info, f.lasti)
+        found, record = loop(f.info, f.lasti), self._record_loop
+        if found is None:
+            found, record = arms(f.info, f.lasti), self._record
         if found is None or _site(f) in _REFUSED:
             return False
-        self._pending = (f, f.lasti, t, found)
+        self._pending = (f, f.lasti, t, record, found)
         return True
 
     # The monitor calls it like any observer (first among them: a failed branch becomes a
@@ -217,14 +282,16 @@ class Branches(Observer):
     def on_instruction(self, frame, ins, inputs, outputs):
         if self.live:
             self._follow(frame, ins)
+        if self.loop_locals and ins.opname in _LOCAL_READS:
+            mark = frame.shadow_locals[ins.arg]
+            if type(mark) is LoopLocal:
+                self._refuse(mark.site, f"{ins.argval}, unbound if the loop does not run, is read after it")
         pending = self._pending
         if pending is None or pending[0] is not frame or pending[1] != frame.lasti:
             return
         self._pending = None
-        _, _, t, (if_true, if_false, join) = pending
-        truth = frame.pc == if_true[0]
-        taken, other = (if_true, if_false) if truth else (if_false, if_true)
-        why = self._record(frame, t, truth, taken, other, join)
+        _, _, t, record, found = pending
+        why = record(frame, t, found)
         if why is not None:
             self.breaker(f"Tensor.__bool__ reads tensor data into Python (no cond: {why})", step=True)
 
@@ -283,16 +350,24 @@ class Branches(Observer):
                 return
 
     def on_call(self, frame, callee, args, kwargs, result, entered):
-        if self.live and any(callee is f for f in ann.FRAME_READERS):
-            self._escaped(next(iter(self.live.values())), getattr(callee, "__name__", "a frame reader"))
+        if (self.live or self.loop_locals) and any(callee is f for f in ann.FRAME_READERS):
+            how = getattr(callee, "__name__", "a frame reader")
+            if self.live:
+                self._escaped(next(iter(self.live.values())), how)
+            marks = [m for m in frame.shadow_locals or () if type(m) is LoopLocal]
+            if marks:
+                self._refuse(marks[0].site, f"{how} may read a variable a loop left")
 
     def _escaped(self, mark, how: str) -> None:
-        why = f"a tensor an if left as it was is used where magpy cannot follow it ({how})"
+        self._refuse(mark.site, f"a tensor an if left as it was is used where magpy cannot follow it ({how})")
+
+    def _refuse(self, site, why: str) -> None:
+        """End the recording (to be made again) and make the jump at ``site`` a break."""
         if self.monitor.sandbox is not None:
             self.monitor.sandbox.stop(why)   # in an arm: that arm's if is a break, nothing more
-        _REFUSED.add(mark.site)
+        _REFUSED.add(site)
         self.live.clear()
-        brk = self.breaker.where(f"{why}; that if is a break from the next recording on")
+        brk = self.breaker.where(f"{why}; that jump is a break from the next recording on")
         self.breaker.stop(dataclasses.replace(brk, retry=True))
 
     def _cell(self, frame, ins) -> None:
@@ -310,16 +385,15 @@ class Branches(Observer):
         else:
             self._cells.pop(id(cell), None)
 
-    def _record(self, frame, t, truth, taken, other, join) -> str | None:
+    def _record(self, frame, t, found) -> str | None:
         """Run both arms and record the cond; the reason it cannot be, or None."""
-        with self.recorder.paused():
-            rng = torch.default_generator.get_state()
-        arm_o, fork_o, why = self._fork(frame, other, join)
-        if why is None:
-            arm_t, fork_t, why = self._fork(frame, taken, join)
-        with self.recorder.paused():
-            drew = not torch.equal(rng, torch.default_generator.get_state())
-            torch.default_generator.set_state(rng)
+        if_true, if_false, join = found
+        truth = frame.pc == if_true[0]
+        taken, other = (if_true, if_false) if truth else (if_false, if_true)
+        with self._same_random_numbers() as drew:
+            arm_o, fork_o, why = self._fork(frame, other, join)
+            if why is None:
+                arm_t, fork_t, why = self._fork(frame, taken, join)
         if why is None and drew:
             why = "an arm draws random numbers"
         if why is None:
@@ -330,19 +404,159 @@ class Branches(Observer):
                               f"torch.cond, the run took the {'true' if truth else 'false'} arm")
         return why
 
-    def _fork(self, frame, region, join):
+    def _record_loop(self, frame, t, found) -> str | None:
+        """Record a ``while`` loop on tensor data as one ``torch.while_loop`` (module
+        docstring); the reason it cannot be, or None."""
+        body, test, exit, back_if = found
+        with self._same_random_numbers() as drew:
+            first = self._iterate(frame, body, test, back_if)
+            second = self._iterate(first[1], body, test, back_if) if first[2] is None else first
+        why = second[2] or ("the loop draws random numbers" if drew else None)
+        if why is None:
+            why = self._loop_operator(frame, t, first, second, found)
+        if why is None:
+            code = frame.code
+            where = f"{code.co_filename}:{frame.f_lineno} ({code.co_qualname})"
+            self.conds.append(f"while at {where}: torch.while_loop")
+        return why
+
+    def _iterate(self, frame, body, test, back_if):
+        """One iteration of the loop's body from ``frame``'s state, in a fork that stops at the
+        test at its end: ``(arm, fork, None)`` or ``(None, None, why not)``; the arm's last
+        operation gives whether the loop goes on (``arm.goes_on``)."""
+        goes_on = []
+
+        def at_test(f, arg):
+            c = f.stack.pop()
+            if not (isinstance(c, torch.Tensor) and c.numel() == 1):
+                self.monitor.sandbox.stop("the loop's test is not on a tensor")
+            goes_on.append(_goes_on(c, back_if))
+            return _arrive(f, arg)
+        arm, fork, why = self._fork(frame, (body, test), test, at_test)
+        if why is None:
+            arm.goes_on = goes_on[0]
+        return arm, fork, why
+
+    def _loop_operator(self, frame, t, first, second, found) -> str | None:
+        """Compare the state before the loop and after one and two iterations, run the loop
+        for real and put the ``while_loop`` into the graph."""
+        (arm1, fork1, _), (arm2, fork2, _) = first, second
+        body, _, exit, back_if = found
+        if not (len(frame.stack) == len(fork1.stack) == len(fork2.stack)):
+            return "an iteration leaves a different stack"
+        before, after1, after2 = (self._graph_values(f) for f in (frame, fork1, fork2))
+        groups, why = _carried_groups(before, after1, after2, arm1, arm2)
+        if why is not None:
+            return why
+        state = [after1[g[0]] for g in groups] + [arm1.goes_on]
+        extra = [c for c in arm2.captures if all(c is not x for x in state)]
+        if any(arm1.made(c) for c in extra):
+            return "an iteration reads a tensor the one before made but did not keep"
+        firsts = [next((before[i] for i in g if before[i] is not NULL), NULL) for g in groups]
+        if torch.is_grad_enabled() and any(x.requires_grad for x in firsts + extra if x is not NULL):
+            return "the loop runs under autograd (torch.while_loop has no backward)"
+        goes_on = _goes_on(t, back_if)
+        outputs = [after2[g[0]] for g in groups]
+        unbound = [f is NULL for f in firsts]
+        # Variables the body sets before reading them enter the operator as zeros.
+        entering = [_zeros_like(x) if f is NULL else f for f, x in zip(firsts, state)]
+        if frame.pc != body:   # the loop does not run: the program keeps what it had
+            finals = self._loop_not_run(frame, groups, firsts)
+            self.recorder.while_loop(goes_on, entering, arm2, state, extra, outputs, finals, unbound)
+            return None
+        real, why = self._run_loop(frame, body, exit)
+        if why is not None:
+            return why
+        held = real.locals + real.stack
+        finals = [held[g[0]] for g in groups]
+        if any(held[i] is not x for g, x in zip(groups, finals) for i in g) or any(
+                self.recorder.produced(x) is not None or x is v for x in finals for v in before):
+            return "the loop leaves a tensor from before it"
+        self.recorder.while_loop(goes_on, entering, arm2, state, extra, outputs, finals, unbound)
+        self._adopt(frame, real, exit)
+        n = len(frame.locals)
+        for i in (i for g in groups for i in g):   # (the run went on unobserved: new tensors)
+            if i >= n:
+                frame.shadow_stack[i - n] = None
+            elif before[i] is NULL:
+                # Unbound if the loop does not run, which the mock cannot reproduce: a read
+                # after the loop ends the recording (on_instruction).
+                frame.shadow_locals[i] = LoopLocal(_site(frame))
+                self.loop_locals = True
+            else:
+                frame.shadow_locals[i] = None
+        return None
+
+    def _loop_not_run(self, frame, groups, firsts) -> list:
+        """The stand-ins of a ``while_loop``'s outputs where the run did not enter the loop:
+        each slot keeps its tensor, under a :class:`Passed` shadow (as an ``if`` that left it
+        as it was); an unbound variable stays unbound (its stand-in only fills the place)."""
+        finals, n = [], len(frame.locals)
+        for g, first in zip(groups, firsts):
+            with self.recorder.paused():
+                out = torch.zeros(()) if first is NULL else first.detach()   # (a key, never the program's)
+            finals.append(out)
+            if first is NULL:
+                continue
+            mark = Passed(out, first, _site(frame))
+            self.live[id(mark)] = mark
+            for i in g:
+                if i < n:
+                    frame.shadow_locals[i] = mark
+                else:
+                    frame.shadow_stack[i - n] = mark
+        return finals
+
+    def _run_loop(self, frame, body, exit):
+        """Run the loop of ``frame`` for real, from ``body`` to ``exit``, on a copy of the
+        frame, unobserved and unrecorded but sandboxed (the forks showed the iterations have
+        no effects; should one have, this stops before it, leaving ``frame`` as it was):
+        ``(the copy at exit, None)`` or ``(None, why not)``."""
+        mon, sandbox = self.monitor, Sandbox()
+        real = frame.copy(back=frame.back)
+        saved = mon.observers, mon.sandbox
+        mon.observers, mon.sandbox = [], sandbox
+        try:
+            with self.recorder.paused():
+                real.ops = _region_table(mon.ops_for(frame.info), (body, exit), exit, _arrive)
+                result = mon.execute(real)
+        except ForkStopped:
+            result = None
+        except Exception as e:  # noqa: BLE001 - a later iteration raises: the loop stays a break
+            sandbox.violation = sandbox.violation or f"an iteration raises {type(e).__name__}"
+            result = None
+        finally:
+            mon.observers, mon.sandbox = saved
+        if sandbox.violation is not None:
+            return None, sandbox.violation
+        if result is not _ARRIVED:
+            return None, "the loop leaves its body (return, break)"
+        return real, None
+
+    @contextlib.contextmanager
+    def _same_random_numbers(self):
+        """Forks run code the program may not run: the generator is put back after them.
+        Yields a list that is true afterwards if they drew numbers."""
+        with self.recorder.paused():
+            rng = torch.default_generator.get_state()
+        drew = []
+        try:
+            yield drew
+        finally:
+            with self.recorder.paused():
+                if not torch.equal(rng, torch.default_generator.get_state()):
+                    drew.append(True)
+                torch.default_generator.set_state(rng)
+
+    def _fork(self, frame, region, join, arrive=_arrive):
         """Run the arm ``region`` of ``frame`` on a copy of it, to the join: ``(arm, fork,
-        None)``, or ``(None, None, why not)``."""
+        None)``, or ``(None, None, why not)``.  ``arrive`` runs instead of the join's
+        instruction."""
         sandbox = Sandbox()
         fork = frame.copy(back=frame.back)
         fork.pc = region[0]
         with self._forking(sandbox):
-            table = list(self.monitor.ops_for(frame.info))
-            for i, e in enumerate(table):
-                if e is not None and not region[0] <= i < region[1]:
-                    table[i] = (_leave, None, i)
-            table[join] = (_arrive, None, join)
-            fork.ops = table
+            fork.ops = _region_table(self.monitor.ops_for(frame.info), region, join, arrive)
             with self.recorder.arm(sandbox) as arm:
                 try:
                     result = self.monitor.execute(fork)
@@ -458,6 +672,57 @@ def _bound_self(f, first, live: dict):
                 and getattr(v, "__self__", None) is first):
             return sh
     return None
+
+
+def _carried_groups(before, after1, after2, arm1, arm2) -> tuple[list, str | None]:
+    """The frame slots a loop carries, grouped by the tensor they hold (``h = new`` leaves
+    two slots with one tensor), from the slots' values before the loop and after one and
+    two iterations; or the reason they cannot be ``torch.while_loop`` operands."""
+    groups: dict[int, list[int]] = {}
+    for i, (v0, v1, v2) in enumerate(zip(before, after1, after2)):
+        if v0 is v1 and v1 is v2:
+            continue
+        if isinstance(v1, torch.Tensor) and isinstance(v2, torch.Tensor) and (
+                v0 is NULL or isinstance(v0, torch.Tensor)):
+            why = _carried(v0, v1, v2, arm1, arm2)
+            if why is not None:
+                return [], why
+            groups.setdefault(id(v1), []).append(i)
+        elif not (type(v0) is type(v1) is type(v2) and is_immutable(v0) and _equal(v0, v1)
+                  and _equal(v1, v2)):
+            return [], f"an iteration changes a Python value ({type(v0).__name__})"
+    found = list(groups.values())
+    for g in found:
+        if any(after2[i] is not after2[g[0]] for i in g):
+            return [], "variables that held one tensor after an iteration hold two after the next"
+        if len({id(before[i]) for i in g if before[i] is not NULL}) > 1:
+            return [], "variables that held different tensors before the loop hold one after an iteration"
+    if len({id(after2[g[0]]) for g in found}) != len(found):
+        return [], "variables that held different tensors after an iteration hold one after the next"
+    return found, None
+
+
+def _zeros_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(t.shape, dtype=t.dtype, device=t.device)
+
+
+def _carried(v0, v1, v2, arm1, arm2) -> str | None:
+    """Can a variable that holds ``v0`` before the loop (NULL: unbound), ``v1`` after one
+    iteration and ``v2`` after two be an operand of ``torch.while_loop``?  The reason not."""
+    if not (arm1.made(v1) and arm2.made(v2)):
+        return "an iteration sets a variable to a tensor from before it"
+    first = v1 if v0 is NULL else v0
+    if not _meta(first) == _meta(v1) == _meta(v2) or not first.stride() == v1.stride() == v2.stride():
+        return f"an iteration changes a tensor's kind ({_meta(first)} to {_meta(v1)})"
+    if v0 is NULL and not v1.is_contiguous():
+        return "an iteration sets a variable unbound before the loop to a strided tensor"
+    return None
+
+
+def _goes_on(c: torch.Tensor, back_if: bool) -> torch.Tensor:
+    """Whether a loop whose test gave ``c`` goes on, as a new 0-d bool tensor (what
+    ``torch.while_loop``'s condition returns); recorded like the program's operations."""
+    return ((c != 0) if back_if else (c == 0)).reshape(())
 
 
 def _meta(t: torch.Tensor) -> tuple:

@@ -76,6 +76,7 @@ class Arm(Piece):
         super().__init__(outer.index)
         self.captures: list = []
         self.sandbox = sandbox
+        self.goes_on = None   # a loop body's: the tensor telling whether the loop goes on after it
 
     def capture(self, t) -> fx.Node:
         ph = self.graph.placeholder(f"c{len(self.captures)}")
@@ -554,6 +555,31 @@ class OpRecorder(TorchFunctionMode):
             elif not other[0].made(b):
                 self.passes[id(out)] = (pred_t, not truth, b)
 
+    def while_loop(self, goes_on, carried: list, body: Arm, state: list, extra: list, outputs: list,
+                   finals: list, unbound: list) -> None:
+        """Record ``torch.while_loop`` (magpy.controlflow): ``goes_on`` (a 0-d bool tensor)
+        says whether the loop runs its body on the ``carried`` tensors.  ``body`` is one
+        iteration's arm: it reads ``state`` (the carried tensors as the iteration before left
+        them, then whether it went on) and ``extra`` (tensors from before the loop) and gives
+        ``outputs`` (the carried tensors anew) and its own ``goes_on``.  ``finals`` are what
+        the run's loop left, the operator's outputs; when the loop does not run at all, the
+        program keeps the carried tensors themselves, which the mock gives it (``passes``),
+        but for those ``unbound`` says the program had not set (the loop's own variables)."""
+        self._sync_modes()
+        graph, piece = self.graph, self.piece
+        names = [f"_loop_{part}{len(piece.submodules)}" for part in ("test", "body")]
+        piece.submodules[names[0]] = _loop_test(len(state) + len(extra), len(state) - 1)
+        piece.submodules[names[1]] = body.module(outputs + [body.goes_on], state + extra)
+        operands = tuple(map(self.tensor_node, carried + [goes_on])), tuple(map(self.tensor_node, extra))
+        node = graph.call_function(torch.ops.higher_order.while_loop,
+                                   (*map(graph.get_attr, names), *operands))
+        piece.op_count += 1
+        for i, (final, first, none) in enumerate(zip(finals, carried, unbound)):
+            self._keep.append(final)
+            self._made(final, graph.call_function(operator.getitem, (node, i)))
+            if not none:
+                self.passes[id(final)] = (goes_on, False, first)
+
     def produced(self, t) -> Piece | None:
         """The piece whose operations made ``t`` (not an input), if any."""
         return self.made.get(id(t))
@@ -563,6 +589,15 @@ class OpRecorder(TorchFunctionMode):
         run did; None for a piece without operations."""
         self._sync_modes()
         return [_close(p) if p.op_count else None for p in self.pieces]
+
+
+def _loop_test(n: int, goes_on: int) -> fx.GraphModule:
+    """A ``while_loop`` condition over ``n`` operands: the one at ``goes_on`` (a copy: the
+    operator's functions may not return their inputs)."""
+    g = fx.Graph()
+    inputs = [g.placeholder(f"op{i}") for i in range(n)]
+    g.output(g.call_method("clone", (inputs[goes_on],)))
+    return fx.GraphModule(torch.nn.Module(), g)
 
 
 def _close(piece: Piece) -> fx.GraphModule:

@@ -30,6 +30,7 @@ if sys.version_info[:2] == (3, 11):
         EFFECT_OPS,
         FORWARD_JUMP,
         HANDLERS,
+        LOOP_JUMPS,
         NEVER_EXECUTED,
         binder_code,
         decode,
@@ -39,7 +40,8 @@ if sys.version_info[:2] == (3, 11):
 else:  # pragma: no cover - exercised only on other interpreters
     SUPPORTED = False
     HANDLERS, NEVER_EXECUTED = {}, {}
-    BRANCH_JUMPS, FORWARD_JUMP, EFFECT_OPS, CELL_MAKE, CELL_WRITES = {}, None, frozenset(), None, frozenset()
+    BRANCH_JUMPS, LOOP_JUMPS, FORWARD_JUMP, EFFECT_OPS = {}, {}, None, frozenset()
+    CELL_MAKE, CELL_WRITES = None, frozenset()
 
     def decode(code, instructions, n):
         from magpy.monitor.frame import unsupported_python_message

@@ -124,13 +124,12 @@ class Monitor:
 
     def ops_for(self, info):
         """The dispatch table frames of ``info`` run with now (observed, sandboxed)."""
-        if not self.observers:
-            return info.ops
-        if info.observed_ops is None:
-            info.observed_ops = observed_ops(info)
-        if self.sandbox is not None:
-            return self.sandbox.ops(info, info.observed_ops)
-        return info.observed_ops
+        ops = info.ops
+        if self.observers:
+            if info.observed_ops is None:
+                info.observed_ops = observed_ops(info)
+            ops = info.observed_ops
+        return ops if self.sandbox is None else self.sandbox.ops(info, ops)
 
     def _unwind(self, f, exc):
         """Find ``exc``'s handler in ``f``'s exception table, or let it propagate."""

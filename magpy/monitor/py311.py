@@ -1066,10 +1066,12 @@ def binder_code(code, nparams):
 
 
 # Control flow operators (magpy.controlflow): the conditional jumps an ``if`` compiles to,
-# with the truth that makes them jump; the jump that ends an ``if`` arm over its ``else``;
+# with the truth that makes them jump; those that end a ``while`` loop's body (back to its
+# start while the condition holds); the jump that ends an ``if`` arm over its ``else``;
 # the instructions with an effect outside the frame's locals; those that make a frame's
 # cell and those that write one (an effect unless the cell is new).
 BRANCH_JUMPS = {"POP_JUMP_FORWARD_IF_FALSE": False, "POP_JUMP_FORWARD_IF_TRUE": True}
+LOOP_JUMPS = {"POP_JUMP_BACKWARD_IF_FALSE": False, "POP_JUMP_BACKWARD_IF_TRUE": True}
 FORWARD_JUMP = "JUMP_FORWARD"
 EFFECT_OPS = frozenset({"STORE_ATTR", "DELETE_ATTR", "STORE_SUBSCR", "DELETE_SUBSCR", "STORE_GLOBAL",
                         "DELETE_GLOBAL", "STORE_NAME", "DELETE_NAME", "IMPORT_NAME", "IMPORT_STAR",
