@@ -617,8 +617,6 @@ class Branches(Observer):
             return "a tensor of the taken arm pairs with different tensors of the other"
         if not outputs:
             return None   # the arms' operations made nothing the program keeps
-        if any(not arm_t.made(a) and not arm_o.made(b) for a, b, _ in outputs.values()):
-            return "both arms leave tensors from before the if"
         stand_ins, marks = [], []
         held = fork_t.locals + fork_t.stack
         for a, _, slots in outputs.values():

@@ -118,6 +118,23 @@ class Arm(Piece):
         return fx.GraphModule(root, g)
 
 
+@dataclasses.dataclass(frozen=True)
+class Passes:
+    """A control flow operator's output that is a tensor from before it on some runs: an
+    arm, or a loop that did not run, left the program's tensor as it was.  The program then
+    has that very tensor, which the mock gives it: ``p`` when the truth of ``pred`` (a 0-d
+    tensor of the graph) is ``when``, else ``otherwise`` (None: the operator's output)."""
+
+    pred: torch.Tensor
+    when: bool
+    p: torch.Tensor
+    otherwise: torch.Tensor | None = None
+
+    def holds(self, t) -> bool:
+        """Is ``t`` a tensor the program may have in the output's place?"""
+        return t is self.p or t is self.otherwise
+
+
 class ScalarInput:
     """A lifted float or int (its RefGraph node): a graph input, a float as a 0-d tensor."""
 
@@ -164,9 +181,9 @@ class OpRecorder(TorchFunctionMode):
         # or the dtype to cast them to (None: as they are), see _scalar_operands.
         self._operands = False
         self.branches = None   # magpy.controlflow.Branches: records tensor ifs as conds
-        # id(tensor a cond gave) -> (its pred tensor, the truth for which the cond passed
-        # ``p`` through, p): the mock gives the program p itself then (see cond).
-        self.passes: dict[int, tuple] = {}
+        # id(tensor a control flow operator gave) -> the tensors from before it that the
+        # program has instead on some runs (see cond).
+        self.passes: dict[int, Passes] = {}
 
     @property
     def piece(self) -> Piece:
@@ -317,7 +334,7 @@ class OpRecorder(TorchFunctionMode):
         self._sync_modes()
         if self.passes:
             for t in _written(name, args, kwargs):
-                if any(id(t) == i or t is p for i, (_, _, p) in self.passes.items()):
+                if any(id(t) == i or p.holds(t) for i, p in self.passes.items()):
                     raise _Unsupported(f"{name} updates in place a tensor an if passed through")
         if self.shapes is not None:
             # An input with lifted sizes makes its twin now, so that this very operation
@@ -550,10 +567,13 @@ class OpRecorder(TorchFunctionMode):
         for i, (out, a, b) in enumerate(zip(outputs, taken[1], other[1])):
             self._keep.append(out)
             self._made(out, graph.call_function(operator.getitem, (node, i)))
-            if out is not a:
-                self.passes[id(out)] = (pred_t, truth, a)
-            elif not other[0].made(b):
-                self.passes[id(out)] = (pred_t, not truth, b)
+            made = taken[0].made(a), other[0].made(b)
+            if made == (False, False):
+                self.passes[id(out)] = Passes(pred_t, truth, a, b)
+            elif not made[0]:
+                self.passes[id(out)] = Passes(pred_t, truth, a)
+            elif not made[1]:
+                self.passes[id(out)] = Passes(pred_t, not truth, b)
 
     def while_loop(self, goes_on, carried: list, body: Arm, state: list, extra: list, outputs: list,
                    finals: list, unbound: list) -> None:
@@ -578,7 +598,7 @@ class OpRecorder(TorchFunctionMode):
             self._keep.append(final)
             self._made(final, graph.call_function(operator.getitem, (node, i)))
             if not none:
-                self.passes[id(final)] = (goes_on, False, first)
+                self.passes[id(final)] = Passes(goes_on, False, first)
 
     def produced(self, t) -> Piece | None:
         """The piece whose operations made ``t`` (not an input), if any."""

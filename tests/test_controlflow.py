@@ -215,6 +215,28 @@ def test_a_first_call_that_leaves_a_tensor_as_it_was_records_the_cond_too(progra
     assert _counts(trace.compiled) == (1, len(FIRST_FALSE) - 1, 0, 1), magpy.stats(trace.compiled)
 
 
+def _select(x, a, b):
+    # Both arms leave a tensor from before the if: the program gets ``a`` or ``b`` itself.
+    return a if x.sum() > 0 else b
+
+
+def _select_scaled(x, a, b):
+    chosen = a if x.sum() > 0 else b
+    return chosen * 2 + x.sum()
+
+
+@pytest.mark.parametrize("program", [_select, _select_scaled], ids=["itself", "computed-with"])
+def test_choosing_between_tensors_from_before_the_if_is_one_cond(program):
+    steps = [Step(f"call {i}", (lambda st, s=s: _positive(s) + (torch.randn(3), torch.randn(3))), seed=i + 1,
+                  expect=MONITOR if i == 0 else MOCK) for i, s in enumerate(SIGNS)]
+    trace = check_compiled(lambda: (program, None), steps)
+    assert _counts(trace.compiled) == (1, len(SIGNS) - 1, 0, 1)
+    a, b = torch.randn(3), torch.randn(3)
+    if program is _select:
+        for sign, expected in ((1, a), (-1, b)):
+            assert trace.compiled(_positive(sign)[0], a, b) is expected
+
+
 def _escapes(x, box):
     y = x * 3
     if x.mean() > 0:

@@ -299,12 +299,14 @@ class MockWriter:
             return self.use(self.rec.eager[id(t)])
         if piece is None:
             raise CaptureError(f"the call leaves behind a tensor of unknown origin (shape {tuple(t.shape)})")
-        out = self.use(f"out{piece.index}[{piece.output(t)}]")
         passes = self.rec.passes.get(id(t))
+        if passes is not None and passes.otherwise is not None:   # never the operator's output itself
+            otherwise = self.expr(passes.otherwise)
+        else:
+            otherwise = self.use(f"out{piece.index}[{piece.output(t)}]")
         if passes is None:
-            return out
-        pred, when, p = passes   # a cond's output: the tensor its arm left, when that arm ran
-        return f"({self.expr(p)} if bool({self.tensor(pred)}) is {when} else {out})"
+            return otherwise
+        return f"({self.expr(passes.p)} if bool({self.tensor(passes.pred)}) is {passes.when} else {otherwise})"
 
     def build(self, v) -> str:
         t = type(v)
