@@ -306,7 +306,8 @@ class MockWriter:
             otherwise = self.use(f"out{piece.index}[{piece.output(t)}]")
         if passes is None:
             return otherwise
-        return f"({self.expr(passes.p)} if bool({self.tensor(passes.pred)}) is {passes.when} else {otherwise})"
+        pred = self.tensor(passes.pred)
+        return f"({self.expr(passes.p)} if bool({pred}) is {passes.when} else {otherwise})"
 
     def build(self, v) -> str:
         t = type(v)
