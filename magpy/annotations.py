@@ -296,6 +296,14 @@ NUMPY_INPLACE_METHODS = frozenset({"fill", "sort", "resize", "put", "itemset", "
                                    "__imatmul__"})
 
 
+def is_global_random_state(v) -> bool:
+    """Is ``v`` the process's hidden random generator of a library (numpy's global
+    ``RandomState``, behind ``np.random.rand`` and friends)?  Programs change it only by
+    drawing from it: a step given it acts on that very object in every replay."""
+    np_random = sys.modules.get("numpy.random.mtrand")
+    return np_random is not None and v is getattr(np_random, "_rand", None)
+
+
 def is_numpy_module(mod: str | None) -> bool:
     return bool(mod) and (mod == "numpy" or mod.startswith("numpy."))
 

@@ -675,3 +675,34 @@ def test_python_random_draws_new_numbers_on_every_replay(program):
     assert want_next == got_next
     st = magpy.stats(compiled)
     assert st.eager_runs == 0 and st.mock_runs >= 4, st
+
+
+def _numpy_branch(x):
+    if np.random.rand() < 0.5:
+        return x * 2
+    return x - np.random.rand()
+
+
+def _numpy_scale(x):
+    return x * np.random.randn()
+
+
+def _numpy_uniform(x):
+    return x + np.random.uniform(-1.0, 1.0)
+
+
+@pytest.mark.parametrize("program", [_numpy_branch, _numpy_scale, _numpy_uniform],
+                         ids=["steers", "scales", "with-arguments"])
+def test_numpy_random_draws_new_numbers_on_every_replay(program):
+    # np.random.rand and friends are methods of numpy's global RandomState: each replay
+    # draws from that very object (an eager step), so the numbers are eager's under a seed.
+    def run(fn):
+        np.random.seed(1)
+        outs = [fn(torch.ones(3)) for _ in range(8)]
+        return outs, np.random.rand()
+    compiled = magpy.compile(program, backend="eager")
+    (want, want_next), (got, got_next) = run(program), run(compiled)
+    assert all(torch.equal(a, b) for a, b in zip(want, got)), (want, got)
+    assert want_next == got_next
+    st = magpy.stats(compiled)
+    assert st.eager_runs == 0 and st.mock_runs >= 4, st

@@ -19,6 +19,7 @@ import types
 
 import torch
 
+from magpy import annotations as ann
 from magpy.codegen.source import Names, is_literal, value_checks, var
 from magpy.continuations import Reduced, Resume, Variable
 from magpy.errors import CaptureError
@@ -275,7 +276,7 @@ class MockWriter:
             return self._built.get(id(v)) or self.rebuild(v, v.parts)
         if type(v) is Variable:
             return self.use(v.name)
-        if v is NULL:
+        if v is NULL or ann.is_global_random_state(v):   # (the object itself, never a copy)
             return self.names.const(v)
         if is_immutable(v) and not (type(v) is tuple and any(map(self.dynamic_inside, v))):
             return repr(v) if is_literal(v) else self.names.const(v)
