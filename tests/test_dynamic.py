@@ -919,6 +919,18 @@ def test_int_argument_that_changes_every_call(name, mode):
     assert stats.monitor_runs == expected, stats
 
 
+@pytest.mark.parametrize("mode", [None, True], ids=["automatic", "dynamic_true"])
+def test_int_beyond_int64_stays_a_guarded_value(mode):
+    # A symbol is an int64: a bigger int that changes records per value (torch's shape
+    # environment cannot hold it, and failed on logging it).
+    magpy.config.dynamic = mode
+    fast = magpy.compile(lambda x, n: x + n % 7, backend="eager")
+    x = torch.randn(3)
+    for n in (10 ** 30, 10 ** 30 + 1, 10 ** 5000, 2 ** 63):
+        assert torch.equal(fast(x, n), x + n % 7)
+    assert magpy.stats(fast).eager_runs == 0 and magpy.stats(fast).monitor_runs == 4
+
+
 # ----------------------------------------------------------------------------- sizes into state
 
 class _Counter:

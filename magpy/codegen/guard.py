@@ -488,6 +488,8 @@ def _value_in_words(node, shapes) -> str:
     if node.kind is Kind.VALUE:
         if shapes is not None and node.id in shapes.free_scalars():
             return f"{type(v).__name__} (any value: a graph input)"
+        if not is_literal(v) and type(v) is int:   # (repr() refuses ints of over 4300 digits)
+            return f"int of {v.bit_length()} bits, checked by value"
         return f"{type(v).__name__} == {v!r}"
     if node.kind in (Kind.LIST, Kind.TUPLE, Kind.DICT) and node.struct:
         return f"{type(v).__name__} of {len(v)}"

@@ -25,6 +25,8 @@ class Lifting:
 
     def scalar(self, mode: bool | None, sn) -> bool:
         """Is the float or int of node ``sn`` lifted (a graph input, not a guarded value)?"""
+        if type(sn.value) is int and not _INT64[0] <= sn.value <= _INT64[1]:
+            return False   # a symbol is an int64: a bigger int stays a guarded value
         if mode is not None:
             return mode
         seen = self.values.get(input_key(sn), ())
@@ -60,6 +62,7 @@ class Lifting:
                     sizes.add(n)
 
 
+_INT64 = (-2 ** 63, 2 ** 63 - 1)
 _REMEMBERED = 64   # distinct sizes kept per dimension (enough to count up to any sane threshold)
 
 
