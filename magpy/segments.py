@@ -229,8 +229,11 @@ class Segmenter(Observer):
         """Record ``result = fn(*args, **kwargs)`` as a step.  A dynamic operation, or one on
         tensors, ends the current piece; a pure computation on dynamic values alone runs before
         it (it needs nothing the piece computes)."""
-        if any(isinstance(x, torch.Tensor) for x in _leaves((result,))):
-            self.breaker.stop(brk or "an operation on a value computed eagerly that returns tensors")
+        var = f"e{len(self.steps)}"
+        named = _tensor_parts(result, var)
+        if any(self._graph_knows(t) for t, _ in named):
+            # (``max(a, b)`` gives ``a`` itself: one tensor, two names)
+            self.breaker.stop(brk or "an operation on a value computed eagerly that returns a graph's tensor")
             return
         if brk is not None:
             self.breaks.append(brk)
@@ -252,10 +255,19 @@ class Segmenter(Observer):
             except Exception as e:  # noqa: BLE001 - the recorder's refusal (opgraph._Unsupported)
                 self.breaker.stop(brk or str(e))
                 return
-        var = f"e{len(self.steps)}"
         self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
                                self._freeze(kwargs) if kwargs else None, brk, undoable, self._at()))
+        for t, expr in named:
+            # A new tensor (``torch.from_numpy(a)``, a ScriptModule's output): later graphs
+            # take it as an input, the mock gives it to the program.
+            if id(t) not in self.recorder.eager:
+                self.recorder.eager[id(t)] = expr
+                self._keep.append(t)
         self._result(result, var, call, type(result) is int and _int_result(fn))
+
+    def _graph_knows(self, t) -> bool:
+        """Is tensor ``t`` one a graph has (read from outside or made by a piece)?"""
+        return self.recorder.produced(t) is not None or self.recorder.refgraph.node_of(t) is not None
 
     def effect_step(self, fn, args: tuple, brk: GraphBreak) -> str | None:
         """``var = fn(*args)`` as a step whose effects and tensor results the caller tracks
@@ -454,8 +466,10 @@ class Segmenter(Observer):
             brk = self._finish()
             self._step(callee, args, kwargs, result, brk, pure=_pure(callee))
             return
-        if self.dynamic and (self.is_dynamic(callee) or any(map(self.is_dynamic, args))
+        if self.dynamic and (self.is_dynamic(callee) or self.is_dynamic(getattr(callee, "__self__", None))
+                             or any(map(self.is_dynamic, args))
                              or (kwargs and any(map(self.is_dynamic, kwargs.values())))):
+            # (a method bound to a value computed eagerly, ``a.sum()``, computes from it too)
             self._derived_call(frame, callee, args, kwargs, result)
 
     def _graph_made(self, values) -> bool:
@@ -469,7 +483,9 @@ class Segmenter(Observer):
         a, bound = ann.lookup(callee)
         if a is not None and not self.is_dynamic(callee):
             full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
-            if not self._reads_value(a, full, kwargs):
+            # (a method the table does not list as bound, ``ndarray.sum``, reads its object)
+            owner_read = not bound and self.is_dynamic(getattr(callee, "__self__", None))
+            if not (owner_read or self._reads_value(a, full, kwargs)):
                 return   # stores the value (list.append): a move
             if a.inplace or not a.pure:
                 self.breaker.stop(f"{_describe(callee)} changes or keeps a value computed eagerly")
@@ -652,6 +668,18 @@ _PURE_READS = (float, int, bool, complex, str, format, repr, operator.truth)
 
 def _describe(fn) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+
+
+def _tensor_parts(v, expr: str, depth: int = _TAINT_DEPTH) -> list[tuple[torch.Tensor, str]]:
+    """The tensors in a step's result ``v`` (named ``expr``), each with the expression that
+    reaches it in tuples, lists and dicts."""
+    if isinstance(v, torch.Tensor):
+        return [(v, expr)]
+    t = type(v)
+    if not depth or t not in (list, tuple, dict):
+        return []
+    items = v.items() if t is dict else enumerate(v)
+    return [part for k, x in items for part in _tensor_parts(x, f"{expr}[{k!r}]", depth - 1)]
 
 
 def _leaves(v, depth=_TAINT_DEPTH):
