@@ -15,6 +15,10 @@ Every entry is data.  For a native (C-implemented, or kept-native library) calle
   first argument's elements: ``dict.get``, ``list.pop``, ``min``), ``"frame"`` (a frame of
   the call: ``sys._getframe``; one outside it is not the record's to know), ``"deref"`` (the
   referent of the weak reference called: RNN modules check their weights through these).
+- ``external`` (impure callees): its effects are outside the program's Python objects
+  (output, a native object's hidden state, other processes, the data of tensors it is
+  given), so it changes none of the objects it is given and an eager step of it may take
+  mutable ones (``print``; torch.distributed's natives).
 
 Bound methods are looked up by ``(type of self, method name)``, self being position 0.
 Tensor operations are not here: every call reaching torch's ``__torch_function__`` is
@@ -54,6 +58,7 @@ class Annotation:
     reads: str | tuple = DEEP         # one kind for every argument, or one per position
     inplace: tuple = ()
     relation: str | None = None
+    external: bool = False
 
     def read_kind(self, position: int) -> str:
         r = self.reads
@@ -64,6 +69,7 @@ class Annotation:
 
 PURE = Annotation()
 IMPURE = Annotation(pure=False)
+EXTERNAL = Annotation(pure=False, external=True)
 TYPE_ONLY = Annotation(reads=TYPE)
 STRUCT_READ = Annotation(reads=STRUCT)
 ELEMENT = Annotation(reads=(NONE, DEEP), relation="element")
@@ -95,7 +101,7 @@ FUNCTIONS: dict[Callable, Annotation] = {
     delattr: Annotation(reads=(NONE, DEEP), inplace=(0,)),
     # id() is used for identity memos (inspect.unwrap); its value is assumed not to leak.
     id: Annotation(reads=NONE),
-    vars: IMPURE, print: IMPURE, input: IMPURE, open: IMPURE, globals: IMPURE,
+    vars: IMPURE, print: EXTERNAL, input: IMPURE, open: IMPURE, globals: IMPURE,
     dir: Annotation(reads=TYPE),
     # collections.namedtuple() makes its class from these.
     sys.getrecursionlimit: PURE, sys.intern: PURE, collections._tuplegetter: PURE,
@@ -220,6 +226,15 @@ TORCH_IMPURE = frozenset({"manual_seed", "seed", "initial_seed", "get_rng_state"
                           "save", "load", "set_default_dtype", "set_default_device", "set_printoptions",
                           "synchronize", "set_num_threads", "use_deterministic_algorithms",
                           "checkpoint", "register_hook"})
+
+# torch.distributed communicates with other processes: nothing in it is pure (a collective
+# must run exactly once per call, in program order).  Its natives (process groups, DDP's
+# reducer and logger) and its collectives change native state and the data of the tensors
+# they are given, never Python objects: EXTERNAL; the collectives of Python objects fill the
+# lists they are given: IMPURE.
+TORCH_DISTRIBUTED = ("torch.distributed", "torch._C._distributed")
+TORCH_DISTRIBUTED_OBJECTS = frozenset({"broadcast_object_list", "all_gather_object", "gather_object",
+                                       "scatter_object_list", "send_object_list", "recv_object_list"})
 
 # Grad-mode switches (``no_grad``, ``enable_grad``, ``set_grad_enabled`` as context managers and
 # decorators) that reach ``__torch_function__``: graph state, recorded into the graph as grad-mode
@@ -419,7 +434,7 @@ def lookup(callee) -> tuple[Annotation | None, bool]:
         return ann, False
     if t is types.BuiltinFunctionType or t is types.MethodWrapperType:
         owner = callee.__self__
-        if owner is None or type(owner) is types.ModuleType or _is_pybind(owner):
+        if owner is None or type(owner) is types.ModuleType or is_pybind(owner):
             return _module_function(callee), False
         if isinstance(owner, type) and t is types.BuiltinFunctionType:
             return _owner_entry(owner, callee.__name__), False
@@ -465,7 +480,7 @@ def _builtin_constructor(cls) -> type | None:
 
 
 
-def _is_pybind(owner) -> bool:
+def is_pybind(owner) -> bool:
     # pybind11 functions (torch._C._get_tracing_state) are bound to a capsule, not a module.
     return type(owner).__name__ == "PyCapsule" or type(owner).__name__.startswith("pybind11")
 
@@ -487,8 +502,12 @@ def _is_library(mod: str | None) -> bool:
 def torch_library_annotation(fn) -> Annotation:
     """A torch function reached natively that is not a tensor operation (the tensor ones
     go through ``__torch_function__``): a configuration query such as
-    ``torch.is_grad_enabled()``, pure unless listed in :data:`TORCH_IMPURE`."""
-    return IMPURE if getattr(fn, "__name__", "") in TORCH_IMPURE else PURE
+    ``torch.is_grad_enabled()``, pure unless listed in :data:`TORCH_IMPURE` or part of
+    torch.distributed (:data:`TORCH_DISTRIBUTED`)."""
+    name = getattr(fn, "__name__", "")
+    if (getattr(fn, "__module__", None) or "").startswith(TORCH_DISTRIBUTED):
+        return IMPURE if name in TORCH_DISTRIBUTED_OBJECTS else EXTERNAL
+    return IMPURE if name in TORCH_IMPURE else PURE
 
 
 def is_builtin_module_attr(module: types.ModuleType) -> bool:

@@ -132,7 +132,7 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
             stack[slot[0]] = Variable(slot[1])
         frames.append(FrameState(f.code, f.fn, f.globals, f.builtins, [taker.take(v) for v in f.locals],
                                  stack, pc, kwnames))
-    changed = [(node, taker.take(now)) for node, now in graph.changes()]
+    changed = [(node, taker.take_state(node.snapshot, now)) for node, now in graph.changes()]
     direct = {id(v) for fs in frames for v in (*fs.locals, *fs.stack)}
     return ResumePoint(index, frames, changed, [v for k, v in taker.external.items() if k not in direct])
 
@@ -185,6 +185,14 @@ class _Taker:
         self.memo: dict[int, object] = {}
         self.external: dict[int, object] = {}   # objects from outside the call met, by id
         self._keep = []
+
+    def take_state(self, snap, now):
+        """A changed object's state now (``state_of``'s form): what it held when the call
+        found it is from outside, itself (the mock writes back only what changed; an object
+        the run never read, a DDP module's process group, may not be rebuildable)."""
+        if type(now) is dict and type(snap) is dict:
+            return {k: v if k in snap and snap[k] is v else self.take(v) for k, v in now.items()}
+        return self.take(now)
 
     def take(self, v, depth: int = _DEPTH):
         name = self.dynamic.get(id(v))

@@ -119,11 +119,21 @@ def _native_module(name: str) -> bool:
         or name.startswith("magpy.") or name == "inspect" or annotations.is_numpy_module(name)
 
 
-_MONITORED_TORCH = ("torch.nn.modules", "torch.nn.utils.parametriz", *training.MONITORED_TORCH)
+# DistributedDataParallel's forward is the program's too: what it reads of the module is
+# guarded, and each call it makes to its reducer (torch.distributed natives) is an eager step.
+_MONITORED_TORCH = ("torch.nn.modules", "torch.nn.utils.parametriz", "torch.nn.parallel.distributed",
+                    "torch.distributed.algorithms.join", *training.MONITORED_TORCH)
+
+
+# Library code whose is_compiling() branch only skips eager work that Dynamo cannot trace but
+# the monitor runs like any other code: DistributedDataParallel's one-time lazy init (it sets
+# up optimizers applied in backward), so a DDP module first called compiled is set up as in eager.
+_EAGER_WORK_WHEN_COMPILING = frozenset({torch.nn.parallel.DistributedDataParallel._pre_forward.__code__})
 
 
 def _compiling(monitor, args, kwargs):
-    return True
+    frame = monitor.current
+    return frame is None or frame.code not in _EAGER_WORK_WHEN_COMPILING
 
 
 _FUNCTION_APPLY = torch.autograd.Function.apply.__func__

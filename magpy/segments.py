@@ -242,7 +242,7 @@ class Segmenter(Observer):
             if self.breaker.pending_module_writes():
                 self.breaker.stop(brk or "an eager step after the program changed a module's attributes")
                 return
-            if not any(fn is f for f in _READS_ONLY) and self._mutable_inside((args, kwargs)):
+            if not _external(fn) and self._mutable_inside((args, kwargs)):
                 # It may change them: the mock would pass it copies, and write back the values
                 # this run left, not the ones a later call's step makes.
                 what = brk.reason if brk else _describe(fn)
@@ -628,8 +628,6 @@ def _monitored_consumer(frame) -> bool:
     return info is not None and info.instructions[consumer.lasti].opname in ("FOR_ITER", "SEND")
 
 
-# Impure natives known to only read their arguments (their effect is I/O).
-_READS_ONLY = (print,)
 # Instructions that only move a value with its shadow (the monitor's SHADOW_MOVES) or drop it.
 _SHADOW_MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP"})
 
@@ -660,6 +658,11 @@ _STATIC = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptor
 def _pure(callee) -> bool:
     a, _ = ann.lookup(callee)
     return (a is not None and a.pure) or ann.is_tensor_method(callee) or any(callee is f for f in _PURE_READS)
+
+
+def _external(callee) -> bool:
+    a, _ = ann.lookup(callee)
+    return a is not None and a.external
 
 
 # Natives that only read tensor data (through the tensor's own special methods).

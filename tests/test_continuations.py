@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import threading
 
 import pytest
 import torch
@@ -221,6 +222,31 @@ def test_a_small_int_result_is_resumed_into_its_stack_slot():
     inputs = [torch.tensor([0.0, 5.0, 1.0]), torch.tensor([5.0, 0.0, 1.0]), torch.tensor([0.0, 5.0, 1.0]),
               torch.tensor([0.0, 1.0, 5.0]), torch.tensor([5.0, 0.0, 1.0])]
     _compare(SmallIntAfterEffect, inputs, monitor_runs=3)
+
+
+class UnreadUnpicklable(nn.Module):
+    """The module the call changes holds an attribute the call never reads that cannot be
+    pickled (a lock here; a DDP module's process group): the resume point takes the module's
+    changed attribute, not that one."""
+
+    def __init__(self):
+        super().__init__()
+        self._lock = threading.Lock()
+        self.called = False
+
+    def forward(self, x):
+        self.called = True
+        print("called")
+        if x.sum() > 0:
+            print("positive")   # an effect in the arm: the if stays a check (not a cond)
+            return x * 2
+        return x - 1
+
+
+def test_a_changed_module_with_an_unpicklable_attribute_resumes():
+    inputs = [_sign_flip(i) for i in range(6)]
+    compiled = _compare(UnreadUnpicklable, inputs, monitor_runs=2)
+    assert magpy.stats(compiled).mock_runs == 4
 
 
 class NotResumable(nn.Module):

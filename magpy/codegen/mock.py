@@ -132,10 +132,9 @@ class MockWriter:
             # Read from outside (``random.random``, the global Random's bound method): loaded
             # from there again, so it acts on the real object, never on a copy of it.
             return self.load(node)
-        owner = getattr(fn, "__self__", None)
-        if owner is not None and not isinstance(owner, (type, types.ModuleType)) and hasattr(fn, "__name__"):
+        if _bound(fn) and hasattr(fn, "__name__"):
             # A bound method is made anew on each access: bind it to this call's object.
-            return f"getattr({self.expr(owner)}, {fn.__name__!r})"
+            return f"getattr({self.expr(fn.__self__)}, {fn.__name__!r})"
         return self.names.const(fn)
 
     def continuation(self, point) -> list[str]:
@@ -440,6 +439,8 @@ class MockWriter:
 
 
 def _bound(fn) -> bool:
-    """Is ``fn`` a builtin method bound to an object (not a module's function)?"""
+    """Is ``fn`` a builtin method bound to an object (not a module's function, nor a pybind11
+    function, bound to its own function record: a Reducer's method is one, called on the
+    reducer)?"""
     owner = getattr(fn, "__self__", None)
-    return owner is not None and not isinstance(owner, (types.ModuleType, type))
+    return owner is not None and not isinstance(owner, (types.ModuleType, type)) and not ann.is_pybind(owner)

@@ -701,6 +701,8 @@ def _describe(callee) -> str:
     name = getattr(callee, "__qualname__", None) or getattr(callee, "__name__", None) or type(callee).__name__
     mod = getattr(callee, "__module__", None)
     owner = getattr(callee, "__self__", None)
+    if ann.is_pybind(owner):   # bound to its function record, whose type name says nothing
+        return f"{mod}.{callee.__name__}"
     if owner is not None and not isinstance(owner, types.ModuleType):
         return f"{type(owner).__qualname__}.{getattr(callee, '__name__', name)}"
     return f"{mod}.{name}" if mod and mod != "builtins" else name
