@@ -55,6 +55,8 @@ class Piece:
         self.grad = torch.is_grad_enabled()          # grad mode where the graph is now
         self.inference = torch.is_inference_mode_enabled()
         self.entered: list = []                      # (inference-mode context node, grad mode before)
+        self.autocast = autocast_state()             # autocast where the graph is now
+        self.autocasts: list = []                    # (autocast context nodes, autocast before)
         self.constants: dict[str, torch.Tensor] = {}   # tensors folded into the graph (_fold)
         self.submodules: dict[str, fx.GraphModule] = {}   # the arms of its conds
 
@@ -204,9 +206,12 @@ class OpRecorder(TorchFunctionMode):
         piece = self.piece
         if not piece.op_count:
             return False
+        self._sync_modes()   # (the program may have left a mode since the last operation)
         if piece.entered:
             raise _Unsupported("an eager step inside torch.inference_mode() entered in the graph")
-        self._sync_modes()
+        if piece.autocasts:
+            # (the mock runs the step outside the graph, where the autocast it entered is not)
+            raise _Unsupported("an eager step inside torch.autocast() entered in the graph")
         self.pieces.append(Piece(len(self.pieces)))
         return True
 
@@ -517,6 +522,24 @@ class OpRecorder(TorchFunctionMode):
         if now != piece.grad:
             self.graph.call_function(torch._C._set_grad_enabled, (now,))
             piece.grad = now
+        self._sync_autocast(piece)
+
+    def _sync_autocast(self, piece: Piece) -> None:
+        # ``with torch.autocast(...)`` in the program: the graph enters and leaves it where the
+        # program did (Dynamo's nodes), so its operations run in the autocast dtype as in eager.
+        now = autocast_state()
+        if now == piece.autocast:
+            return
+        while piece.autocasts and now != piece.autocast:   # back out to an enclosing state
+            nodes, piece.autocast = piece.autocasts.pop()
+            for ctx in reversed(nodes):
+                self.graph.call_function(_exit_autocast, (ctx,))
+        if now != piece.autocast:
+            nodes = [self.graph.call_function(_enter_autocast, (device, dtype, on, None))
+                     for device, (on, dtype), was in zip(AUTOCAST_DEVICES, now, piece.autocast)
+                     if (on, dtype) != was]
+            piece.autocasts.append((nodes, piece.autocast))
+            piece.autocast = now
 
     @contextlib.contextmanager
     def arm(self, sandbox):
@@ -773,7 +796,18 @@ def _is_impure(node: fx.Node) -> bool:
 
 _enter_inference_mode = torch.autograd.grad_mode._enter_inference_mode
 _exit_inference_mode = torch.autograd.grad_mode._exit_inference_mode
-_EFFECTS = (torch._C._set_grad_enabled, _enter_inference_mode, _exit_inference_mode, _ASSERT)
+_enter_autocast = torch.amp.autocast_mode._enter_autocast
+_exit_autocast = torch.amp.autocast_mode._exit_autocast
+_EFFECTS = (torch._C._set_grad_enabled, _enter_inference_mode, _exit_inference_mode, _enter_autocast,
+            _exit_autocast, _ASSERT)
+
+# The device types whose autocast a graph follows (autocast_state).
+AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def autocast_state() -> tuple:
+    """Per device type of :data:`AUTOCAST_DEVICES`: whether autocast is on, and its dtype."""
+    return tuple((torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in AUTOCAST_DEVICES)
 
 
 def _qualname(func) -> str:

@@ -253,7 +253,9 @@ class Segmenter(Observer):
             try:
                 self.recorder.cut()
             except Exception as e:  # noqa: BLE001 - the recorder's refusal (opgraph._Unsupported)
-                self.breaker.stop(brk or str(e))
+                # (why the break cannot be a step: a call that runs eagerly says both)
+                self.breaker.stop(dataclasses.replace(brk, reason=f"{brk.reason} (no eager step there: {e})")
+                                  if brk else str(e))
                 return
         self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
                                self._freeze(kwargs) if kwargs else None, brk, undoable, self._at()))

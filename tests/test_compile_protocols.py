@@ -224,6 +224,44 @@ def test_inference_mode_inside_the_call_makes_inference_tensors():
     assert (stats.monitor_runs, stats.mock_runs, stats.graph_count) == (1, 2, 1)
 
 
+class _Autocast(torch.nn.Module):
+    """Mixed precision entered inside the call: the linear layers run in bfloat16 there."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = torch.relu(self.a(x))
+            with torch.autocast("cpu", enabled=False):
+                h = h.float() * 2
+            y = self.b(h)
+        return y.float() + 1, y.dtype
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_autocast_inside_the_call_is_graph_state(backend):
+    # The graph enters and leaves autocast where the program did: a mock run computes in
+    # bfloat16 as eager does (it computed in float32 before: a wrong result on later calls).
+    args = lambda s: (torch.randn(3, 8),)   # noqa: E731
+    trace = check_compiled(lambda: (lambda m: (m, m))(_Autocast()), standard(args), backend=backend,
+                           rtol=1e-2, atol=1e-2)
+    assert magpy.stats(trace.compiled).graph_count == 1 and not torch.is_autocast_enabled("cpu")
+
+
+def test_eager_step_inside_autocast_runs_the_call_eagerly():
+    # The mock would run the step outside the graph's autocast: the call runs eagerly instead.
+    def program(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = torch.mm(x, x)
+            s = float(y.sum())
+        return y * s
+    trace = check_compiled(lambda: (program, None), [first(lambda s: (torch.randn(4, 4),)),
+                                                     again(expect=EAGER)], fullgraph=False)
+    assert "an eager step inside torch.autocast() entered in the graph" in trace.stats["break_reasons"][0]
+
+
 # ----------------------------------------------------------------------------- copying
 class CacheConfig:
     def __init__(self):

@@ -198,6 +198,27 @@ def test_lr_scheduler_steady_state():
     assert magpy.stats(trace.compiled).monitor_runs <= 3
 
 
+def test_bf16_autocast_step():
+    # The forward under CPU autocast: the graph enters bfloat16 autocast where the step did,
+    # so steady-state mock runs compute what eager computes (they ran in float32 before).
+    def build():
+        model = _mlp()
+        opt = _sgd(model.parameters())
+
+        def train_step(x, y):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(x)
+            loss = nn.functional.mse_loss(out.float(), y)
+            loss.backward()
+            opt.step()
+            return loss
+        return train_step, {"model": model, "opt": opt}
+
+    trace = check_compiled(build, _steps(), fullgraph=False, observe=_observe, expect_records=2)
+    assert magpy.stats(trace.compiled).graphs_per_call == 2
+
+
 class _Scale(torch.autograd.Function):
     """y = 2x, whose backward (counted) gives 3 * grad: not the derivative of its forward."""
 
