@@ -75,9 +75,17 @@ def _exit_profiler_range(monitor, args, kwargs):
 def _step_value(monitor, args, kwargs):
     """``torch.optim.optimizer._get_value(step_t)``: eagerly ``step_t.item()``, a new float on
     every step.  A float64 0-d tensor instead keeps the update one graph for every step; the
-    bias corrections then compute in float64 as Python's float arithmetic does."""
+    bias corrections then compute in float64 as Python's float arithmetic does.  Not where the
+    learning rate is a tensor: ``lr / bias_correction1`` of two 0-d tensors computes in
+    float64, where eager divides in the learning rate's dtype, so there the step count is
+    read as eager reads it (an eager step, whose float the graph takes as an input)."""
     (x,) = args
-    return x.to(torch.float64) if isinstance(x, torch.Tensor) else x
+    if not isinstance(x, torch.Tensor):
+        return x
+    caller = monitor.current
+    if caller is not None and isinstance(caller.f_locals.get("lr"), torch.Tensor):
+        return x.item()
+    return x.to(torch.float64)
 
 
 def _addcdiv_(self, tensor1, tensor2, *, value):

@@ -219,6 +219,27 @@ def test_bf16_autocast_step():
     assert magpy.stats(trace.compiled).graphs_per_call == 2
 
 
+@pytest.mark.parametrize("make_opt", [lambda p: torch.optim.SGD(p, lr=torch.tensor(0.05), momentum=0.9),
+                                      lambda p: torch.optim.AdamW(p, lr=torch.tensor(0.01), weight_decay=0.1)],
+                         ids=["sgd-momentum", "adamw"])
+def test_lr_scheduler_with_a_tensor_learning_rate(make_opt):
+    # torch's advice for compiled optimizers: a tensor lr, which the scheduler updates in
+    # place.  The steps replay one record for every lr (a float lr records per value, above),
+    # and stay exact: AdamW's lr / bias correction of two 0-d tensors must divide in the lr's
+    # dtype as eager does (in float64 it was off in the last bit after a few steps).
+    def build():
+        model = _mlp()
+        opt = make_opt(model.parameters())
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+        return _trainer(model, opt, scheduler=sched), {"model": model, "opt": opt, "sched": sched}
+
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=ANY) for i in range(8)]
+    trace = check_compiled(build, steps, fullgraph=False,
+                           observe=lambda s: (_observe(s), s["sched"].state_dict()))
+    st = magpy.stats(trace.compiled)
+    assert st.eager_runs == 0 and st.monitor_runs == 3 and st.mock_runs == 5, st
+
+
 class _Scale(torch.autograd.Function):
     """y = 2x, whose backward (counted) gives 3 * grad: not the derivative of its forward."""
 
