@@ -33,14 +33,20 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         from torch._inductor.compile_fx import compile_fx
         from torch._inductor.decomposition import select_decomp_table
     options, patch = {}, {}
-    if _rounds(gm):
+    names = _op_names(gm)
+    if not names.isdisjoint(_ROUNDING):
         # A rounding (fake quantization) turns a last-bit difference before it into a whole
         # step.  Inductor's channels-last convolutions and its decomposed BatchNorm sum in
         # another order than eager's kernels; kept in eager's layout and as eager's kernel,
         # they give eager's exact values.
-        options["decompositions"] = {op: fn for op, fn in select_decomp_table().items()
-                                     if "batch_norm" not in op.name()}
         patch["layout_optimization"] = False
+        if any("batch_norm" in name or name in _REACHES_BATCH_NORM for name in names):
+            # Only then: a decomposition table of magpy's own makes Inductor bypass its FX
+            # graph cache (it cannot key the table's OpOverloads; torch 2.13), so a graph
+            # that merely rounds (DeBERTa's log-bucketed positions) would compile again in
+            # every process.
+            options["decompositions"] = {op: fn for op, fn in select_decomp_table().items()
+                                         if "batch_norm" not in op.name()}
     if any(n.target is torch.ops.higher_order.cond for n in gm.graph.nodes):
         # Inductor hands a cond's branches channels-last activations that the compiled branch
         # then asserts to be contiguous (torch 2.13; torch.compile fails the same way).
@@ -131,10 +137,16 @@ _ROUNDING = frozenset({"round", "floor", "ceil", "trunc", "floor_divide", "remai
                        "__floordiv__", "__mod__"})
 
 
-def _rounds(gm: torch.fx.GraphModule) -> bool:
-    return any(n.op in ("call_function", "call_method")
-               and (n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")) in _ROUNDING
-               for n in gm.graph.nodes)
+# Operations that reach ATen's batch norm without saying so: instance norm is computed by
+# it, and a custom autograd Function's forward (recorded whole as its ``apply``) may use it.
+_REACHES_BATCH_NORM = frozenset({"instance_norm", "apply"})
+
+
+def _op_names(gm: torch.fx.GraphModule) -> set[str]:
+    """The names of the operations of ``gm`` and of its conds' branches."""
+    return {n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+            for m in gm.modules() if isinstance(m, torch.fx.GraphModule)
+            for n in m.graph.nodes if n.op in ("call_function", "call_method")}
 
 
 def _torchscript(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
