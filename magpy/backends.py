@@ -34,16 +34,18 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         from torch._inductor import config as inductor_config
         from torch._inductor.compile_fx import compile_fx
     mode = _fake_mode(example_inputs)
+    static = detect_fake_mode(example_inputs) is None   # (inside tracing() it finds the context's mode)
     given = []
     try:
         with tracing(TracingContext(mode)):
             given, effects = _example_values(gm, example_inputs, mode)
             given += _fold_constants(gm, effects)
+            given += _whole_input_pools(gm, static)
             options, patch = _inductor_options(gm)
             with inductor_config.patch(patch):
                 return compile_fx(gm, example_inputs, **options)
     except Exception:
-        if detect_fake_mode(example_inputs) is not None:
+        if not static:
             raise
         # Its own shape environment lets inductor's passes make Python scalars symbolic,
         # which some graphs fail on (AdamW's update: KeyError in _tensorify_python_scalars):
@@ -219,6 +221,53 @@ def _fold_constants(gm: torch.fx.GraphModule, effects: _Effects | None) -> list[
             graph.erase_node(node)
     gm.recompile()
     return [a for a in attrs if "example_value" in a.meta]
+
+
+# Average pools by name -> their spatial dimensions, and their parameters in order.
+_AVG_POOLS = {"avg_pool1d": 1, "avg_pool2d": 2, "avg_pool3d": 3}
+_AVG_POOL_PARAMETERS = ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                        "divisor_override")
+
+
+def _whole_input_pools(gm: torch.fx.GraphModule, static: bool) -> list[torch.fx.Node]:
+    """Write average pools whose one window covers the whole unpadded input as the mean they
+    are; the new nodes.  Inductor's lowering of a pool whose window is its stride loops over
+    the whole window, masking out what lies beyond the input (torch 2.13): ALIGN's image
+    pooler, ``nn.AvgPool2d(2560, ceil_mode=True)`` on a 9x9 map, took 2560 x 2560 steps per
+    channel, 1.2 s where eager's kernel takes 0.1 ms.  With no padding and a window at least
+    the input's size there is one output per plane, the mean of the plane, whatever
+    ``ceil_mode`` and ``count_include_pad`` say.  Needs the fake values (``meta["val"]``);
+    ``static``: the record fixes the sizes (real example inputs; the fake values still have
+    symbols for them, which stand for the example's sizes)."""
+    from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw
+    means = []
+    for node in list(gm.graph.nodes):
+        dims = _AVG_POOLS.get(getattr(node.target, "__name__", None)) if node.op == "call_function" else None
+        if dims is None or "val" not in node.meta:
+            continue
+        bound = dict(zip(_AVG_POOL_PARAMETERS, node.args), **node.kwargs)
+        x = bound["input"]
+        size = x.meta.get("val").shape[-dims:] if isinstance(x, torch.fx.Node) and "val" in x.meta else None
+        if size is not None and static:
+            size = [guarding_hint_or_throw(n) for n in size]
+        kernel, padding = (_per_dim(bound.get(k, 0), dims) for k in ("kernel_size", "padding"))
+        if (size is None or bound.get("divisor_override") is not None or any(padding)
+                or not all(isinstance(k, int) and isinstance(n, int) and k >= n for k, n in zip(kernel, size))):
+            continue
+        with gm.graph.inserting_before(node):
+            mean = gm.graph.call_function(torch.mean, (x,), {"dim": tuple(range(-dims, 0)), "keepdim": True})
+        mean.meta.update({k: node.meta[k] for k in ("val", "example_value") if k in node.meta})
+        node.replace_all_uses_with(mean)
+        gm.graph.erase_node(node)
+        means.append(mean)
+    if means:
+        gm.recompile()
+    return [m for m in means if "example_value" in m.meta]
+
+
+def _per_dim(value, dims: int) -> tuple:
+    """A pooling parameter (an int or one per dimension) as one per dimension."""
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,) * dims
 
 
 def _tensors(node: torch.fx.Node) -> list[torch.Tensor]:

@@ -286,3 +286,33 @@ def test_inductor_does_not_fold_random_tensors():
         assert not torch.equal(a, b)
     assert all(((d >= 1) & (d < math.e)).all() for d in draws)
     assert magpy.stats(compiled).mock_runs == 3
+
+
+@pytest.mark.parametrize("pool, shape", [
+    (nn.AvgPool2d(2560, ceil_mode=True), (1, 4, 9, 9)),          # ALIGN's image pooler
+    (nn.AvgPool2d((9, 12), ceil_mode=True, count_include_pad=False), (2, 3, 9, 9)),
+    (nn.AvgPool1d(7), (2, 3, 7)),
+    (nn.AvgPool3d(3), (1, 2, 3, 3, 3)),
+], ids=["align", "kernel-tuple", "1d", "3d"])
+def test_inductor_gets_pools_of_the_whole_input_as_means(pool, shape):
+    # Inductor loops over the whole window of such a pool, far beyond the input.
+    graphs = []
+    compiled = magpy.compile(pool, backend=_inductor_keeping_graphs(graphs))
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x = torch.randn(shape)
+        assert torch.allclose(compiled(x), pool(x), atol=1e-6)
+    (gm,) = graphs
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [torch.mean]
+
+
+@pytest.mark.parametrize("pool", [nn.AvgPool2d(4, padding=2, ceil_mode=True), nn.AvgPool2d(4, divisor_override=3),
+                                  nn.AvgPool2d(3, stride=1)], ids=["padded", "divisor", "window-smaller"])
+def test_inductor_keeps_other_pools(pool):
+    graphs = []
+    compiled = magpy.compile(pool, backend=_inductor_keeping_graphs(graphs))
+    x = torch.randn(1, 2, 4, 4)
+    for _ in range(3):
+        assert torch.allclose(compiled(x), pool(x), atol=1e-6)
+    (gm,) = graphs
+    assert torch.mean not in [n.target for n in gm.graph.nodes]
