@@ -17,6 +17,8 @@ from typing import Callable
 
 import torch
 from torch._guards import TracingContext, detect_fake_mode, tracing
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from magpy.errors import BackendError
 
@@ -34,57 +36,247 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     with _quiet(categories=(DeprecationWarning,)):   # inductor's imports use deprecated torch.jit APIs
         from torch._inductor import config as inductor_config
         from torch._inductor.compile_fx import compile_fx
-        from torch._inductor.decomposition import select_decomp_table
-    options, patch = {}, {}
-    if _rounds(gm):
-        # A rounding (fake quantization) turns a last-bit difference before it into a whole
-        # step.  Inductor's channels-last convolutions and its decomposed BatchNorm sum in
-        # another order than eager's kernels; kept in eager's layout and as eager's kernel,
-        # they give eager's exact values.
-        options["decompositions"] = {op: fn for op, fn in select_decomp_table().items()
-                                     if "batch_norm" not in op.name()}
-        patch["layout_optimization"] = False
-    if any(n.target in _CONTROL_FLOW for n in gm.graph.nodes):
-        # Inductor hands a cond's branches channels-last activations that the compiled branch
-        # then asserts to be contiguous (torch 2.13; torch.compile fails the same way).
-        patch["layout_optimization"] = False
     mode = _fake_mode(example_inputs)
+    static = detect_fake_mode(example_inputs) is None   # (inside tracing() it finds the context's mode)
+    given = []
     try:
-        with tracing(TracingContext(mode)), inductor_config.patch(patch):
-            given = _example_values(gm, example_inputs, mode)
-            return compile_fx(gm, example_inputs, **options)
+        with tracing(TracingContext(mode)):
+            given, effects = _example_values(gm, example_inputs, mode)
+            given += _fold_constants(gm, effects)
+            given += _whole_input_pools(gm, static)
+            options, patch = _inductor_options(gm)
+            with inductor_config.patch(patch):
+                return compile_fx(gm, example_inputs, **options)
     except Exception:
-        if detect_fake_mode(example_inputs) is not None:
+        if not static:
             raise
         # Its own shape environment lets inductor's passes make Python scalars symbolic,
         # which some graphs fail on (AdamW's update: KeyError in _tensorify_python_scalars):
         # compile as before, without the disk caches.
         for node in given:
             del node.meta["example_value"]
+        options, patch = _inductor_options(gm)
         with inductor_config.patch(patch):
             return compile_fx(gm, example_inputs, **options)
 
 
-def _example_values(gm: torch.fx.GraphModule, example_inputs: list, mode) -> list:
+def _inductor_options(gm: torch.fx.GraphModule) -> tuple[dict, dict]:
+    """``compile_fx``'s keyword arguments and the inductor config patch for ``gm``."""
+    from torch._inductor.decomposition import select_decomp_table
+    options, patch = {}, {}
+    names = _op_names(gm)
+    if not names.isdisjoint(_ROUNDING):
+        # A rounding (fake quantization) turns a last-bit difference before it into a whole
+        # step.  Inductor's channels-last convolutions and its decomposed BatchNorm sum in
+        # another order than eager's kernels; kept in eager's layout and as eager's kernel,
+        # they give eager's exact values.
+        patch["layout_optimization"] = False
+        if any("batch_norm" in name or name in _REACHES_BATCH_NORM for name in names):
+            # Only then: a decomposition table of magpy's own makes Inductor bypass its FX
+            # graph cache (it cannot key the table's OpOverloads; torch 2.13), so a graph
+            # that merely rounds would compile again in every process.
+            options["decompositions"] = {op: fn for op, fn in select_decomp_table().items()
+                                         if "batch_norm" not in op.name()}
+    if any(n.target in _CONTROL_FLOW for n in gm.graph.nodes):
+        # Inductor hands a cond's branches channels-last activations that the compiled branch
+        # then asserts to be contiguous (torch 2.13; torch.compile fails the same way).
+        patch["layout_optimization"] = False
+    return options, patch
+
+
+def _example_values(gm: torch.fx.GraphModule, example_inputs: list, mode) -> tuple[list, _Effects | None]:
     """Give each operation node the fake value Dynamo's nodes carry (``meta["example_value"]``):
     AOTAutograd's on-disk cache only takes graphs whose method calls are on nodes known to be
     tensors that way.  A graph fake tensors cannot run (a data-dependent operation) keeps
     its nodes as they are: it is then compiled again in each process, nothing worse.  The
-    nodes given a value."""
+    nodes given a value, and the operations' effects seen on the way (None if it failed)."""
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    effects = _Effects()
+
+    class Propagation(FakeTensorProp):
+        def run_node(self, n):
+            effects.node = n
+            with effects:
+                return super().run_node(n)
+
     try:
         # The graph may switch grad or inference mode: leave both as they were.
         with torch.autograd.set_grad_enabled(torch.is_grad_enabled()), \
                 torch.inference_mode(torch.is_inference_mode_enabled()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            FakeTensorProp(gm, mode).propagate(*example_inputs)
+            Propagation(gm, mode).propagate(*example_inputs)
     except Exception:  # noqa: BLE001 - see the docstring
-        return []
+        return [], None
     given = [n for n in gm.graph.nodes if n.op != "placeholder" and "val" in n.meta
              and "example_value" not in n.meta]
     for node in given:
         node.meta["example_value"] = node.meta["val"]
-    return given
+    return given, effects
+
+
+class _Effects(TorchDispatchMode):
+    """What the operations of a graph do besides making their results, as seen while fake
+    tensors run them: which storages they write (in place, ``out=``, through a view) and
+    which draw random numbers.  ``node`` is the operation running."""
+
+    supports_higher_order_operators = True   # conds pass through whole (their branches write nothing)
+
+    def __init__(self):
+        super().__init__()
+        self.node: torch.fx.Node | None = None
+        self.written: set[int] = set()              # storages (_storage) some operation writes
+        self.writers: set[torch.fx.Node] = set()
+        self.random: set[torch.fx.Node] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if isinstance(func, torch._ops.OpOverload):
+            if torch.Tag.nondeterministic_seeded in func.tags:
+                self.random.add(self.node)
+            for i, arg in enumerate(func._schema.arguments):
+                if arg.alias_info is not None and arg.alias_info.is_write:
+                    value = args[i] if i < len(args) else kwargs.get(arg.name)
+                    for t in pytree.tree_leaves(value):
+                        if isinstance(t, torch.Tensor):
+                            self.written.add(_storage(t))
+                            self.writers.add(self.node)
+        return func(*args, **kwargs)
+
+
+def _storage(t: torch.Tensor) -> int:
+    """The identity of ``t``'s storage (views share it)."""
+    return t.untyped_storage()._cdata
+
+
+def _fold_constants(gm: torch.fx.GraphModule, effects: _Effects | None) -> list[torch.fx.Node]:
+    """Compute once, here, the tensors of ``gm`` that depend on no graph input, and make them
+    constants of the graph; the new ``get_attr`` nodes.
+
+    They depend only on what the record's guard fixes (sizes, Python values), so they are
+    the same in every call: DeBERTa's log-bucketed relative positions are made from
+    ``arange`` alone.  Inductor does not fold such tensors (it folds no subgraph that starts
+    at a constructor) and recomputes them inside every kernel that reads them: the bucket
+    arithmetic (a ``log`` and a ``ceil`` per element) ran for every head, query and key of
+    both gathers in every layer, which made the compiled DeBERTa slower than eager.
+
+    A tensor is only folded where that cannot change a result: no operation writes its
+    storage (nor a view's), no graph output shares it (the program could write it), nothing
+    on its way draws random numbers or needs grad.  Tensors that are just made or viewed
+    (``zeros``, ``arange(n)[:, None]``) stay: Inductor writes them inline for free, and a
+    constant would only cost memory.  A graph fake tensors could not run is left alone."""
+    if effects is None:
+        return []
+    graph = gm.graph
+    kept = set(effects.written)   # storages the graph writes or hands out: never constant
+    for node in pytree.tree_leaves(graph.output_node().args):
+        if isinstance(node, torch.fx.Node):
+            kept.update(_storage(t) for t in _tensors(node))
+    constant, computes = set(), {}
+    for node in graph.nodes:
+        if node.op == "get_attr":
+            ok = isinstance(node.meta.get("val"), torch.Tensor)
+        elif node.op in ("call_function", "call_method"):
+            ok = (bool(node.users) and node not in effects.random and node not in effects.writers
+                  and all(a in constant for a in node.all_input_nodes))
+        else:
+            ok = False
+        if not ok or any(t.requires_grad or _storage(t) in kept for t in _tensors(node)):
+            continue
+        constant.add(node)
+        # Does it compute something (a result in storage of its own, not a view of its inputs)?
+        made = {_storage(t) for a in node.all_input_nodes for t in _tensors(a)}
+        own = bool(node.all_input_nodes) and any(_storage(t) not in made for t in _tensors(node))
+        computes[node] = own or any(computes[a] for a in node.all_input_nodes)
+    folded = [n for n in graph.nodes if n in constant and computes[n]
+              and isinstance(n.meta.get("val"), torch.Tensor) and any(u not in constant for u in n.users)]
+    if not folded:
+        return []
+    needed = set()
+    stack = list(folded)
+    while stack:
+        node = stack.pop()
+        if node not in needed:
+            needed.add(node)
+            stack.extend(node.all_input_nodes)
+    run = torch.fx.Interpreter(gm)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for node in graph.nodes:
+                if node in needed:
+                    run.env[node] = run.run_node(node)
+    except Exception:  # noqa: BLE001 - an operation that fails here stays in the graph, as it was
+        return []
+    attrs = []
+    for node in folded:
+        name = f"_folded{len(attrs)}"
+        while hasattr(gm, name):
+            name += "_"
+        gm.register_buffer(name, run.env[node])
+        with graph.inserting_before(node):
+            attr = graph.get_attr(name)
+        attr.meta.update({k: node.meta[k] for k in ("val", "example_value") if k in node.meta})
+        node.replace_all_uses_with(attr)
+        attrs.append(attr)
+    for node in reversed(list(graph.nodes)):
+        if node in constant and not node.users:
+            graph.erase_node(node)
+    gm.recompile()
+    return [a for a in attrs if "example_value" in a.meta]
+
+
+# Average pools by name -> their spatial dimensions, and their parameters in order.
+_AVG_POOLS = {"avg_pool1d": 1, "avg_pool2d": 2, "avg_pool3d": 3}
+_AVG_POOL_PARAMETERS = ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                        "divisor_override")
+
+
+def _whole_input_pools(gm: torch.fx.GraphModule, static: bool) -> list[torch.fx.Node]:
+    """Write average pools whose one window covers the whole unpadded input as the mean they
+    are; the new nodes.  Inductor's lowering of a pool whose window is its stride loops over
+    the whole window, masking out what lies beyond the input (torch 2.13): ALIGN's image
+    pooler, ``nn.AvgPool2d(2560, ceil_mode=True)`` on a 9x9 map, took 2560 x 2560 steps per
+    channel, 1.2 s where eager's kernel takes 0.1 ms.  With no padding and a window at least
+    the input's size there is one output per plane, the mean of the plane, whatever
+    ``ceil_mode`` and ``count_include_pad`` say.  Needs the fake values (``meta["val"]``);
+    ``static``: the record fixes the sizes (real example inputs; the fake values still have
+    symbols for them, which stand for the example's sizes)."""
+    from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw
+    means = []
+    for node in list(gm.graph.nodes):
+        dims = _AVG_POOLS.get(getattr(node.target, "__name__", None)) if node.op == "call_function" else None
+        if dims is None or "val" not in node.meta:
+            continue
+        bound = dict(zip(_AVG_POOL_PARAMETERS, node.args), **node.kwargs)
+        x = bound["input"]
+        size = x.meta.get("val").shape[-dims:] if isinstance(x, torch.fx.Node) and "val" in x.meta else None
+        if size is not None and static:
+            size = [guarding_hint_or_throw(n) for n in size]
+        kernel, padding = (_per_dim(bound.get(k, 0), dims) for k in ("kernel_size", "padding"))
+        covers = size is not None and all(isinstance(k, int) and isinstance(n, int) and k >= n
+                                          for k, n in zip(kernel, size))
+        if not covers or bound.get("divisor_override") is not None or any(padding):
+            continue
+        with gm.graph.inserting_before(node):
+            mean = gm.graph.call_function(torch.mean, (x,), {"dim": tuple(range(-dims, 0)), "keepdim": True})
+        mean.meta.update({k: node.meta[k] for k in ("val", "example_value") if k in node.meta})
+        node.replace_all_uses_with(mean)
+        gm.graph.erase_node(node)
+        means.append(mean)
+    if means:
+        gm.recompile()
+    return [m for m in means if "example_value" in m.meta]
+
+
+def _per_dim(value, dims: int) -> tuple:
+    """A pooling parameter (an int or one per dimension) as one per dimension."""
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,) * dims
+
+
+def _tensors(node: torch.fx.Node) -> list[torch.Tensor]:
+    """The tensors of ``node``'s fake value."""
+    return [t for t in pytree.tree_leaves(node.meta.get("val")) if isinstance(t, torch.Tensor)]
 
 
 def _fake_mode(example_inputs: list):
@@ -135,10 +327,16 @@ _ROUNDING = frozenset({"round", "floor", "ceil", "trunc", "floor_divide", "remai
                        "__floordiv__", "__mod__"})
 
 
-def _rounds(gm: torch.fx.GraphModule) -> bool:
-    return any(n.op in ("call_function", "call_method")
-               and (n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")) in _ROUNDING
-               for n in gm.graph.nodes)
+# Operations that reach ATen's batch norm without saying so: instance norm is computed by
+# it, and a custom autograd Function's forward (recorded whole as its ``apply``) may use it.
+_REACHES_BATCH_NORM = frozenset({"instance_norm", "apply"})
+
+
+def _op_names(gm: torch.fx.GraphModule) -> set[str]:
+    """The names of the operations of ``gm`` and of its conds' branches."""
+    return {n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+            for m in gm.modules() if isinstance(m, torch.fx.GraphModule)
+            for n in m.graph.nodes if n.op in ("call_function", "call_method")}
 
 
 def _torchscript(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:

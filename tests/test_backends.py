@@ -3,6 +3,7 @@ names, missing optional packages and failing backends give clear errors or a war
 from __future__ import annotations
 
 import importlib.util
+import math
 import warnings
 
 import pytest
@@ -225,3 +226,93 @@ def test_inductor_outputs_keep_eager_layout():
         assert got.stride() == want.stride()
         assert torch.allclose(got.view(-1), want.view(-1), atol=1e-5)
     assert magpy.stats(compiled).mock_runs == 2
+
+
+def _inductor_keeping_graphs(graphs):
+    def inductor(gm, example_inputs):
+        compiled = backends.BACKENDS["inductor"](gm, example_inputs)
+        graphs.append(gm)   # as inductor got it (magpy folds constants into it first)
+        return compiled
+    return inductor
+
+
+def _log_buckets(x):
+    # DeBERTa's relative positions: log-bucketed, made from arange alone (no graph input).
+    r = torch.arange(8)[:, None] - torch.arange(8)[None, :]
+    buckets = torch.ceil(torch.log(r.abs().clamp(min=1).float()) * 3) * torch.sign(r)
+    return torch.gather(x, -1, (buckets.long() + 8).expand(x.shape[0], 8, 8))
+
+
+def test_inductor_folds_tensors_made_from_no_input():
+    graphs = []
+    compiled = magpy.compile(_log_buckets, backend=_inductor_keeping_graphs(graphs))
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x = torch.randn(2, 8, 16)
+        assert torch.equal(compiled(x), _log_buckets(x))
+    (gm,) = graphs
+    ops = [n.target for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+    assert torch.log not in ops and torch.gather in ops
+    assert [n.target for n in gm.graph.nodes if n.op == "get_attr"] == ["_folded0"]
+
+
+def _written_and_returned(x):
+    c = torch.arange(4.).exp()
+    y = x * c
+    c[0] = 5.0                        # a later use sees the write
+    z = x * c
+    d = torch.arange(3.).exp()        # returned: the caller may write it
+    return y, z, d
+
+
+def test_inductor_does_not_fold_what_a_call_could_change():
+    # Tensors made from no input stay computed where the program writes them or returns them:
+    # a constant would give a stale or shared result.
+    compiled = magpy.compile(_written_and_returned, backend="inductor")
+    x = torch.randn(4)
+    for _ in range(4):
+        got = compiled(x)
+        assert _close(got, _written_and_returned(x))
+        got[2].add_(100.0)        # the caller's tensor: the next call must not see this
+    assert magpy.stats(compiled).mock_runs == 3
+
+
+def test_inductor_does_not_fold_random_tensors():
+    # Inductor draws its own random numbers (not eager's stream), but new ones in every call.
+    compiled = magpy.compile(lambda x: x + torch.rand(4).exp(), backend="inductor")
+    x = torch.zeros(4)
+    draws = [compiled(x) for _ in range(4)]
+    for a, b in zip(draws, draws[1:]):
+        assert not torch.equal(a, b)
+    assert all(((d >= 1) & (d < math.e)).all() for d in draws)
+    assert magpy.stats(compiled).mock_runs == 3
+
+
+@pytest.mark.parametrize("pool, shape", [
+    (nn.AvgPool2d(2560, ceil_mode=True), (1, 4, 9, 9)),          # ALIGN's image pooler
+    (nn.AvgPool2d((9, 12), ceil_mode=True, count_include_pad=False), (2, 3, 9, 9)),
+    (nn.AvgPool1d(7), (2, 3, 7)),
+    (nn.AvgPool3d(3), (1, 2, 3, 3, 3)),
+], ids=["align", "kernel-tuple", "1d", "3d"])
+def test_inductor_gets_pools_of_the_whole_input_as_means(pool, shape):
+    # Inductor loops over the whole window of such a pool, far beyond the input.
+    graphs = []
+    compiled = magpy.compile(pool, backend=_inductor_keeping_graphs(graphs))
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x = torch.randn(shape)
+        assert torch.allclose(compiled(x), pool(x), atol=1e-6)
+    (gm,) = graphs
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [torch.mean]
+
+
+@pytest.mark.parametrize("pool", [nn.AvgPool2d(4, padding=2, ceil_mode=True), nn.AvgPool2d(4, divisor_override=3),
+                                  nn.AvgPool2d(3, stride=1)], ids=["padded", "divisor", "window-smaller"])
+def test_inductor_keeps_other_pools(pool):
+    graphs = []
+    compiled = magpy.compile(pool, backend=_inductor_keeping_graphs(graphs))
+    x = torch.randn(1, 2, 4, 4)
+    for _ in range(3):
+        assert torch.allclose(compiled(x), pool(x), atol=1e-6)
+    (gm,) = graphs
+    assert torch.mean not in [n.target for n in gm.graph.nodes]

@@ -13,10 +13,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-CHILD = textwrap.dedent("""
-    import json, torch, magpy
-    from torch._dynamo.utils import counters
 
+def child(model: str) -> str:
+    """A child program compiling ``model`` (source that makes ``model`` and an input ``x``)."""
+    return textwrap.dedent("""
+        import json, torch, magpy
+        from torch._dynamo.utils import counters
+
+        torch.manual_seed(0)
+    """) + textwrap.dedent(model) + textwrap.dedent("""
+        with torch.no_grad():
+            out = model(x)
+            torch.testing.assert_close(model(x), out)
+        caches = {**counters["inductor"], **counters["aot_autograd"]}
+        print(json.dumps({"graphs": magpy.stats(model).graph_count,
+                          **{k: v for k, v in caches.items() if k.startswith(("fxgraph", "autograd_cache"))}}))
+    """)
+
+
+CHILD = child("""
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -30,22 +45,26 @@ CHILD = textwrap.dedent("""
                 y = y * 2
             return self.fc(y.flatten(1)).softmax(-1)
 
-    torch.manual_seed(0)
     model = magpy.compile(Net().eval())
-    with torch.no_grad():
-        x = torch.randn(2, 3, 8, 8)
-        out = model(x)
-        torch.testing.assert_close(model(x), out)
-    caches = {**counters["inductor"], **counters["aot_autograd"]}
-    print(json.dumps({"graphs": magpy.stats(model).graph_count,
-                      **{k: v for k, v in caches.items() if k.startswith(("fxgraph", "autograd_cache"))}}))
+    x = torch.randn(2, 3, 8, 8)
+""")
+
+# A graph that rounds but has no BatchNorm (log-bucketed positions, as DeBERTa's).
+ROUNDING_CHILD = child("""
+    w = torch.randn(8, 3)
+
+    def buckets(x):
+        return (torch.ceil(torch.log(x.abs().clamp(min=1)) * 8) * torch.sign(x)) @ w
+
+    model = magpy.compile(buckets)
+    x = torch.randn(4, 8) * 100
 """)
 
 
-def run_child(cache_dir: Path) -> dict:
+def run_child(cache_dir: Path, source: str = CHILD) -> dict:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT)}
     env.pop("MAGPY_LOGS", None)
-    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", source], env=env, capture_output=True, text=True,
                           timeout=600, cwd=cache_dir)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -59,3 +78,14 @@ def test_second_process_compiles_nothing_new(tmp_path):
     assert warm.get("fxgraph_cache_hit") == 2 and not warm.get("fxgraph_cache_miss"), warm
     assert not warm.get("fxgraph_cache_bypass"), warm
     assert warm.get("autograd_cache_hit") == 2 and not warm.get("autograd_cache_miss"), warm
+
+
+def test_a_rounding_graph_without_batch_norm_is_cached(tmp_path):
+    # magpy hands Inductor a decomposition table of its own only for graphs with a BatchNorm
+    # (with one, Inductor bypasses its FX graph cache).
+    cold = run_child(tmp_path, ROUNDING_CHILD)
+    assert cold["graphs"] == 1
+    assert cold.get("fxgraph_cache_miss") == 1 and not cold.get("fxgraph_cache_bypass"), cold
+    warm = run_child(tmp_path, ROUNDING_CHILD)
+    assert warm.get("fxgraph_cache_hit") == 1 and not warm.get("fxgraph_cache_bypass"), warm
+    assert warm.get("autograd_cache_hit") == 1, warm
