@@ -1,25 +1,33 @@
-"""Control flow: eager vs torch.compile vs magpy on a BlockDrop-style network (paper §8.4).
+"""Control flow: eager vs torch.compile vs magpy on a BlockDrop-style network and an LSTM
+language model written as Python loops (paper §8.4).
 
-A policy network looks at the input and switches residual blocks on or off, so different
-inputs run different block subsets through the Python ``if gates[i] > 0.5: x = x + block(x)``.
-magpy records each such ``if`` on a tensor as one ``torch.cond`` (``magpy/controlflow.py``):
-one recording, one graph for every subset.  This measures what that buys on this CPU:
+    python -m benchmarks.control_flow [--model blockdrop|lstm|all] [--calls N] [--threads N] [--quick]
 
-    python -m benchmarks.control_flow [--calls N] [--blocks N] [--threads N] [--quick]
+**BlockDrop.** A policy network looks at the input and switches residual blocks on or off, so
+different inputs run different block subsets through the Python ``if gates[i] > 0.5: x = x +
+block(x)``. magpy records each such ``if`` on a tensor as one ``torch.cond``
+(``magpy/controlflow.py``): one recording, one graph for every subset. The model (``BlockDrop``
+below, random weights): a conv stem, ``--blocks`` residual blocks (conv-BN-ReLU-conv-BN, 32
+channels, default 6) and a linear head, on 32x32 images at batch 8; the policy (conv, ReLU,
+global pool, linear, sigmoid, mean over the batch) gives one 0-d gate per block. Its last layer
+is standardised on calibration images (seeds distinct from the benchmark's) so each gate is on
+for about half of the inputs; the header prints how many distinct block subsets the calls take.
 
-The model (``BlockDrop`` below, random weights): a conv stem, ``--blocks`` residual blocks
-(conv-BN-ReLU-conv-BN, 32 channels, default 6) and a linear head, on 32x32 images at batch 8;
-the policy (conv, ReLU, global pool, linear, sigmoid, mean over the batch) gives one 0-d gate
-per block.  Its last layer is standardised on calibration images (seeds distinct from the
-benchmark's) so each gate is on for about half of the inputs; the header prints how many
-distinct block subsets the calls take.
+**LSTM.** ``LSTMLanguageModel`` below (random weights): an embedding of 1000 tokens, ``--layers``
+(default 3) layers of ``nn.LSTMCell`` with hidden size 256, each a Python ``for x_t in x:`` over
+time that appends its output to a list stacked after the loop (the layout of PyTorch's
+``benchmarks/fastrnns/custom_lstms.py``), and a linear decoder; batch 8, sequence lengths drawn
+uniformly from 10..40 (``random.Random(0)``), a new length on most calls.  magpy records such a
+loop as one ``torch.while_loop`` over the sequence once its length is symbolic (the second
+length seen), so one record serves every later length; torch.compile unrolls the loop and
+compiles again for each new length (until its recompile limit, then runs the frame eagerly).
 
-``--calls`` calls (default 50) under ``torch.no_grad()`` in eval mode, image ``i`` drawn with
-seed ``i``; every variant gets the same images: ``eager`` (the model), ``torch.compile``
+``--calls`` calls (default 50) under ``torch.no_grad()`` in eval mode, input ``i`` drawn with
+seed ``i``; every variant gets the same inputs: ``eager`` (the model), ``torch.compile``
 (``torch.compile(model)``, default settings, after ``torch._dynamo.reset()``) and ``magpy``
 (``magpy.compile(model)``, default backend inductor, after ``magpy.reset()``), each inductor
 variant in a fresh inductor cache (``torch._inductor.utils.fresh_cache()``).  ``--quick``: 10
-calls, 3 blocks.
+calls, 3 blocks, 2 layers.
 (Inductor 2.13 on CPU hands cond branches channels-last conv activations that the compiled
 branch asserts to be contiguous; ``torch.compile(fn, fullgraph=True)`` of the same
 ``torch.cond`` fails alike.  magpy compiles graphs with conds without layout optimisation.)
@@ -38,6 +46,7 @@ mismatching calls.  The machine is shared: ``--threads 1`` by default; compare r
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -84,6 +93,45 @@ class BlockDrop(nn.Module):
             if gates[i] > 0.5:
                 x = x + block(x)
         return self.head(x)
+
+
+class _LSTMLayer(nn.Module):
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.cell = nn.LSTMCell(hidden, hidden)
+
+    def forward(self, x, state):
+        outs = []
+        for xt in x:
+            state = self.cell(xt, state)
+            outs.append(state[0])
+        return torch.stack(outs), state
+
+
+class LSTMLanguageModel(nn.Module):
+    def __init__(self, layers: int, vocab: int = 1000, hidden: int = 256):
+        super().__init__()
+        self.hidden = hidden
+        self.emb = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList(_LSTMLayer(hidden) for _ in range(layers))
+        self.dec = nn.Linear(hidden, vocab)
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        for layer in self.layers:
+            z = x.new_zeros(x.size(1), self.hidden)
+            x, _ = layer(x, (z, z))
+        return self.dec(x)
+
+
+LSTM_VOCAB, LSTM_LENGTHS = 1000, (10, 40)
+
+
+def lstm_inputs(calls: int) -> list:
+    rng = random.Random(0)
+    lengths = [rng.randint(*LSTM_LENGTHS) for _ in range(calls)]
+    return [torch.randint(0, LSTM_VOCAB, (n, BATCH), generator=torch.Generator().manual_seed(i))
+            for i, n in enumerate(lengths)]
 
 
 @torch.no_grad()
@@ -192,15 +240,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, help="calls per variant (default 50; --quick 10)")
-    parser.add_argument("--blocks", type=int, help="residual blocks (default 6; --quick 3)")
+    parser.add_argument("--model", choices=("blockdrop", "lstm", "all"), default="all")
+    parser.add_argument("--blocks", type=int, help="BlockDrop: residual blocks (default 6; --quick 3)")
+    parser.add_argument("--layers", type=int, help="LSTM: layers (default 3; --quick 2)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch.set_num_threads (default 1: the machine is shared)")
     parser.add_argument("--quick", action="store_true", help="10 calls, 3 blocks")
     opts = parser.parse_args(argv)
     calls = opts.calls or (10 if opts.quick else 50)
     blocks = opts.blocks or (3 if opts.quick else 6)
-    if calls < 2 or blocks < 1:
-        parser.error("--calls must be at least 2 and --blocks at least 1")
+    layers = opts.layers or (2 if opts.quick else 3)
+    if calls < 2 or blocks < 1 or layers < 1:
+        parser.error("--calls must be at least 2, --blocks and --layers at least 1")
     torch.set_num_threads(opts.threads)
     start = time.perf_counter()
     info = machine_info()
@@ -208,15 +259,34 @@ def main(argv=None) -> int:
     print(f"torch {info['torch']}, magpy {info['magpy']} (config.control_flow="
           f"{magpy.config.control_flow}); {info['cpu']}, threads {torch.get_num_threads()}"
           + (f", load average {load[0]:.2f}" if load else ""))
-    model = build(blocks)
-    inputs = [image(i) for i in range(calls)]
-    with torch.no_grad():
-        subsets = ["".join("1" if g > 0.5 else "0" for g in model.gates(x)) for x in inputs]
-    print(f"BlockDrop: {blocks} blocks x {CHANNELS} channels, batch {BATCH}, {IMAGE}x{IMAGE} images; "
-          f"{calls} calls, no_grad; inductor cache fresh per variant")
-    print(f"{len(set(subsets))} distinct block subsets of {2 ** blocks} over {calls} calls "
-          f"(blocks run per call: mean {statistics.mean(s.count('1') for s in subsets):.1f}); "
-          f"first calls: {' '.join(subsets[:8])}\n", flush=True)
+    ok = True
+    if opts.model in ("blockdrop", "all"):
+        model = build(blocks)
+        inputs = [image(i) for i in range(calls)]
+        with torch.no_grad():
+            subsets = ["".join("1" if g > 0.5 else "0" for g in model.gates(x)) for x in inputs]
+        print(f"BlockDrop: {blocks} blocks x {CHANNELS} channels, batch {BATCH}, {IMAGE}x{IMAGE} images; "
+              f"{calls} calls, no_grad; inductor cache fresh per variant")
+        print(f"{len(set(subsets))} distinct block subsets of {2 ** blocks} over {calls} calls "
+              f"(blocks run per call: mean {statistics.mean(s.count('1') for s in subsets):.1f}); "
+              f"first calls: {' '.join(subsets[:8])}\n", flush=True)
+        ok &= compare(model, inputs)
+    if opts.model in ("lstm", "all"):
+        torch.manual_seed(0)
+        model = LSTMLanguageModel(layers).eval()
+        inputs = lstm_inputs(calls)
+        lengths = [x.size(0) for x in inputs]
+        print(f"LSTM language model: {layers} x LSTMCell(256), vocab {LSTM_VOCAB}, batch {BATCH}; "
+              f"{calls} calls, "
+              f"{len(set(lengths))} distinct lengths in {LSTM_LENGTHS[0]}..{LSTM_LENGTHS[1]} "
+              f"(first calls: {' '.join(map(str, lengths[:8]))}), no_grad\n", flush=True)
+        ok &= compare(model, inputs)
+    print(f"\nwall time {time.perf_counter() - start:.1f} s")
+    return 0 if ok else 1
+
+
+def compare(model, inputs: list) -> bool:
+    """Run every variant on ``inputs``, print the table; True if all were correct."""
     rows, reference = [], None
     with torch.no_grad():
         for variant in VARIANTS:
@@ -227,9 +297,9 @@ def main(argv=None) -> int:
             rows.append(row)
             print(f"  {variant} done in {sum(row['times']):.1f} s", flush=True)
     print()
-    print_table(rows, calls)
-    print(f"\nwall time {time.perf_counter() - start:.1f} s")
-    return 0 if all(not r["error"] and not r["mismatches"] for r in rows) else 1
+    print_table(rows, len(inputs))
+    print()
+    return all(not r["error"] and not r["mismatches"] for r in rows)
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ class Explanation:
     inputs: list = dataclasses.field(default_factory=list)     # the guard's checks on the inputs, in words
     dynamic: list = dataclasses.field(default_factory=list)    # the symbolic sizes, in words (magpy.dynamic)
     shape_check_source: str | None = None  # the guard's check of the symbolic sizes (SHAPES)
-    control_flow: list = dataclasses.field(default_factory=list)   # the ifs recorded as torch.cond
+    control_flow: list = dataclasses.field(default_factory=list)   # ifs, loops as operators
     autopilot: list = dataclasses.field(default_factory=list)  # a compiled callable's graph trials, in words
 
     def __repr__(self) -> str:

@@ -24,6 +24,9 @@ class Config:
     ``control_flow``: record an ``if`` on tensor data as one ``torch.cond`` where both arms
     can be, a ``while`` on tensor data as one ``torch.while_loop`` where its body can be
     (``magpy.controlflow``); False makes every such jump a graph break.
+    ``max_unroll``: a ``for`` loop over the first dimension of a tensor whose length is
+    static in the record is unrolled up to this many iterations; a longer one, or one whose
+    length is symbolic (``dynamic``), becomes one ``torch.while_loop`` where its body can be.
     ``autopilot``: time each compiled graph against the same graph run eagerly over its first
     calls and keep the faster (``magpy.autopilot``); applies to graphs compiled after it is set.
     ``verify_fast_guard``: debugging aid (magpy's tests turn it on): whenever the full guard
@@ -37,6 +40,7 @@ class Config:
     dynamic: bool | None = None
     dynamic_after: int = 2
     control_flow: bool = True
+    max_unroll: int = 16
     autopilot: bool = True
 
     def __setattr__(self, name, value):
@@ -50,6 +54,8 @@ class Config:
             raise ValueError(f"magpy.config.dynamic_after must be an int >= 2, not {value!r}")
         if name == "autopilot" and type(value) is not bool:
             raise ValueError(f"magpy.config.autopilot must be True or False, not {value!r}")
+        if name == "max_unroll" and (type(value) is not int or value < 0):
+            raise ValueError(f"magpy.config.max_unroll must be an int >= 0, not {value!r}")
         if name == "cache_size_limit" and (not isinstance(value, int) or value < 1):
             raise ValueError(f"magpy.config.cache_size_limit must be a positive int, not {value!r}")
         object.__setattr__(self, name, value)

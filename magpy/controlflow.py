@@ -50,11 +50,25 @@ unobserved but sandboxed, and the frame goes on after it.  A loop the run does n
 leaves its tensors as they were (``Passed`` shadows, as an ``if`` does); a variable the body
 sets that was unbound before the loop enters the operator as zeros and must not be read
 after the loop (:class:`LoopLocal`), since a loop that does not run leaves it unbound.
+
+A ``for`` loop over a tensor (``for x_t in x:``, each step a slice of ``x``'s first
+dimension) whose length is symbolic in the recording, or longer than
+``config.max_unroll``, is recorded the same way as a ``while_loop`` that counts its steps:
+``iter(x)`` runs unrecorded (its ``unbind`` would fix the length), two forks run the body
+on the first two slices, the second's operations are the body graph with its slice read
+as ``x[i]``.  The loop variable is not read after the loop (:class:`LoopLocal`).  An empty
+list the body appends one tensor to per step (``outs.append(h)``) becomes a buffer the
+operator fills (:class:`Accumulated`); after the loop only ``torch.stack`` or ``torch.cat``
+may read it, which the graph takes from that buffer.  Anything else a recording finds
+out too late (a read of the loop variable or the list) ends it, and the next recording
+unrolls that loop.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
+import operator
 
 import torch
 
@@ -74,6 +88,8 @@ _MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "P
 _CELL_OPS = frozenset({"MAKE_CELL", "STORE_DEREF", "LOAD_DEREF"})
 _LOCAL_READS = frozenset({"LOAD_FAST", "DELETE_FAST"})
 
+_STACKS = frozenset({"stack", "cat", "concat"})
+_STEP = object()      # (a for loop's variable in the slots the forks compare)
 _ARRIVED = object()   # a fork's result: it reached the join
 _LEFT = object()      # a fork's result: it went elsewhere
 
@@ -97,10 +113,11 @@ class Sandbox:
     """The rules a fork runs under: the monitor asks it before each native call and runs
     frames through its tables, whose effectful instructions stop the fork first."""
 
-    def __init__(self):
+    def __init__(self, appendable: frozenset = frozenset()):
         self.violation: str | None = None
         self._tables: dict[int, tuple] = {}   # id(code info) -> (info, guarded table)
         self._cells: set[int] = set()         # ids of the cells frames made in the fork
+        self.appendable = appendable          # ids of the lists a loop body may append to
 
     def stop(self, why: str):
         if self.violation is None:
@@ -137,11 +154,13 @@ class Sandbox:
             return write
         return handler
 
-    def check_call(self, callee) -> None:
+    def check_call(self, callee, args: tuple) -> None:
         """A native call in a fork: only pure ones (tensor operations are checked by the
         recorder, which knows which tensors the arm made)."""
         if ann.is_tensor_method(callee):
             return
+        if self.appendable and _appends_to(callee, args) in self.appendable:
+            return   # a for loop's accumulator (Branches._for_operator checks what went in)
         a, _ = ann.lookup(callee)
         if a is None or not a.pure or a.inplace:
             self.stop(f"{getattr(callee, '__qualname__', callee)!s} in a branch")
@@ -204,6 +223,32 @@ class LoopLocal:
         self.site = site
 
 
+class Accumulated:
+    """The shadow of a list a ``for`` loop recorded as a ``while_loop`` appended to: ``items``
+    (the tensors it holds after the loop), ``out`` (a stand-in of the buffer the operator
+    filled with them), ``site`` (the loop's)."""
+
+    __slots__ = ("lst", "items", "out", "site")
+
+    def __init__(self, lst, out, site):
+        self.lst, self.items, self.out, self.site = lst, list(lst), out, site
+
+
+def for_loop(info, j: int) -> tuple[int, int, int] | None:
+    """For the instruction at code unit ``j``: ``(head, body, exit)`` if it makes the iterator
+    of a ``for`` loop (its next-step instruction at ``head``, the body from ``body``, leaving
+    to ``exit``), else None."""
+    ins = info.instructions[j]
+    if ins is None or ins.opname != bytecode.ITER_MAKE:
+        return None
+    head = info.ops[j][2]
+    nxt = info.instructions[head]
+    if nxt is None or nxt.opname != bytecode.ITER_NEXT:
+        return None
+    _, exit, body = info.ops[head]
+    return head, body, exit
+
+
 def loop(info, j: int) -> tuple[int, int, int, bool] | None:
     """For the conditional jump at code unit ``j``: ``(body, test, exit, back_if)`` if it is
     the test at the top of a ``while`` loop (the body runs from ``body`` to the test at its
@@ -251,6 +296,7 @@ class Branches(Observer):
         self._levels: dict[int, int] = {}    # id(frame) -> intrinsics under way when it was entered
         self._cells: dict[int, tuple] = {}   # id(cell) -> (cell, its content, the content's Passed)
         self.loop_locals = False             # has a loop left a LoopLocal shadow in this run?
+        self.accs: dict[int, Accumulated] = {}   # the Accumulated shadows of the run
 
     def wants(self, t: torch.Tensor) -> bool:
         """Is the truth of ``t`` being read by a jump this can record as a cond?"""
@@ -270,6 +316,42 @@ class Branches(Observer):
         self._pending = (f, f.lasti, t, record, found)
         return True
 
+    def wants_iteration(self, x: torch.Tensor) -> bool:
+        """Is ``x.unbind(0)`` being run by ``iter(x)`` for a ``for`` loop this records as one
+        ``torch.while_loop``?  Then the recorder runs it unrecorded, and the loop is recorded
+        once ``iter(x)`` completes (module docstring)."""
+        if not (config.control_flow and self.enabled) or self.breaker.brk is not None:
+            return False
+        f = self.monitor.current
+        if self.monitor.sandbox is not None or f is None or not hasattr(f, "info"):
+            return False
+        found = for_loop(f.info, f.lasti)
+        if found is None or _site(f) in _REFUSED or x.dim() == 0 or x.size(0) < 2:
+            return False
+        if not (self._symbolic_length(x) or x.size(0) > config.max_unroll):
+            return False
+        self._pending = (f, f.lasti, x, self._record_for, found)
+        return True
+
+    def _symbolic_length(self, x) -> bool:
+        shapes = self.recorder.shapes
+        if shapes is None or not shapes.active:
+            return False
+        n = shapes.fake(x).shape[0]
+        return type(n) is torch.SymInt and bool(n.node.expr.free_symbols)
+
+    def stacked(self, name: str, args: tuple) -> torch.Tensor | None:
+        """For ``torch.stack``/``torch.cat`` (``name``) of a list a recorded ``for`` loop filled
+        (:class:`Accumulated`): the stand-in of the operator's buffer, else None."""
+        if not self.accs or name not in _STACKS or not args or type(args[0]) is not list:
+            return None
+        lst = args[0]
+        for mark in self.accs.values():
+            if mark.lst is lst and len(lst) == len(mark.items) and all(map(operator.is_, lst, mark.items)):
+                self.consumed.add(id(mark))
+                return mark.out
+        return None
+
     # The monitor calls it like any observer (first among them: a failed branch becomes a
     # step that the segmenter completes at this very instruction).
     def on_enter(self, frame):
@@ -280,8 +362,13 @@ class Branches(Observer):
                 self._passed.setdefault(id(self.monitor.current), set()).update(id(m) for m in bound)
 
     def on_instruction(self, frame, ins, inputs, outputs):
+        consumed = self.consumed
         if self.live:
             self._follow(frame, ins)
+        else:
+            self.consumed = set()
+        if self.accs:
+            self._accumulator_use(frame, ins, consumed)
         if self.loop_locals and ins.opname in _LOCAL_READS:
             mark = frame.shadow_locals[ins.arg]
             if type(mark) is LoopLocal:
@@ -358,6 +445,15 @@ class Branches(Observer):
             if marks:
                 self._refuse(marks[0].site, f"{how} may read a variable a loop left")
 
+    def _accumulator_use(self, frame, ins, consumed: set) -> None:
+        """An :class:`Accumulated` list goes only to ``torch.stack``/``torch.cat`` (which took
+        the buffer: ``consumed``) and moves between slots."""
+        if ins.opname in _MOVES:
+            return
+        for m in tracked(frame.ins_shadows, Accumulated, self.accs):
+            if id(m) not in consumed:
+                self._refuse(m.site, f"a list a for loop appended to is used after it ({ins.opname})")
+
     def _escaped(self, mark, how: str) -> None:
         self._refuse(mark.site, f"a tensor an if left as it was is used where magpy cannot follow it ({how})")
 
@@ -367,6 +463,7 @@ class Branches(Observer):
             self.monitor.sandbox.stop(why)   # in an arm: that arm's if is a break, nothing more
         _REFUSED.add(site)
         self.live.clear()
+        self.accs.clear()
         brk = self.breaker.where(f"{why}; that jump is a break from the next recording on")
         self.breaker.stop(dataclasses.replace(brk, retry=True))
 
@@ -419,6 +516,108 @@ class Branches(Observer):
             where = f"{code.co_filename}:{frame.f_lineno} ({code.co_qualname})"
             self.conds.append(f"while at {where}: torch.while_loop")
         return why
+
+    def _record_for(self, frame, x, found) -> str | None:
+        """Record a ``for`` loop over the first dimension of ``x`` as one ``torch.while_loop``
+        (module docstring).  Unlike other jumps, one that cannot be ends the recording: ``iter(x)``
+        ran unrecorded."""
+        code, line = frame.code, frame.f_lineno
+        why = self._for_operator(frame, x, found)
+        if why is not None:
+            self._refuse(_site(frame), f"no while_loop for the for loop: {why}")
+            return None
+        self.conds.append(f"for at {code.co_filename}:{line} ({code.co_qualname}): torch.while_loop over "
+                          + ("a symbolic number of slices" if self._symbolic_length(x)
+                             else f"more slices than config.max_unroll={config.max_unroll}"))
+        return None
+
+    def _for_operator(self, frame, x, found) -> str | None:
+        head, body, exit = found
+        slices = _iterated(frame.stack[-1])
+        if slices is None:
+            return "its iterator is not over x's slices"
+        accs = [v for v in frame.locals if type(v) is list and not v and _only_in(v, frame)]
+        with self._same_random_numbers() as drew:
+            arm1, fork1, why, items1 = self._step(frame, slices[0], found, accs)
+            if why is None:
+                arm2, fork2, why, items2 = self._step(fork1, slices[1], found, accs)
+        if why is not None or drew:
+            return why or "the loop draws random numbers"
+        if not (len(frame.stack) == len(fork1.stack) == len(fork2.stack)):
+            return "an iteration leaves a different stack"
+        slots = _Slots(*(self._graph_values(f) for f in (frame, fork1, fork2)))
+        if slots.holds(slices[0]) or any(c is slices[0] for c in arm2.captures):
+            return "an iteration keeps the slice of the one before"
+        var = slots.step(slices[1])
+        groups, why = _carried_groups(slots.before, slots.after1, slots.after2, arm1, arm2)
+        filled = [(lst, a, b) for lst, a, b in zip(accs, items1, items2) if a or b]
+        why = why or _appended(filled, arm1, arm2)
+        if why is not None:
+            return why
+        state = [slots.after1[g[0]] for g in groups]
+        extra = [c for c in arm2.captures if c is not slices[1] and all(c is not s for s in state)]
+        if any(arm1.made(c) for c in extra):
+            return "an iteration reads a tensor the one before made but did not keep"
+        firsts = [next((slots.before[i] for i in g if slots.before[i] is not NULL), NULL) for g in groups]
+        if torch.is_grad_enabled() and any(t.requires_grad for t in [x] + firsts + extra if t is not NULL):
+            return "the loop runs under autograd (torch.while_loop has no backward)"
+        real, why = self._run_loop(frame, head, exit, frozenset(id(lst) for lst, _, _ in filled))
+        held = slots.flat(real.locals + real.stack) if why is None else None
+        if held is None:
+            return why or "the loop leaves a different kind of value in a variable"
+        finals = [held[g[0]] for g in groups]
+        if any(held[i] is not t for g, t in zip(groups, finals) for i in g) or any(
+                self.recorder.produced(t) is not None or t is v for t in finals for v in slots.before):
+            return "the loop leaves a tensor from before it"
+        with self.recorder.paused():
+            stacks = [torch.stack(lst) for lst, _, _ in filled]
+        self.recorder.for_loop(x, _entering(firsts, state), arm2, slices[1], state, extra,
+                               [slots.after2[g[0]] for g in groups], [b[0] for _, _, b in filled],
+                               finals, stacks)
+        self._adopt(frame, real, exit)
+        self._after_for(frame, {slots.slot[i] for g in groups for i in g}, {slots.slot[i] for i in var},
+                        [(lst, out) for (lst, _, _), out in zip(filled, stacks)])
+        return None
+
+    def _after_for(self, frame, carried: set, var: set, filled: list) -> None:
+        """The shadows of the slots after a ``for`` loop recorded as a ``while_loop``: none for
+        the ``carried`` (the run went on unobserved: new tensors), :class:`LoopLocal` for the
+        loop variable's, :class:`Accumulated` for the lists the loop ``filled``."""
+        site, n = _site(frame), len(frame.locals)
+        for i in carried:
+            if i >= n:
+                frame.shadow_stack[i - n] = None
+            else:
+                frame.shadow_locals[i] = None
+        for i in var:
+            frame.shadow_locals[i] = LoopLocal(site)
+            self.loop_locals = True
+        for lst, out in filled:
+            mark = Accumulated(lst, out, site)
+            self.accs[id(mark)] = mark
+            frame.shadow_locals[next(i for i, v in enumerate(frame.locals) if v is lst)] = mark
+
+    def _step(self, frame, value, found, accs):
+        """One step of a ``for`` loop's body from ``frame``'s state on ``value`` (what the
+        iterator gives), in a fork that stops back at the loop's head: ``(arm, fork, why not,
+        the tensors it appended to each of the lists accs)``; the lists are left as they were."""
+        head, body, exit = found
+        sizes = [len(lst) for lst in accs]
+        frame.stack.append(value)
+        shadows = frame.shadow_stack is not None
+        if shadows:
+            frame.shadow_stack.append(None)
+        try:
+            arm, fork, why = self._fork(frame, (body, exit), head, appendable=frozenset(map(id, accs)))
+        finally:
+            frame.stack.pop()
+            if shadows:
+                frame.shadow_stack.pop()
+        appended = []
+        for lst, n in zip(accs, sizes):
+            appended.append(lst[n:])
+            del lst[n:]
+        return arm, fork, why, appended
 
     def _iterate(self, frame, body, test, back_if):
         """One iteration of the loop's body from ``frame``'s state, in a fork that stops at the
@@ -507,12 +706,13 @@ class Branches(Observer):
                     frame.shadow_stack[i - n] = mark
         return finals
 
-    def _run_loop(self, frame, body, exit):
+    def _run_loop(self, frame, body, exit, appendable: frozenset = frozenset()):
         """Run the loop of ``frame`` for real, from ``body`` to ``exit``, on a copy of the
         frame, unobserved and unrecorded but sandboxed (the forks showed the iterations have
-        no effects; should one have, this stops before it, leaving ``frame`` as it was):
-        ``(the copy at exit, None)`` or ``(None, why not)``."""
-        mon, sandbox = self.monitor, Sandbox()
+        no effects but appending to the lists ``appendable``; should one have, this stops
+        before it, leaving ``frame`` as it was): ``(the copy at exit, None)`` or ``(None, why
+        not)``."""
+        mon, sandbox = self.monitor, Sandbox(appendable)
         real = frame.copy(back=frame.back)
         saved = mon.observers, mon.sandbox
         mon.observers, mon.sandbox = [], sandbox
@@ -548,11 +748,11 @@ class Branches(Observer):
                     drew.append(True)
                 torch.default_generator.set_state(rng)
 
-    def _fork(self, frame, region, join, arrive=_arrive):
+    def _fork(self, frame, region, join, arrive=_arrive, appendable: frozenset = frozenset()):
         """Run the arm ``region`` of ``frame`` on a copy of it, to the join: ``(arm, fork,
         None)``, or ``(None, None, why not)``.  ``arrive`` runs instead of the join's
-        instruction."""
-        sandbox = Sandbox()
+        instruction; the arm may append to the lists ``appendable``."""
+        sandbox = Sandbox(appendable)
         fork = frame.copy(back=frame.back)
         fork.pc = region[0]
         with self._forking(sandbox):
@@ -733,3 +933,94 @@ def _equal(a, b) -> bool:
     except Exception:  # noqa: BLE001 - an odd __eq__: not equal
         return False
 
+
+
+def _iterated(it) -> tuple | None:
+    """The tensors a tuple iterator that has not started goes over (``iter(x)`` of a tensor
+    is one over ``x.unbind(0)``), else None."""
+    if type(it) is not type(iter(())):
+        return None
+    _, (items,), pos = it.__reduce__()
+    return items if pos == 0 and all(isinstance(t, torch.Tensor) for t in items) else None
+
+
+def _only_in(lst: list, frame) -> bool:
+    """Is the frame's one local variable holding ``lst`` its only reference (nothing else
+    could read what a loop appends to it)?"""
+    # (No closure over lst here: its cell would be a referrer.)
+    return [id(v) for v in frame.locals].count(id(lst)) == 1 and gc.get_referrers(lst) == [frame.locals]
+
+
+def _appended(filled: list, arm1, arm2) -> str | None:
+    """Each step appended one tensor its arm made, of one kind, to each list of ``filled``
+    (``(list, what the first step appended, what the second did)``)?  The reason not."""
+    for _, (a, *more1), (b, *more2) in ((f[0], f[1] or [None], f[2] or [None]) for f in filled):
+        if more1 or more2 or not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return "an iteration appends something else than one tensor to a list"
+        if not (arm1.made(a) and arm2.made(b)):
+            return "an iteration appends a tensor from before it to a list"
+        if _meta(a) != _meta(b) or a.stride() != b.stride():
+            return "iterations append tensors of different kinds to a list"
+    return None
+
+
+def _appends_to(callee, args: tuple) -> int | None:
+    """The id of the list ``callee(*args)`` appends to, if it is ``list.append``."""
+    if callee is list.append:
+        return id(args[0]) if args and type(args[0]) is list else None
+    owner = getattr(callee, "__self__", None)
+    return id(owner) if type(owner) is list and getattr(callee, "__name__", None) == "append" else None
+
+
+class _Slots:
+    """A frame's slot values before a loop and after one and two steps, where a slot holding
+    a tuple of tensors (``state = (h, c)``) that the steps make anew counts as one slot per
+    member: ``slot[i]`` is the frame slot of flat position ``i``."""
+
+    def __init__(self, before: list, after1: list, after2: list):
+        self.sizes = [len(b) if _tensor_tuples(a, b, c) else None for a, b, c in zip(before, after1, after2)]
+        self.before, self.after1, self.after2 = (self.flat(v) for v in (before, after1, after2))
+        self.slot = [i for i, n in enumerate(self.sizes) for _ in range(n or 1)]
+
+    def flat(self, values: list) -> list | None:
+        """``values`` (of the frame's slots) with the tuple slots' members in their place; None
+        if such a slot holds something else."""
+        out = []
+        for v, n in zip(values, self.sizes):
+            if n is None:
+                out.append(v)
+            elif type(v) is tuple and len(v) == n:
+                out.extend(v)
+            else:
+                return None
+        return out
+
+    def holds(self, v) -> bool:
+        return any(a is v for a in self.after2)
+
+    def step(self, t) -> list[int]:
+        """The positions of the loop variable, which holds ``t``, the second step's slice;
+        they compare as unchanged (a step's input, not carried)."""
+        var = [i for i, v in enumerate(self.after2) if v is t]
+        for i in var:
+            self.before[i] = self.after1[i] = self.after2[i] = _STEP
+        return var
+
+
+def _tensor_tuples(*values) -> bool:
+    """Are ``values`` tuples of one length holding tensors only, made anew by each step?"""
+    if not all(type(v) is tuple for v in values) or values[1] is values[2]:
+        return False
+    n = len(values[0])
+    return all(len(v) == n and all(isinstance(t, torch.Tensor) for t in v) for v in values)
+
+
+def _entering(firsts: list, state: list) -> list:
+    """The carried operands of a ``for`` loop's ``while_loop``: the tensors before it (a copy
+    where one enters twice: ``state = (z, z)``; operands must not alias), zeros for a
+    variable the loop sets before reading (recorded like the program's operations)."""
+    seen, out = set(), []
+    for f, s in zip(firsts, state):
+        out.append(_zeros_like(s) if f is NULL else f.clone() if id(f) in seen else f)
+        seen.add(id(f))
+    return out

@@ -112,6 +112,34 @@ class Arm(Piece):
             # A branch must not give back its input itself (cond's outputs are new tensors).
             results.append(g.call_method("clone", (n,)) if n.op == "placeholder" else n)
         g.output(tuple(results))
+        return self._graph_module(g)
+
+    def step_module(self, step, state: list, extra: list, outputs: list, items: list) -> fx.GraphModule:
+        """This arm as the body of a ``while_loop`` counting the steps of a ``for`` loop over
+        the first dimension of a tensor ``x`` (magpy.controlflow): a graph of ``(count,
+        *carried, *buffers, *extra, x)``, where the arm read ``step`` (``x[count]``), ``state``
+        (the carried tensors) and ``extra``, giving ``(count + 1, *outputs, *buffers with
+        row count set to items)``."""
+        g = fx.Graph()
+        count = g.placeholder("count")
+        carried = [g.placeholder(f"carried{i}") for i in range(len(state))]
+        buffers = [g.placeholder(f"buffer{i}") for i in range(len(items))]
+        inputs = {id(t): g.placeholder(f"extra{i}") for i, t in enumerate(extra)}
+        x = g.placeholder("x")
+        row = g.call_function(torch.index_select, (x, 0, g.call_method("reshape", (count, (1,)))))
+        inputs[id(step)] = g.call_method("squeeze", (row, 0))
+        inputs.update((id(t), p) for t, p in zip(state, carried))
+        env = {self.nodes[id(c)]: inputs[id(c)] for c in self.captures}
+        for node in self.graph.nodes:
+            if node.op != "placeholder":
+                env[node] = g.node_copy(node, env.__getitem__)
+        def copied(t):
+            return env[self.nodes[id(t)]]
+        filled = [g.call_method("index_put", (b, (count,), copied(t))) for b, t in zip(buffers, items)]
+        g.output((g.call_function(torch.add, (count, 1)), *map(copied, outputs), *filled))
+        return self._graph_module(g)
+
+    def _graph_module(self, g: fx.Graph) -> fx.GraphModule:
         root = torch.nn.Module()
         for name, t in self.constants.items():
             root.register_buffer(name, t)
@@ -267,6 +295,9 @@ class OpRecorder(TorchFunctionMode):
         name = ann.torch_name(func)
         if name in ann.TORCH_GRAD_MODE or name in ann.TORCH_METADATA or name in ann.TORCH_REFERENCES:
             return None   # graph state (_sync_modes records it where it matters), metadata, a .grad
+        if name == "unbind" and args[1:] == (0,) and self.branches is not None and \
+                self.branches.wants_iteration(args[0]):
+            return None   # iter(x) of a for loop recorded as a while_loop (magpy.controlflow)
         if name in ann.TORCH_DYNAMIC:
             if name in ann.TORCH_TRUTH and self._assertion() is not None:
                 return name   # recorded as an assertion if the truth lets the assertion pass
@@ -337,6 +368,10 @@ class OpRecorder(TorchFunctionMode):
     # ------------------------------------------------------------------ recording
     def _record(self, func, name, args, kwargs, out):
         self._sync_modes()
+        ys = self.branches.stacked(name, args) if self.branches is not None else None
+        if ys is not None:
+            self._record_stacked(name, ys, args, kwargs, out)
+            return
         if self.passes:
             for t in _written(name, args, kwargs):
                 if any(id(t) == i or p.holds(t) for i, p in self.passes.items()):
@@ -623,6 +658,53 @@ class OpRecorder(TorchFunctionMode):
             if not none:
                 self.passes[id(final)] = Passes(goes_on, False, first)
 
+    def for_loop(self, x, carried: list, body: Arm, step, state: list, extra: list, outputs: list,
+                 items: list, finals: list, stacks: list) -> None:
+        """Record a ``for`` loop over the first dimension of ``x`` as ``torch.while_loop``
+        counting its steps (magpy.controlflow).  ``body`` is one step's arm (see
+        :meth:`Arm.step_module`); ``carried`` are the carried tensors before the loop,
+        ``finals`` what the run's loop left, ``stacks`` stand-ins of buffers holding the
+        ``items`` of every step, one row per step (the operator's other outputs)."""
+        self._sync_modes()
+        graph, piece = self.graph, self.piece
+        names = [f"_loop_{part}{len(piece.submodules)}" for part in ("test", "body")]
+        piece.submodules[names[0]] = _count_test(2 + len(carried) + len(items) + len(extra))
+        piece.submodules[names[1]] = body.step_module(step, state, extra, outputs, items)
+        with self.paused():   # (magpy's own metadata reads: no size reads of the program)
+            rows = [((*t.shape,), {"dtype": t.dtype, "device": t.device}) for t in items]
+            device = x.device
+        xn = self.tensor_node(x)
+        length = graph.call_method("size", (xn, 0))
+        count = graph.call_function(torch.zeros, ((),), {"dtype": torch.int64, "device": device})
+        buffers = [graph.call_function(torch.empty, ((length, *shape),), kw) for shape, kw in rows]
+        operands = (count, *map(self.tensor_node, carried), *buffers), (*map(self.tensor_node, extra), xn)
+        loop = torch.ops.higher_order.while_loop
+        node = graph.call_function(loop, (*map(graph.get_attr, names), *operands))
+        piece.op_count += 1
+        for i, t in enumerate(finals + stacks, start=1):
+            self._keep.append(t)
+            self._made(t, graph.call_function(operator.getitem, (node, i)))
+        if self.shapes is not None and self.shapes.active:
+            with self.paused():
+                for t in stacks:
+                    self.shapes.stacked(t, x)
+
+    def _record_stacked(self, name: str, ys, args, kwargs, out) -> None:
+        """``torch.stack``/``torch.cat`` (``name``) of the tensors a recorded ``for`` loop
+        appended to a list: the loop's buffer ``ys`` (one row per step), rearranged."""
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
+        d = dim % (ys.dim() if name == "stack" else ys.dim() - 1)
+        node = self.tensor_node(ys)
+        if d:
+            node = self.graph.call_method("movedim", (node, 0, d))
+        if name != "stack":
+            node = self.graph.call_method("flatten", (node, d, d + 1))
+        self._keep.append(out)
+        self._made(out, self.graph.call_method("contiguous", (node,)))
+        self.piece.op_count += 1
+        if self.shapes is not None and self.shapes.active:
+            self.shapes.propagate(_rearranged(name, d), (ys,), {}, out)
+
     def produced(self, t) -> Piece | None:
         """The piece whose operations made ``t`` (not an input), if any."""
         return self.made.get(id(t))
@@ -641,6 +723,23 @@ def _loop_test(n: int, goes_on: int) -> fx.GraphModule:
     inputs = [g.placeholder(f"op{i}") for i in range(n)]
     g.output(g.call_method("clone", (inputs[goes_on],)))
     return fx.GraphModule(torch.nn.Module(), g)
+
+
+def _count_test(n: int) -> fx.GraphModule:
+    """A ``while_loop`` condition over ``n`` operands, the first a step count and the last a
+    tensor ``x``: are steps of ``x``'s first dimension left?"""
+    g = fx.Graph()
+    inputs = [g.placeholder(f"op{i}") for i in range(n)]
+    g.output(g.call_function(torch.lt, (inputs[0], g.call_method("size", (inputs[-1], 0)))))
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def _rearranged(name: str, d: int):
+    """What ``torch.stack``/``torch.cat`` (``name``) along ``d`` of the rows of ``ys`` gives."""
+    def rearrange(ys):
+        t = ys.movedim(0, d) if d else ys
+        return (t if name == "stack" else t.flatten(d, d + 1)).contiguous()
+    return rearrange
 
 
 def _close(piece: Piece) -> fx.GraphModule:

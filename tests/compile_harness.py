@@ -192,9 +192,13 @@ def globals_view(*names: str) -> Callable[[dict], dict]:
 
 @pytest.fixture(autouse=True)
 def fresh_magpy():
-    """Import into a test module to start every test with no records (``magpy.reset()``)."""
+    """Import into a test module to start every test with no records (``magpy.reset()``) and
+    leave ``magpy.config`` as the test found it."""
     magpy.reset()
+    saved = dataclasses.replace(magpy.config)
     yield
+    for f in dataclasses.fields(saved):
+        setattr(magpy.config, f.name, getattr(saved, f.name))
 
 
 def stats_snapshot(compiled: Any) -> dict:

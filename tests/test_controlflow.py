@@ -20,15 +20,8 @@ from tests.compile_harness import (
     MONITOR,
     Step,
     check_compiled,
-    fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
+    fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset(), magpy.config restored
 )
-
-
-@pytest.fixture(autouse=True)
-def _restore_config():
-    saved = magpy.config.control_flow
-    yield
-    magpy.config.control_flow = saved
 
 
 def _signs(make, signs):

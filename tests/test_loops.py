@@ -19,17 +19,10 @@ from tests.compile_harness import (
     MONITOR,
     Step,
     check_compiled,
-    fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
+    fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset(), magpy.config restored
 )
 
 WHILE = "torch.while_loop"
-
-
-@pytest.fixture(autouse=True)
-def _restore_config():
-    saved = magpy.config.control_flow
-    yield
-    magpy.config.control_flow = saved
 
 
 def _counts(compiled):

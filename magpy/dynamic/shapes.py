@@ -218,6 +218,14 @@ class Shapes(Observer):
                 f = self.fake(t)
             self._bind(t, f)
 
+    def stacked(self, t: torch.Tensor, x: torch.Tensor) -> None:
+        """``t`` holds one row per step of a loop over the first dimension of ``x``: its twin's
+        first size is that of ``x``'s twin."""
+        with self.fake_mode:
+            fake = torch.empty((self.fake(x).shape[0], *t.shape[1:]), dtype=t.dtype, device=t.device)
+        self.fakes.pop(id(t), None)
+        self._bind(t, fake)
+
     def specialise_all(self) -> None:
         for origin in list(self.symbols.values()):
             specialise(origin.value)

@@ -30,6 +30,8 @@ if sys.version_info[:2] == (3, 11):
         EFFECT_OPS,
         FORWARD_JUMP,
         HANDLERS,
+        ITER_MAKE,
+        ITER_NEXT,
         LOOP_JUMPS,
         NEVER_EXECUTED,
         binder_code,
@@ -42,6 +44,7 @@ else:  # pragma: no cover - exercised only on other interpreters
     HANDLERS, NEVER_EXECUTED = {}, {}
     BRANCH_JUMPS, LOOP_JUMPS, FORWARD_JUMP, EFFECT_OPS = {}, {}, None, frozenset()
     CELL_MAKE, CELL_WRITES = None, frozenset()
+    ITER_MAKE = ITER_NEXT = None
 
     def decode(code, instructions, n):
         from magpy.monitor.frame import unsupported_python_message

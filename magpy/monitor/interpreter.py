@@ -234,7 +234,7 @@ class Monitor:
     def call_native(self, callee, args, kwargs):
         """Run a callee natively (its body is not monitored) and report it."""
         if self.sandbox is not None:
-            self.sandbox.check_call(callee)
+            self.sandbox.check_call(callee, args)
         result = callee(*args, **kwargs) if kwargs else callee(*args)
         self.ret_shadow = None
         if self.observers:
@@ -244,7 +244,7 @@ class Monitor:
 
     def _intrinsic(self, callee, handler, args, kwargs):
         if self.sandbox is not None:
-            self.sandbox.check_call(callee)
+            self.sandbox.check_call(callee, args)
         self.in_intrinsic += 1
         try:
             result = handler(self, args, kwargs)
