@@ -68,6 +68,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import math
 import operator
 
 import torch
@@ -89,6 +90,7 @@ _CELL_OPS = frozenset({"MAKE_CELL", "STORE_DEREF", "LOAD_DEREF"})
 _LOCAL_READS = frozenset({"LOAD_FAST", "DELETE_FAST"})
 
 _STACKS = frozenset({"stack", "cat", "concat"})
+_PLAIN = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device)
 _STEP = object()      # (a for loop's variable in the slots the forks compare)
 _ARRIVED = object()   # a fork's result: it reached the join
 _LEFT = object()      # a fork's result: it went elsewhere
@@ -305,9 +307,6 @@ class Branches(Observer):
         f = self.monitor.current
         if f is None or not hasattr(f, "info") or t.numel() != 1:
             return False
-        shapes = self.recorder.shapes
-        if shapes is not None and shapes.active:
-            return False
         found, record = loop(f.info, f.lasti), self._record_loop
         if found is None:
             found, record = arms(f.info, f.lasti), self._record
@@ -329,6 +328,8 @@ class Branches(Observer):
         if found is None or _site(f) in _REFUSED or x.dim() == 0 or x.size(0) < 2:
             return False
         if not (self._symbolic_length(x) or x.size(0) > config.max_unroll):
+            self._note(f"for at {_where(f)}: unrolled ({x.size(0)} slices, a static length up to "
+                       f"config.max_unroll={config.max_unroll})")
             return False
         self._pending = (f, f.lasti, x, self._record_for, found)
         return True
@@ -391,6 +392,8 @@ class Branches(Observer):
         f = self.monitor.current
         found = argument_shadows(f, args, kwargs) if hasattr(f, "info") else None
         if found is None:
+            found = self._inside_torch(f, args, kwargs) if hasattr(f, "info") else None
+        if found is None:
             return None
         pos, kw = found
         if args and pos[0] is None:   # ``t.method(...)``: the monitor calls the bound method
@@ -403,6 +406,31 @@ class Branches(Observer):
             return v
         args = tuple(swap(a, s) for a, s in zip(args, pos))
         return args, {k: swap(v, kw.get(k)) for k, v in kwargs.items()}
+
+    def _inside_torch(self, f, args, kwargs) -> tuple[tuple, dict] | None:
+        """The shadows of a tensor operation that a Python function of torch's own, run
+        natively, calls with its arguments (``Tensor.norm`` calls ``torch.linalg.vector_norm``):
+        a tensor the instruction calling it passed through a :class:`Passed` slot, and through
+        no other of its inputs, arrives through that slot.  (Only where the call's other inputs
+        are plain values: a container or object could hold that tensor too.)"""
+        ins = f.info.instructions[f.lasti]
+        if ins is None or ins.opname not in CALLS or not f.ins_inputs:
+            return None
+        callee = next((v for v in f.ins_inputs if callable(v)), None)
+        if not (getattr(callee, "__module__", None) or "").startswith("torch"):
+            return None
+        marks, plain = [], []
+        for v, sh in zip(f.ins_inputs, f.ins_shadows):
+            if type(sh) is Passed and id(sh) in self.live:
+                marks.append(sh)
+            elif v is not callee:
+                plain.append(v)
+        if not marks or not all(isinstance(v, _PLAIN) or v is NULL for v in plain):
+            return None
+
+        def shadow(v):
+            return next((m for m in marks if m.value is v and all(p is not v for p in plain)), None)
+        return tuple(map(shadow, args)), {k: shadow(v) for k, v in kwargs.items()}
 
     def result(self, result):
         """The call's result for the mock: the stand-in of the cond's output if the call
@@ -497,8 +525,8 @@ class Branches(Observer):
             why = self._merge(frame, t, truth, (arm_t, fork_t), (arm_o, fork_o))
         if why is None:
             self._adopt(frame, fork_t, join)
-            self.conds.append(f"if at {frame.code.co_filename}:{frame.f_lineno} ({frame.code.co_qualname}): "
-                              f"torch.cond, the run took the {'true' if truth else 'false'} arm")
+            self.conds.append(f"if at {_where(frame)}: torch.cond, the run took the "
+                              f"{'true' if truth else 'false'} arm")
         return why
 
     def _record_loop(self, frame, t, found) -> str | None:
@@ -512,24 +540,27 @@ class Branches(Observer):
         if why is None:
             why = self._loop_operator(frame, t, first, second, found)
         if why is None:
-            code = frame.code
-            where = f"{code.co_filename}:{frame.f_lineno} ({code.co_qualname})"
-            self.conds.append(f"while at {where}: torch.while_loop")
+            self.conds.append(f"while at {_where(frame)}: torch.while_loop")
         return why
 
     def _record_for(self, frame, x, found) -> str | None:
         """Record a ``for`` loop over the first dimension of ``x`` as one ``torch.while_loop``
         (module docstring).  Unlike other jumps, one that cannot be ends the recording: ``iter(x)``
         ran unrecorded."""
-        code, line = frame.code, frame.f_lineno
+        where = _where(frame)
         why = self._for_operator(frame, x, found)
         if why is not None:
             self._refuse(_site(frame), f"no while_loop for the for loop: {why}")
             return None
-        self.conds.append(f"for at {code.co_filename}:{line} ({code.co_qualname}): torch.while_loop over "
-                          + ("a symbolic number of slices" if self._symbolic_length(x)
-                             else f"more slices than config.max_unroll={config.max_unroll}"))
+        self._note(f"for at {where}: torch.while_loop over " + (
+            "a symbolic number of slices" if self._symbolic_length(x)
+            else f"more slices than config.max_unroll={config.max_unroll}"))
         return None
+
+    def _note(self, words: str) -> None:
+        """An operator or unrolled loop for explain (once: a loop in a loop meets it again)."""
+        if words not in self.conds:
+            self.conds.append(words)
 
     def _for_operator(self, frame, x, found) -> str | None:
         head, body, exit = found
@@ -549,9 +580,9 @@ class Branches(Observer):
         if slots.holds(slices[0]) or any(c is slices[0] for c in arm2.captures):
             return "an iteration keeps the slice of the one before"
         var = slots.step(slices[1])
-        groups, why = _carried_groups(slots.before, slots.after1, slots.after2, arm1, arm2)
+        groups, why = _carried_groups(slots.before, slots.after1, slots.after2, arm1, arm2, self._kind)
         filled = [(lst, a, b) for lst, a, b in zip(accs, items1, items2) if a or b]
-        why = why or _appended(filled, arm1, arm2)
+        why = why or _appended(filled, arm1, arm2, self._kind)
         if why is not None:
             return why
         state = [slots.after1[g[0]] for g in groups]
@@ -627,7 +658,7 @@ class Branches(Observer):
 
         def at_test(f, arg):
             c = f.stack.pop()
-            if not (isinstance(c, torch.Tensor) and c.numel() == 1):
+            if not (isinstance(c, torch.Tensor) and math.prod(_meta(c)[1]) == 1):
                 self.monitor.sandbox.stop("the loop's test is not on a tensor")
             goes_on.append(_goes_on(c, back_if))
             return _arrive(f, arg)
@@ -644,7 +675,7 @@ class Branches(Observer):
         if not (len(frame.stack) == len(fork1.stack) == len(fork2.stack)):
             return "an iteration leaves a different stack"
         before, after1, after2 = (self._graph_values(f) for f in (frame, fork1, fork2))
-        groups, why = _carried_groups(before, after1, after2, arm1, arm2)
+        groups, why = _carried_groups(before, after1, after2, arm1, arm2, self._kind)
         if why is not None:
             return why
         state = [after1[g[0]] for g in groups] + [arm1.goes_on]
@@ -689,15 +720,17 @@ class Branches(Observer):
     def _loop_not_run(self, frame, groups, firsts) -> list:
         """The stand-ins of a ``while_loop``'s outputs where the run did not enter the loop:
         each slot keeps its tensor, under a :class:`Passed` shadow (as an ``if`` that left it
-        as it was); an unbound variable stays unbound (its stand-in only fills the place)."""
-        finals, n = [], len(frame.locals)
+        as it was); an unbound variable stays unbound (its stand-in only fills the place).
+        ``firsts`` are the tensors as the graph knows them (an earlier if's output where that
+        if passed the slot's tensor through), the shadows hold the slots' own."""
+        finals, n, held = [], len(frame.locals), frame.locals + frame.stack
         for g, first in zip(groups, firsts):
             with self.recorder.paused():
                 out = torch.zeros(()) if first is NULL else first.detach()   # (a key, never the program's)
             finals.append(out)
             if first is NULL:
                 continue
-            mark = Passed(out, first, _site(frame))
+            mark = Passed(out, held[g[0]], _site(frame))
             self.live[id(mark)] = mark
             for i in g:
                 if i < n:
@@ -808,7 +841,7 @@ class Branches(Observer):
             if a is b:
                 continue
             if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-                if _meta(a) != _meta(b):
+                if self._kind(a) != self._kind(b):
                     return f"the arms give tensors of different kinds ({_meta(a)} and {_meta(b)})"
                 outputs.setdefault((id(a), id(b)), [a, b, []])[2].append(i)
             elif not (type(a) is type(b) and is_immutable(a) and _equal(a, b)):
@@ -839,6 +872,15 @@ class Branches(Observer):
             self.live[id(mark)] = mark
         return None
 
+    def _kind(self, t: torch.Tensor) -> tuple:
+        """What tensors an operator's arms or steps give in one place must agree on: dtype,
+        sizes and strides (symbolic ones as expressions over the recording's symbols, which
+        the real tensors' sizes may match by chance), device, ``requires_grad``, layout."""
+        shapes = self.recorder.shapes
+        with torch._C.DisableTorchFunction():   # (magpy's own reads, not the program's)
+            twin = shapes.fake(t) if shapes is not None and shapes.active else t
+            return (t.dtype, _exprs(twin.shape), _exprs(twin.stride()), t.device, t.requires_grad, t.layout)
+
     def _graph_values(self, frame) -> list:
         """The values of ``frame``'s slots as the graph knows them: a tensor held through a
         :class:`Passed` slot is the earlier cond's output."""
@@ -857,6 +899,10 @@ class Branches(Observer):
         frame.pc = join
 
 
+def _where(frame) -> str:
+    return f"{frame.code.co_filename}:{frame.f_lineno} ({frame.code.co_qualname})"
+
+
 def _site(frame) -> tuple:
     code = frame.code
     return code.co_filename, code.co_firstlineno, code.co_qualname, frame.lasti
@@ -872,7 +918,7 @@ def _bound_self(f, first, live: dict):
     return None
 
 
-def _carried_groups(before, after1, after2, arm1, arm2) -> tuple[list, str | None]:
+def _carried_groups(before, after1, after2, arm1, arm2, kind) -> tuple[list, str | None]:
     """The frame slots a loop carries, grouped by the tensor they hold (``h = new`` leaves
     two slots with one tensor), from the slots' values before the loop and after one and
     two iterations; or the reason they cannot be ``torch.while_loop`` operands."""
@@ -882,7 +928,7 @@ def _carried_groups(before, after1, after2, arm1, arm2) -> tuple[list, str | Non
             continue
         if isinstance(v1, torch.Tensor) and isinstance(v2, torch.Tensor) and (
                 v0 is NULL or isinstance(v0, torch.Tensor)):
-            why = _carried(v0, v1, v2, arm1, arm2)
+            why = _carried(v0, v1, v2, arm1, arm2, kind)
             if why is not None:
                 return [], why
             groups.setdefault(id(v1), []).append(i)
@@ -904,13 +950,13 @@ def _zeros_like(t: torch.Tensor) -> torch.Tensor:
     return torch.zeros(t.shape, dtype=t.dtype, device=t.device)
 
 
-def _carried(v0, v1, v2, arm1, arm2) -> str | None:
+def _carried(v0, v1, v2, arm1, arm2, kind) -> str | None:
     """Can a variable that holds ``v0`` before the loop (NULL: unbound), ``v1`` after one
     iteration and ``v2`` after two be an operand of ``torch.while_loop``?  The reason not."""
     if not (arm1.made(v1) and arm2.made(v2)):
         return "an iteration sets a variable to a tensor from before it"
     first = v1 if v0 is NULL else v0
-    if not _meta(first) == _meta(v1) == _meta(v2) or not first.stride() == v1.stride() == v2.stride():
+    if not kind(first) == kind(v1) == kind(v2):
         return f"an iteration changes a tensor's kind ({_meta(first)} to {_meta(v1)})"
     if v0 is NULL and not v1.is_contiguous():
         return "an iteration sets a variable unbound before the loop to a strided tensor"
@@ -924,7 +970,13 @@ def _goes_on(c: torch.Tensor, back_if: bool) -> torch.Tensor:
 
 
 def _meta(t: torch.Tensor) -> tuple:
-    return t.dtype, tuple(t.shape), t.device, t.requires_grad, t.layout
+    """``t``'s metadata in words (magpy's own read, not the program's)."""
+    with torch._C.DisableTorchFunction():
+        return t.dtype, tuple(t.shape), t.device, t.requires_grad, t.layout
+
+
+def _exprs(sizes) -> tuple:
+    return tuple(s.node.expr if isinstance(s, torch.SymInt) else s for s in sizes)
 
 
 def _equal(a, b) -> bool:
@@ -951,7 +1003,7 @@ def _only_in(lst: list, frame) -> bool:
     return [id(v) for v in frame.locals].count(id(lst)) == 1 and gc.get_referrers(lst) == [frame.locals]
 
 
-def _appended(filled: list, arm1, arm2) -> str | None:
+def _appended(filled: list, arm1, arm2, kind) -> str | None:
     """Each step appended one tensor its arm made, of one kind, to each list of ``filled``
     (``(list, what the first step appended, what the second did)``)?  The reason not."""
     for _, (a, *more1), (b, *more2) in ((f[0], f[1] or [None], f[2] or [None]) for f in filled):
@@ -959,7 +1011,7 @@ def _appended(filled: list, arm1, arm2) -> str | None:
             return "an iteration appends something else than one tensor to a list"
         if not (arm1.made(a) and arm2.made(b)):
             return "an iteration appends a tensor from before it to a list"
-        if _meta(a) != _meta(b) or a.stride() != b.stride():
+        if kind(a) != kind(b):
             return "iterations append tensors of different kinds to a list"
     return None
 

@@ -352,3 +352,64 @@ def test_an_arm_that_escapes_a_passed_tensor_only_breaks_its_own_if():
     trace = check_compiled(lambda: (_escape_in_a_later_arm, None), steps, fullgraph=False)
     st = magpy.stats(trace.compiled)
     assert st.eager_runs == 0 and st.records == 1 and st.monitor_runs == 1, st
+
+
+# ---------------------------------------------------------------------------- with symbolic sizes
+
+def _select_then_halve(x):
+    # The if passes ``x`` (or ``-x``) through; the loop then reads it through ``Tensor.norm``,
+    # torch's own Python (the operation it records is ``linalg.vector_norm``), and may not run.
+    y = x if x.sum() > 0 else -x
+    while y.norm() > 10:
+        y = y * 0.5
+    return y
+
+
+def test_a_tensor_an_if_passed_through_enters_a_loop_that_may_not_run():
+    # Every combination: passed through or not, loop run or not.  (The loop's output stood
+    # for the if's output in the graph, and the mock gave back the argument itself.)
+    scales = [1, -1, 100, -100, 2, -50]
+    steps = [Step(f"scale {s}", (lambda st, s=s: (torch.ones(2, 8) * s,)), seed=i,
+                  expect=MONITOR if i == 0 else MOCK) for i, s in enumerate(scales)]
+    trace = check_compiled(lambda: (_select_then_halve, None), steps)
+    assert magpy.stats(trace.compiled).records == 1
+    x = torch.ones(2, 8)
+    assert trace.compiled(x) is x
+
+
+def _batches(sizes):
+    """One call per batch size: the first two record (static, then symbolic), the rest are
+    mock runs of the second."""
+    return [Step(f"batch {b}", (lambda st, b=b, i=i: (torch.randn(b, 8) * (i + 1),)), seed=i,
+                 expect=MONITOR if i < 2 else MOCK) for i, b in enumerate(sizes)]
+
+
+def test_ifs_and_loops_with_symbolic_sizes():
+    # BlockDrop gates, a selection and a while loop: once the batch size is symbolic, one
+    # record serves every size and every outcome.
+    def build():
+        m = _Gated().eval()
+        return (lambda x: _select_then_halve(m(x))), m
+    with torch.no_grad():
+        trace = check_compiled(build, _batches([2, 3, 5, 4, 7, 6, 9, 3, 12]))
+    st = magpy.stats(trace.compiled)
+    assert (st.records, st.graphs_per_call, st.eager_runs) == (2, 1, 0)
+
+
+def _slices(x):
+    # For a batch of 3 both arms give 2 rows; for other batches they differ.
+    return x[:2] * 1 if x.sum() > 0 else x[1:] * 1
+
+
+def test_arms_whose_sizes_agree_only_by_chance_are_not_merged():
+    # Recorded with a symbolic batch of 3 from the first call: sizes 2 and s0 - 1, one cond
+    # would be wrong for other batches, so the jump stays a break, and every call still gets
+    # eager's result.
+    magpy.config.dynamic = True
+    sizes = [3, 3, 4, 5, 3, 6]
+    steps = [Step(f"batch {b}", (lambda st, b=b, i=i: (torch.randn(b, 8) * (1 if i % 2 else -1),)),
+                  seed=i, expect=ANY) for i, b in enumerate(sizes)]
+    trace = check_compiled(lambda: (_slices, None), steps, fullgraph=False)
+    st = magpy.stats(trace.compiled)
+    assert st.eager_runs == 0
+    assert any("different kinds" in reason for reason in st.breaks), st.breaks

@@ -147,7 +147,8 @@ def test_a_long_static_loop_is_the_operator_from_the_first_call():
     line = _rnn.__code__.co_firstlineno + 3
     assert f"for at {__file__}:{line} (_rnn): {WHILE} over more slices than config.max_unroll=4" \
         in e.control_flow
-    assert not magpy.explain(_rnn, *_seq(4)).control_flow   # up to max_unroll: unrolled
+    assert magpy.explain(_rnn, *_seq(4)).control_flow == [   # up to max_unroll: unrolled
+        f"for at {__file__}:{line} (_rnn): unrolled (4 slices, a static length up to config.max_unroll=4)"]
 
 
 def test_explain_names_the_symbolic_length():
