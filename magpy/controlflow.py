@@ -552,13 +552,13 @@ class Branches(Observer):
         if why is not None:
             self._refuse(_site(frame), f"no while_loop for the for loop: {why}")
             return None
-        self._note(f"for at {where}: torch.while_loop over " + (
+        self.conds.append(f"for at {where}: torch.while_loop over " + (
             "a symbolic number of slices" if self._symbolic_length(x)
             else f"more slices than config.max_unroll={config.max_unroll}"))
         return None
 
     def _note(self, words: str) -> None:
-        """An operator or unrolled loop for explain (once: a loop in a loop meets it again)."""
+        """An unrolled loop for explain, once (a loop in a loop meets it again)."""
         if words not in self.conds:
             self.conds.append(words)
 
