@@ -101,30 +101,11 @@ def test_metadata_values_are_constants_of_the_record(program):
 
 
 # ============================================================================ 2. min/max, index
-# ``max(a, b)`` on tensors is ``b if b > a else a``: a data read choosing *which object* is the
-# result.  torch.compile gets one graph by rewriting it to ``torch.maximum``, which is not eager's
-# result: NaN (``max(1., nan)`` is 1. in eager, nan compiled) and identity (``max(a, b).add_(1)``
-# updates ``a`` or ``b`` in eager, a temporary compiled).  magpy keeps the honest break.
+# ``max(a, b)``/``min(a, b)`` of 0-d tensors: one graph (a cond handing over ``a`` or ``b``
+# itself), tests/test_long_tail_more.py.
 
 def _scalars(s):
     return torch.tensor(1.5), torch.tensor(2.5)
-
-
-def _max_min(a, b):
-    return max(a, b) * 2, min(a, b) - 1, max([a, b, 0.5])
-
-
-def _max_then_inplace(a, b):
-    m = max(a, b)
-    m.add_(1)      # eager updates b itself
-    return a, b
-
-
-@pytest.mark.parametrize("program", [_max_min, _max_then_inplace], ids=lambda f: f.__name__.lstrip("_"))
-def test_min_max_of_tensors_is_a_break(program):
-    trace = check_compiled(lambda: (program, None), [first(_scalars), again(expect=EAGER)],
-                           fullgraph=False, expect_records=1)
-    assert "Tensor.__bool__ reads tensor data into Python" in trace.stats["break_reasons"][0]
 
 
 def _index_program(s):
