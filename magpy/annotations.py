@@ -39,6 +39,7 @@ import math
 import operator
 import sys
 import types
+import warnings
 import weakref
 from typing import Callable
 
@@ -243,6 +244,19 @@ def hashing(callee) -> tuple[str, int] | None:
         if found is not None:
             return found
     return None
+
+
+# The warnings machinery: calls a recording run records itself (magpy.warns), as effect
+# steps the mock makes again in program order without ending the graph.  They are neither
+# pure calls nor graph breaks; in a tensor ``if``'s arm they stop the fork (no annotation).
+WARNINGS_EFFECTS = (warnings.warn, warnings.simplefilter, warnings.filterwarnings, warnings.resetwarnings,
+                    warnings.catch_warnings, warnings.catch_warnings.__enter__,
+                    warnings.catch_warnings.__exit__)
+
+
+def records_itself(callee) -> bool:
+    """Is ``callee`` one of :data:`WARNINGS_EFFECTS`?"""
+    return any(callee is f for f in WARNINGS_EFFECTS)
 
 
 # Natives that read the program's frames (their locals), where shadow slots cannot follow.

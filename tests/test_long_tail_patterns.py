@@ -472,61 +472,8 @@ def test_getframe_outside_the_call_is_a_break():
 
 
 # ============================================================================ 6. warnings
-# warnings.warn inside forward is a break: a call that warns runs eagerly (after the recording
-# run, whose warn is the program's own), so each call emits exactly eager's warnings, and the
-# filters and the module's __warningregistry__ (once per location under "default") decide as
-# they do eagerly.  catch_warnings() switches the filters through warnings._filters_mutated, an
-# effect on the interpreter: a break too.
-
-def _warns(x):
-    warnings.warn("deprecated path", DeprecationWarning)
-    return x * 2
-
-
-def _warns_in_loop(x):
-    for i in range(2):
-        warnings.warn(f"step {i}")   # one location, two messages: two registry entries
-    return x + 1
-
-
-def _catches(x):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        warnings.warn("hidden")
-        y = x + 1
-    warnings.warn("shown", stacklevel=1)
-    return y * 2
-
-
-def _warnings_of(fn, calls, action):
-    """(results, [(message, category, filename, lineno)] per call) under the filter ``action``."""
-    out, seen = [], []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter(action)
-        for x in calls:
-            out.append(fn(x))
-            seen.append([(str(w.message), w.category, w.filename, w.lineno) for w in caught
-                         if not issubclass(w.category, magpy.GraphBreakWarning)])   # magpy's own
-            caught.clear()
-    return out, seen
-
-
-@pytest.mark.parametrize("action", ["default", "always", "ignore"])
-@pytest.mark.parametrize("program", [_warns, _warns_in_loop, _catches], ids=lambda f: f.__name__.lstrip("_"))
-def test_warnings_are_eagers_on_every_call(program, action):
-    # torch.compile breaks too (fullgraph=True: "Attempted to call function marked as skipped",
-    # for warnings.warn and for catch_warnings).
-    # Each copy has its own globals, so its own __warningregistry__.
-    eager, _ = isolated(program)
-    compiled_fn, _ = isolated(program)
-    fast = magpy.compile(compiled_fn, backend="eager")
-    calls = [torch.randn(3) for _ in range(3)]
-    res_e, seen_e = _warnings_of(eager, calls, action)
-    res_c, seen_c = _warnings_of(fast, calls, action)
-    assert seen_c == seen_e
-    assert all(torch.equal(a, b) for a, b in zip(res_e, res_c))
-    st = magpy.stats(fast)
-    assert (st.monitor_runs, st.eager_runs, st.records) == (1, 2, 1)
+# warnings.warn in forward is one graph whose mock makes the warning again, and
+# catch_warnings(): tests/test_long_tail_more.py.
 
 
 # ============================================================================ 7. recurrent layers

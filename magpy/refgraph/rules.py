@@ -200,6 +200,8 @@ class RefGraphBuilder(Observer):
         if ann.ends_recording(callee):
             self.dynamic("a magpy.disable() block")
             return
+        if ann.records_itself(callee):
+            return   # its effect is a step of its own (magpy.warns)
         a, bound = ann.lookup(callee)
         if a is None:
             if not ann.is_tensor_method(callee):
