@@ -183,6 +183,7 @@ class OpRecorder(TorchFunctionMode):
         # or the dtype to cast them to (None: as they are), see _scalar_operands.
         self._operands = False
         self.branches = None   # magpy.controlflow.Branches: records tensor ifs as conds
+        self.arrays = None     # magpy.arrays.Arrays: follows the arrays .numpy() gives
         # id(tensor a control flow operator gave) -> the tensors from before it that the
         # program has instead on some runs (see cond).
         self.passes: dict[int, Passes] = {}
@@ -272,6 +273,8 @@ class OpRecorder(TorchFunctionMode):
                 return name   # recorded as an assertion if the truth lets the assertion pass
             if name in ann.TORCH_TRUTH and self.branches is not None and self.branches.wants(args[0]):
                 return None   # a branch: recorded as a cond once the jump completes
+            if name == "numpy" and self.arrays is not None and self.arrays.follows(args[0]):
+                return None   # numpy on its array: torch operations (magpy.arrays)
             self.dynamic(f"{_qualname(func)} reads tensor data into Python", step=True)
             return None
         return name
@@ -622,6 +625,13 @@ class OpRecorder(TorchFunctionMode):
             self._made(final, graph.call_function(operator.getitem, (node, i)))
             if not none:
                 self.passes[id(final)] = Passes(goes_on, False, first)
+
+    def stands_for(self, t, same) -> None:
+        """Tensor ``t``, made where the recorder does not see (``torch.from_numpy`` of an array
+        magpy.arrays follows), holds what graph tensor ``same`` holds: operations on ``t``, and
+        the mock, take ``same``'s node."""
+        self._keep.append(t)
+        self._made(t, self.tensor_node(same))
 
     def produced(self, t) -> Piece | None:
         """The piece whose operations made ``t`` (not an input), if any."""

@@ -53,6 +53,7 @@ from magpy import annotations as ann
 from magpy import continuations, warns
 from magpy.config import config
 from magpy.continuations import Resume, ResumePoint
+from magpy.arrays import Arrays
 from magpy.controlflow import Branches
 from magpy.dynamic import Lifting, Shapes, argument_shadows
 from magpy.errors import GraphBreak
@@ -206,6 +207,7 @@ class Segmenter(Observer):
         self.points: list[ResumePoint] = []
         self._rng = torch.default_generator.get_state()
         self.breaks: list[GraphBreak] = []
+        self.arrays = None   # magpy.arrays.Arrays: frames holding its arrays cannot be resume points
 
     # ------------------------------------------------------------------ steps
     def begin(self, brk: GraphBreak) -> bool:
@@ -380,6 +382,10 @@ class Segmenter(Observer):
             step = Step(kind, self._before(), None, None, args)
             self.steps.append(step)
             return step
+        if self.arrays is not None and self.arrays.unresumable is not None:
+            self.breaker.stop(f"a value computed eagerly decides the call after effects, where "
+                              f"{self.arrays.unresumable}")
+            return
         # A resume point holds the frames' values as they are: a small int whose check was
         # deferred would be baked into it, so those are checked after all.
         self.deferred.clear()
@@ -731,7 +737,9 @@ class Capture:
         self.recorder.lifted = self.segmenter.lifted
         self.branches = Branches(self.builder, self.breaker, self.recorder, self.segmenter)
         self.recorder.branches = self.branches
-        observers = [self.builder, self.branches, self.segmenter]
+        self.arrays = Arrays(self.recorder, self.breaker)
+        self.recorder.arrays = self.segmenter.arrays = self.arrays
+        observers = [self.builder, self.branches, self.segmenter, self.arrays]
         self.shapes = None
         if lifting is not None and lifting.armed(config.dynamic):
             self.shapes = self.recorder.shapes = Shapes(lifting, config.dynamic, self.refgraph)
@@ -739,7 +747,7 @@ class Capture:
         self.monitor = Monitor(observers, policy=policy_for(self.recorder))
         for callee, handler in warns.intrinsics_for(self):
             self.monitor.policy.add_intrinsic(callee, handler)
-        self.breaker.monitor = self.branches.monitor = self.monitor
+        self.breaker.monitor = self.branches.monitor = self.arrays.monitor = self.monitor
         if self.shapes is not None:
             self.shapes.monitor = self.monitor
         self.grad_on_entry = torch.is_grad_enabled()

@@ -8,12 +8,13 @@ import enum
 import sys
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
 import magpy
-from tests.compile_harness import EAGER, after, again, check_compiled, explain_copy, first, fresh, isolated
-from tests.compile_harness import standard
+from tests.compile_harness import EAGER, MONITOR, after, again, check_compiled, explain_copy, first, fresh
+from tests.compile_harness import isolated, standard
 
 
 @pytest.fixture(autouse=True)
@@ -461,3 +462,82 @@ def test_a_warning_in_a_tensor_if_is_a_break():
     with pytest.raises(magpy.GraphBreakError, match="warn in a branch"):
         fast(torch.ones(3))
     _same_warnings(_warns_in_a_branch, ["always"] * 4)
+
+
+# ============================================================================ 3. numpy on tensors
+# numpy on a tensor's .numpy() is recorded as the equivalent torch operations where torch
+# gives what numpy gives (dtype and shape, checked), as torch.compile's numpy translation
+# does; the values are torch's, within rounding of numpy's (compared with allclose).
+
+def _graph_as_is(gm, example_inputs):
+    """A backend running the fx graph as it is (``"eager"``, but the harness compares with
+    allclose: numpy's and torch's kernels round differently)."""
+    return gm.forward
+
+
+def _sqrt_round_trip(x):
+    return torch.from_numpy(np.sqrt(x.numpy())) + 1
+
+
+def _reductions(x):
+    a = x.numpy()
+    peak = torch.tensor(np.max(a, 1, keepdims=True))
+    return torch.tensor(a.sum()) * torch.as_tensor(np.mean(a, axis=0)) + peak
+
+
+def _exp_abs(x):
+    y = x * 2   # a tensor the graph made
+    return torch.from_numpy(np.exp(y.numpy()) * 2 - np.abs(y.numpy()) / 3)
+
+
+def _helper(a):
+    return np.tanh(-a)
+
+
+def _through_a_function(x):
+    return torch.from_numpy(_helper(x.numpy())).sum(0)
+
+
+def _alias(x):
+    t = torch.from_numpy(x.numpy())   # shares x's memory, as eager's does
+    t.mul_(2)
+    return t, x + 1
+
+
+NUMPY_PROGRAMS = [_sqrt_round_trip, _reductions, _exp_abs, _through_a_function, _alias]
+
+
+@pytest.mark.parametrize("program", NUMPY_PROGRAMS, ids=lambda f: f.__name__.lstrip("_"))
+def test_numpy_on_tensors_is_one_graph(program):
+    args = lambda s: (torch.rand(3, 4) + 0.5,)   # noqa: E731
+    check_compiled(lambda: (program, None), standard(args) + [fresh(args, seed=5)], backend=_graph_as_is,
+                   expect_graphs=1, expect_records=1)
+
+
+def test_numpy_keeps_numpys_dtypes():
+    # np.sqrt of an integer array is float64 (torch.sqrt's would be float32): not translated;
+    # from the next recording on .numpy() is a break, numpy's computation an eager step.
+    program = lambda x: torch.from_numpy(np.sqrt(x.numpy())) * 2   # noqa: E731
+    args = lambda s: (torch.arange(6),)   # noqa: E731
+    steps = [first(args), again(expect=MONITOR), again(), fresh(args)]
+    trace = check_compiled(lambda: (program, None), steps, fullgraph=False, expect_records=1)
+    assert trace.results[0][1].dtype == torch.float64
+    assert magpy.stats(trace.compiled).breaks == {"Tensor.numpy reads tensor data into Python": 1}
+
+
+def _array_method(x):
+    a = x.numpy()
+    return x * float(a.sum())   # a Python float of numpy's: the array leaves the graph
+
+
+def _kept_array(x):
+    a = x.numpy()
+    return x + 1, a             # returned: the program has numpy's array itself
+
+
+@pytest.mark.parametrize("program", [_array_method, _kept_array], ids=["to-python", "returned"])
+def test_numpy_arrays_used_otherwise_run_in_pieces(program):
+    args = lambda s: (torch.randn(4),)   # noqa: E731
+    steps = [first(args), again(expect=MONITOR), again(), fresh(args), fresh(lambda s: (torch.randn(4) * 3,))]
+    trace = check_compiled(lambda: (program, None), steps, fullgraph=False, expect_records=1)
+    assert magpy.stats(trace.compiled).breaks == {"Tensor.numpy reads tensor data into Python": 1}

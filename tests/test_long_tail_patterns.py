@@ -636,25 +636,8 @@ def test_numpy_random_draws_new_numbers_on_every_replay(program):
     assert st.eager_runs == 0 and st.mock_runs >= 4, st
 
 
-def _array_method(x):
-    a = x.numpy()
-    return x * float(a.sum())   # a method of an array computed eagerly: computed again each call
-
-
-def _numpy_round_trip(x):
-    y = x * 2
-    z = torch.from_numpy(np.tanh(y.numpy()))   # a new tensor from a step: the next graph's input
-    return z + 1
-
-
-@pytest.mark.parametrize("program", [_array_method, _numpy_round_trip], ids=["array-method", "round-trip"])
-def test_numpy_on_tensors_runs_in_pieces(program):
-    # .numpy() reads tensor data: an eager step; numpy computes from it in further steps,
-    # and a tensor torch makes of the result enters the next graph as an input.
-    steps = [first(lambda s: (torch.randn(4),)), again(expect=MOCK), fresh(lambda s: (torch.randn(4),), expect=MOCK),
-             fresh(lambda s: (torch.randn(4) * 3,), expect=MOCK)]
-    trace = check_compiled(lambda: (program, None), steps, fullgraph=False, expect_records=1)
-    assert magpy.stats(trace.compiled).breaks == {"Tensor.numpy reads tensor data into Python": 1}
+# numpy on a tensor's .numpy(): torch operations in the graph, or a break in pieces where
+# numpy's result has no torch equivalent: tests/test_long_tail_more.py.
 
 
 def test_array_numpy_drew_given_to_torch_is_the_same_under_a_seed():
