@@ -51,9 +51,9 @@ from torch._C._dynamo.guards import GlobalStateGuard
 
 from magpy import annotations as ann
 from magpy import continuations, warns
+from magpy.arrays import Arrays
 from magpy.config import config
 from magpy.continuations import Resume, ResumePoint
-from magpy.arrays import Arrays
 from magpy.controlflow import Branches
 from magpy.dynamic import Lifting, Shapes, argument_shadows
 from magpy.errors import GraphBreak

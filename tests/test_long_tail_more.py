@@ -13,8 +13,10 @@ import pytest
 import torch
 
 import magpy
-from tests.compile_harness import EAGER, MONITOR, after, again, check_compiled, explain_copy, first, fresh
-from tests.compile_harness import isolated, standard
+from tests import compile_harness as harness
+from tests.compile_harness import after, again, check_compiled, first, fresh, standard
+
+EAGER, MONITOR = harness.EAGER, harness.MONITOR
 
 
 @pytest.fixture(autouse=True)
@@ -101,7 +103,7 @@ def test_max_min_with_inductor():
 
 
 def test_max_min_explain_lists_the_conds():
-    ex = explain_copy(lambda: (_max_of_list, None), _pair)
+    ex = harness.explain_copy(lambda: (_max_of_list, None), _pair)
     assert ex.graph_count == 1 and not ex.break_reasons
     text = str(ex)
     assert text.count("torch.cond") == 6   # 2 comparisons per call of 3 items
@@ -335,8 +337,8 @@ def _warnings_of(fn, calls, actions):
 
 def _same_warnings(program, actions, **compile_kwargs):
     # Each copy has its own globals, so its own __warningregistry__.
-    eager, _ = isolated(program)
-    compiled_fn, _ = isolated(program)
+    eager, _ = harness.isolated(program)
+    compiled_fn, _ = harness.isolated(program)
     fast = magpy.compile(compiled_fn, backend="eager", **compile_kwargs)
     calls = [torch.randn(3) for _ in actions]
     want, got = _warnings_of(eager, calls, actions), _warnings_of(fast, calls, actions)
