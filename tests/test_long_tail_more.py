@@ -110,6 +110,33 @@ def test_max_min_explain_lists_the_conds():
     assert "max at " in text and "min at " in text and __file__ in text
 
 
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_max_min_backward_reaches_the_chosen_tensor(backend):
+    def program(a, b):
+        return max(a, b) * 3 + min(a, b)
+    fast = magpy.compile(program, backend=backend, fullgraph=True)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        a, b = torch.randn((), requires_grad=True), torch.randn((), requires_grad=True)
+        a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+        fast(a, b).backward()
+        program(a2, b2).backward()
+        assert torch.equal(a.grad, a2.grad) and torch.equal(b.grad, b2.grad)
+    assert (magpy.stats(fast).monitor_runs, magpy.stats(fast).mock_runs) == (1, 2)
+
+
+def test_max_without_control_flow_is_a_checked_step():
+    magpy.config.control_flow = False
+    try:
+        # (each outcome of the comparison is a record of its own)
+        steps = [first(_ordered), again(), fresh(_ordered), fresh(_reversed, expect=MONITOR),
+                 fresh(_reversed)]
+        trace = check_compiled(lambda: (_max_itself, None), steps, fullgraph=False, expect_records=2)
+    finally:
+        magpy.config.control_flow = True
+    assert trace.stats["eager_runs"] == 0
+
+
 def _mixed(a, b):
     return max([a, b, 0.5])   # a float against tensors: the arms leave a float or a tensor
 
