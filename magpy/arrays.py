@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import sys
 
 import numpy as np
 import torch
@@ -58,6 +59,9 @@ DTYPES = {np.dtype(n): t for n, t in (
 
 _MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP", "PRECALL",
                     "KW_NAMES"})
+# References to a followed value that are the tracker's own: its Followed, and
+# sys.getrefcount's argument.
+_OWN_REFERENCES = 2
 # ``.numpy()`` calls whose arrays escaped a recording: (file, first line, function, offset).
 _REFUSED: set[tuple] = set()
 
@@ -70,6 +74,7 @@ class Followed:
     value: object
     tensor: torch.Tensor
     site: tuple
+    shared: int = 0   # tensors made from it that share its memory (each holds a reference)
 
 
 class Arrays(Observer):
@@ -96,11 +101,19 @@ class Arrays(Observer):
         self._expect = t
         return True
 
+    def holding(self) -> bool:
+        """Does the program still hold a followed array or scalar (anywhere but here)?  While
+        it does, a tensor ``if`` is no cond (its arms run where this does not follow them) and
+        the frames are no resume point (their arrays would be baked into it)."""
+        for key, followed in list(self.live.items()):
+            if sys.getrefcount(followed.value) <= _OWN_REFERENCES + followed.shared:
+                del self.live[key]   # nobody can reach it any more
+        return bool(self.live)
+
     @property
     def unresumable(self) -> str | None:
-        """Why the frames cannot be taken as a resume point now (their arrays would be baked
-        into it), or None."""
-        return "a numpy array of a tensor is live" if self.live else None
+        """Why the frames cannot be taken as a resume point now, or None."""
+        return "a numpy array of a tensor is live" if self.holding() else None
 
     # ------------------------------------------------------------------ events
     def on_enter(self, frame):
@@ -193,6 +206,8 @@ class Arrays(Observer):
             raise Escaped(first, "made into a tensor of another kind")
         made = t.detach() if shares else t.clone()
         self.recorder.stands_for(result, made)
+        if shares:
+            self.live[id(array)].shared += 1
 
     def _follow(self, value, tensor, site) -> None:
         self.live[id(value)] = Followed(value, tensor, site)

@@ -271,7 +271,9 @@ class OpRecorder(TorchFunctionMode):
         if name in ann.TORCH_DYNAMIC:
             if name in ann.TORCH_TRUTH and self._assertion() is not None:
                 return name   # recorded as an assertion if the truth lets the assertion pass
-            if name in ann.TORCH_TRUTH and self.branches is not None and self.branches.wants(args[0]):
+            if (name in ann.TORCH_TRUTH and self.branches is not None
+                    and not (self.arrays is not None and self.arrays.holding())   # (magpy.arrays)
+                    and self.branches.wants(args[0])):
                 return None   # a branch: recorded as a cond once the jump completes
             if name == "numpy" and self.arrays is not None and self.arrays.follows(args[0]):
                 return None   # numpy on its array: torch operations (magpy.arrays)

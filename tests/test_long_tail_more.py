@@ -570,3 +570,30 @@ def test_numpy_arrays_used_otherwise_run_in_pieces(program):
     steps = [first(args), again(expect=MONITOR), again(), fresh(args), fresh(lambda s: (torch.randn(4) * 3,))]
     trace = check_compiled(lambda: (program, None), steps, fullgraph=False, expect_records=1)
     assert magpy.stats(trace.compiled).breaks == {"Tensor.numpy reads tensor data into Python": 1}
+
+
+def _array_across_an_if(x):
+    a = x.numpy()
+    if x.sum() > 0:      # the array is live here: the if is a checked step, not a cond
+        y = torch.from_numpy(np.sqrt(np.abs(a)))
+    else:
+        y = x * 2
+    return y + torch.from_numpy(np.abs(a))
+
+
+def _array_before_an_if(x):
+    y = torch.from_numpy(np.abs(x.numpy()))   # no array left after this line
+    if y.sum() > 2:
+        y = y * 3
+    return y
+
+
+@pytest.mark.parametrize("program, graphs", [(_array_across_an_if, 4), (_array_before_an_if, 1)],
+                         ids=["live", "dead"])
+def test_numpy_arrays_and_tensor_ifs(program, graphs):
+    big = lambda s: (torch.rand(3) + 1,)     # noqa: E731
+    small = lambda s: (-torch.rand(3),)      # noqa: E731
+    steps = [first(big), again(), fresh(big), fresh(small, expect=None), fresh(small), fresh(big)]
+    trace = check_compiled(lambda: (program, None), steps, backend=_graph_as_is, fullgraph=False,
+                           expect_graphs=graphs)
+    assert trace.stats["eager_runs"] == 0
