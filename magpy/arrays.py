@@ -84,7 +84,7 @@ class Arrays(Observer):
         self.recorder, self.breaker = recorder, breaker
         self.monitor = None
         self.live: dict[int, Followed] = {}
-        self._expect = None   # the tensor whose .numpy() ``follows`` allowed, until it returns
+        self._expect = None   # (tensor, site) of the .numpy() ``follows`` allowed, until it returns
         self._levels: dict[int, int] = {}   # id(frame) -> intrinsics under way when it was entered
 
     def follows(self, t) -> bool:
@@ -98,7 +98,7 @@ class Arrays(Observer):
             return False
         if rec.produced(t) is None and rec.refgraph.node_of(t) is None:
             return False
-        self._expect = t
+        self._expect = (t, _site(f))
         return True
 
     def holding(self) -> bool:
@@ -119,13 +119,32 @@ class Arrays(Observer):
     def on_enter(self, frame):
         self._levels[id(frame)] = self.monitor.in_intrinsic
 
+    # Observer events run inside the monitored program: magpy's own failure here stops
+    # recording (the call runs eagerly), never reaching the program.
     def on_call(self, frame, callee, args, kwargs, result, entered):
-        if self.breaker.brk is not None:
-            return
+        if self.breaker.brk is None:
+            try:
+                self._called(frame, callee, args, kwargs, result, entered)
+            except Exception as e:  # noqa: BLE001
+                self.breaker.fail(e)
+
+    def on_instruction(self, frame, ins, inputs, outputs):
+        if self.live and self.breaker.brk is None:
+            try:
+                self._instruction(frame, ins, inputs, outputs)
+            except Exception as e:  # noqa: BLE001
+                self.breaker.fail(e)
+
+    def _called(self, frame, callee, args, kwargs, result, entered):
         expected, self._expect = self._expect, None
-        if expected is not None and getattr(callee, "__self__", None) is expected \
-                and isinstance(result, np.ndarray):
-            self._follow(result, expected, _site(frame))   # the .numpy() ``follows`` allowed
+        if expected is not None:   # the .numpy() ``follows`` allowed has returned
+            t, site = expected
+            if isinstance(result, np.ndarray) and (getattr(callee, "__self__", None) is t
+                                                   or len(args) == 1 and args[0] is t):
+                self._follow(result, t, site)
+                return
+            # (called where this does not see its array: inside a native, map(Tensor.numpy, ...))
+            self._escape(Followed(result, t, site), "made where magpy cannot follow it")
             return
         if entered or not self.live:
             return
@@ -138,9 +157,7 @@ class Arrays(Observer):
         except Escaped as e:
             self._escape(e.followed, str(e))
 
-    def on_instruction(self, frame, ins, inputs, outputs):
-        if not self.live or self.breaker.brk is not None:
-            return
+    def _instruction(self, frame, ins, inputs, outputs):
         name = ins.opname
         held = [self.live[id(v)] for v in inputs if id(v) in self.live]
         if not held or name in _MOVES or name in CALLS:

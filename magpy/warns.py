@@ -70,9 +70,12 @@ def _record(capture, mon, fn, args, kwargs, run, unreplayable, what: str):
             capture.breaker.stop(f"{what} raises (a filter turned a warning into an error)")
         raise
     if recording:
-        why = unreplayable()
-        if why is not None or not capture.segmenter.effect(fn, args, kwargs, result, what):
-            capture.breaker.stop(f"{what} {why or 'inside a callback of a native function'}")
+        try:
+            why = unreplayable()
+            if why is not None or not capture.segmenter.effect(fn, args, kwargs, result, what):
+                capture.breaker.stop(f"{what} {why or 'inside a callback of a native function'}")
+        except Exception as e:  # noqa: BLE001 - magpy's own failure: the call runs eagerly
+            capture.breaker.fail(e)
     return result
 
 

@@ -533,7 +533,11 @@ def _alias(x):
     return t, x + 1
 
 
-NUMPY_PROGRAMS = [_sqrt_round_trip, _reductions, _exp_abs, _through_a_function, _alias]
+def _unbound_method(x):
+    return torch.from_numpy(np.sqrt(torch.Tensor.numpy(x)))
+
+
+NUMPY_PROGRAMS = [_sqrt_round_trip, _reductions, _exp_abs, _through_a_function, _alias, _unbound_method]
 
 
 @pytest.mark.parametrize("program", NUMPY_PROGRAMS, ids=lambda f: f.__name__.lstrip("_"))
