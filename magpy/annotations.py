@@ -31,6 +31,7 @@ import collections
 import contextvars
 import copy
 import dataclasses
+import enum
 import functools
 import inspect
 import itertools
@@ -38,6 +39,7 @@ import math
 import operator
 import sys
 import types
+import warnings
 import weakref
 from typing import Callable
 
@@ -197,6 +199,64 @@ SET_ORDER_FREE = frozenset({len, bool, hash, id, isinstance, issubclass, callabl
                             operator.contains, operator.eq, operator.ne, operator.sub, operator.and_,
                             operator.or_, operator.xor, operator.le, operator.lt, operator.ge, operator.gt})
 SET_ORDER_FREE_METHODS = frozenset(m for m in _SET_METHODS if m != "pop") | {"__eq__", "__ne__"}
+
+
+# Natives that hash values into a dict or set, comparing them with ``==`` to members of equal
+# hash: there a Python ``__hash__``/``__eq__`` runs natively, unseen by the monitor
+# (magpy.refgraph.rules.RefGraphBuilder.hashes).  ``("key", i)``: argument ``i`` is one key
+# looked up in, stored into or removed from position 0 (the dict or set); ``("elements", i)``:
+# the elements of every argument from ``i`` on are hashed (a new set, or into position 0).
+HASHING_FUNCTIONS: dict[Callable, tuple[str, int]] = {
+    set: ("elements", 0), frozenset: ("elements", 0),
+    operator.contains: ("key", 1), operator.getitem: ("key", 1),
+}
+HASHING_METHODS: dict[tuple[type, str], tuple[str, int]] = {
+    **{(dict, m): ("key", 1) for m in ("get", "__contains__", "__getitem__", "pop", "setdefault",
+                                       "__setitem__", "__delitem__")},
+    (dict, "fromkeys"): ("elements", 0),
+    **{(t, "__contains__"): ("key", 1) for t in (set, frozenset)},
+    **{(set, m): ("key", 1) for m in ("add", "discard", "remove")},
+    **{(t, m): ("elements", 1) for t in (set, frozenset)
+       for m in ("union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
+                 "isdisjoint")},
+    **{(set, m): ("elements", 1) for m in ("update", "intersection_update", "difference_update",
+                                          "symmetric_difference_update")},
+}
+# Python ``__hash__`` methods that read nothing that changes: an Enum member hashes its
+# ``_name_``; a tensor (and so a Parameter) its ``id``.
+STABLE_HASHES = frozenset({type_lookup(enum.Enum, "__hash__"), type_lookup(torch.Tensor, "__hash__")})
+
+
+def hashing(callee) -> tuple[str, int] | None:
+    """How native ``callee`` hashes its arguments (:data:`HASHING_METHODS`), or None."""
+    try:
+        found = HASHING_FUNCTIONS.get(callee)
+    except TypeError:  # unhashable callee
+        return None
+    if found is not None:
+        return found
+    owner = getattr(callee, "__self__", None)
+    owner = getattr(callee, "__objclass__", None) if owner is None else owner
+    owner_type = owner if isinstance(owner, type) else type(owner)
+    name = getattr(callee, "__name__", "")
+    for klass in owner_type.__mro__:
+        found = HASHING_METHODS.get((klass, name))
+        if found is not None:
+            return found
+    return None
+
+
+# The warnings machinery: calls a recording run records itself (magpy.warns), as effect
+# steps the mock makes again in program order without ending the graph.  They are neither
+# pure calls nor graph breaks; in a tensor ``if``'s arm they stop the fork (no annotation).
+WARNINGS_EFFECTS = (warnings.warn, warnings.simplefilter, warnings.filterwarnings, warnings.resetwarnings,
+                    warnings.catch_warnings, warnings.catch_warnings.__enter__,
+                    warnings.catch_warnings.__exit__)
+
+
+def records_itself(callee) -> bool:
+    """Is ``callee`` one of :data:`WARNINGS_EFFECTS`?"""
+    return any(callee is f for f in WARNINGS_EFFECTS)
 
 
 # Natives that read the program's frames (their locals), where shadow slots cannot follow.

@@ -211,6 +211,7 @@ class OpRecorder(TorchFunctionMode):
         # or the dtype to cast them to (None: as they are), see _scalar_operands.
         self._operands = False
         self.branches = None   # magpy.controlflow.Branches: records tensor ifs as conds
+        self.arrays = None     # magpy.arrays.Arrays: follows the arrays .numpy() gives
         # id(tensor a control flow operator gave) -> the tensors from before it that the
         # program has instead on some runs (see cond).
         self.passes: dict[int, Passes] = {}
@@ -295,17 +296,23 @@ class OpRecorder(TorchFunctionMode):
         name = ann.torch_name(func)
         if name in ann.TORCH_GRAD_MODE or name in ann.TORCH_METADATA or name in ann.TORCH_REFERENCES:
             return None   # graph state (_sync_modes records it where it matters), metadata, a .grad
-        if name == "unbind" and args[1:] == (0,) and self.branches is not None and \
-                self.branches.wants_iteration(args[0]):
+        if name == "unbind" and args[1:] == (0,) and self._forks() and self.branches.wants_iteration(args[0]):
             return None   # iter(x) of a for loop recorded as a while_loop (magpy.controlflow)
         if name in ann.TORCH_DYNAMIC:
             if name in ann.TORCH_TRUTH and self._assertion() is not None:
                 return name   # recorded as an assertion if the truth lets the assertion pass
-            if name in ann.TORCH_TRUTH and self.branches is not None and self.branches.wants(args[0]):
+            if name in ann.TORCH_TRUTH and self._forks() and self.branches.wants(args[0]):
                 return None   # a branch: recorded as a cond once the jump completes
+            if name == "numpy" and self.arrays is not None and self.arrays.follows(args[0]):
+                return None   # numpy on its array: torch operations (magpy.arrays)
             self.dynamic(f"{_qualname(func)} reads tensor data into Python", step=True)
             return None
         return name
+
+    def _forks(self) -> bool:
+        """May control flow run forks of the program now?  (Not while it holds an array
+        magpy.arrays follows: the forks run unfollowed.)"""
+        return self.branches is not None and not (self.arrays is not None and self.arrays.holding())
 
     def _assertion(self) -> tuple[bool, str] | None:
         """``(truth that passes, message)`` when the program reads a tensor's truth only to
@@ -704,6 +711,13 @@ class OpRecorder(TorchFunctionMode):
         self.piece.op_count += 1
         if self.shapes is not None and self.shapes.active:
             self.shapes.propagate(_rearranged(name, d), (ys,), {}, out)
+
+    def stands_for(self, t, same) -> None:
+        """Tensor ``t``, made where the recorder does not see (``torch.from_numpy`` of an array
+        magpy.arrays follows), holds what graph tensor ``same`` holds: operations on ``t``, and
+        the mock, take ``same``'s node."""
+        self._keep.append(t)
+        self._made(t, self.tensor_node(same))
 
     def produced(self, t) -> Piece | None:
         """The piece whose operations made ``t`` (not an input), if any."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from magpy import annotations, autopilot, backends, continuations, logs, training
+from magpy import annotations, autopilot, backends, continuations, logs, standins, training
 from magpy.codegen import compile_source, generate
 from magpy.codegen.guard import inputs_in_words, path_in_words, write_shape_check
 from magpy.config import config
@@ -193,6 +193,8 @@ def _base_policy():
     # torch.compile: its tensor operations are recorded like any others.
     policy.substitute(torch.jit.ScriptFunction, _original_python)
     training.add_to(policy)
+    for callee, choose in standins.REROUTES:
+        policy.reroute(callee, choose)
     return policy
 
 

@@ -50,7 +50,8 @@ import torch.fx as fx
 from torch._C._dynamo.guards import GlobalStateGuard
 
 from magpy import annotations as ann
-from magpy import continuations
+from magpy import continuations, warns
+from magpy.arrays import Arrays
 from magpy.config import config
 from magpy.continuations import Resume, ResumePoint
 from magpy.controlflow import Branches
@@ -206,6 +207,7 @@ class Segmenter(Observer):
         self.points: list[ResumePoint] = []
         self._rng = torch.default_generator.get_state()
         self.breaks: list[GraphBreak] = []
+        self.arrays = None   # magpy.arrays.Arrays: frames holding its arrays cannot be resume points
 
     # ------------------------------------------------------------------ steps
     def begin(self, brk: GraphBreak) -> bool:
@@ -286,6 +288,22 @@ class Segmenter(Observer):
         self.steps.append(Step("call", self._before(), var, fn, args, None, brk, False, self._at()))
         return var
 
+    def effect(self, fn, args: tuple, kwargs: dict | None, result, what: str) -> bool:
+        """``result = fn(*args, **kwargs)`` as a step with an effect outside the program's
+        objects and tensors (on the warnings machinery, magpy.warns) that the mock makes in
+        program order without ending the graph; its result is a value computed eagerly.
+        False where it cannot be a step (inside a native's callback, during another step)."""
+        frame = self.breaker.monitor.current
+        if self._pending is not None or frame in self._callbacks or not hasattr(frame, "info"):
+            return False
+        var = f"e{len(self.steps)}"
+        where = self.breaker.where(f"{what}, made again by every replay (not a graph break)")
+        self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
+                               self._freeze(kwargs) if kwargs else None, where, self.undoable(), self._at()))
+        self.effects = True
+        self._result(result, var, True, False)
+        return True
+
     def _at(self) -> tuple:
         f = self.breaker.monitor.current
         return (f.code.co_filename, f.code.co_name, f.f_lineno) if hasattr(f, "info") else ()
@@ -364,6 +382,10 @@ class Segmenter(Observer):
             step = Step(kind, self._before(), None, None, args)
             self.steps.append(step)
             return step
+        if self.arrays is not None and self.arrays.unresumable is not None:
+            self.breaker.stop(f"a value computed eagerly decides the call after effects, where "
+                              f"{self.arrays.unresumable}")
+            return
         # A resume point holds the frames' values as they are: a small int whose check was
         # deferred would be baked into it, so those are checked after all.
         self.deferred.clear()
@@ -463,6 +485,8 @@ class Segmenter(Observer):
         if entered:
             self._entered = (frame, frame.lasti) if hasattr(frame, "lasti") else None
             return
+        if ann.records_itself(callee):
+            return   # an effect step already (effect)
         pending = self._pending
         if pending is not None and pending[0] is frame:
             brk = self._finish()
@@ -713,13 +737,17 @@ class Capture:
         self.recorder.lifted = self.segmenter.lifted
         self.branches = Branches(self.builder, self.breaker, self.recorder, self.segmenter)
         self.recorder.branches = self.branches
-        observers = [self.builder, self.branches, self.segmenter]
+        self.arrays = Arrays(self.recorder, self.breaker)
+        self.recorder.arrays = self.segmenter.arrays = self.arrays
+        observers = [self.builder, self.branches, self.segmenter, self.arrays]
         self.shapes = None
         if lifting is not None and lifting.armed(config.dynamic):
             self.shapes = self.recorder.shapes = Shapes(lifting, config.dynamic, self.refgraph)
             observers.append(self.shapes)
         self.monitor = Monitor(observers, policy=policy_for(self.recorder))
-        self.breaker.monitor = self.branches.monitor = self.monitor
+        for callee, handler in warns.intrinsics_for(self):
+            self.monitor.policy.add_intrinsic(callee, handler)
+        self.breaker.monitor = self.branches.monitor = self.arrays.monitor = self.monitor
         if self.shapes is not None:
             self.shapes.monitor = self.monitor
         self.grad_on_entry = torch.is_grad_enabled()

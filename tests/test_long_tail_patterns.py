@@ -101,30 +101,11 @@ def test_metadata_values_are_constants_of_the_record(program):
 
 
 # ============================================================================ 2. min/max, index
-# ``max(a, b)`` on tensors is ``b if b > a else a``: a data read choosing *which object* is the
-# result.  torch.compile gets one graph by rewriting it to ``torch.maximum``, which is not eager's
-# result: NaN (``max(1., nan)`` is 1. in eager, nan compiled) and identity (``max(a, b).add_(1)``
-# updates ``a`` or ``b`` in eager, a temporary compiled).  magpy keeps the honest break.
+# ``max(a, b)``/``min(a, b)`` of 0-d tensors: one graph (a cond handing over ``a`` or ``b``
+# itself), tests/test_long_tail_more.py.
 
 def _scalars(s):
     return torch.tensor(1.5), torch.tensor(2.5)
-
-
-def _max_min(a, b):
-    return max(a, b) * 2, min(a, b) - 1, max([a, b, 0.5])
-
-
-def _max_then_inplace(a, b):
-    m = max(a, b)
-    m.add_(1)      # eager updates b itself
-    return a, b
-
-
-@pytest.mark.parametrize("program", [_max_min, _max_then_inplace], ids=lambda f: f.__name__.lstrip("_"))
-def test_min_max_of_tensors_is_a_break(program):
-    trace = check_compiled(lambda: (program, None), [first(_scalars), again(expect=EAGER)],
-                           fullgraph=False, expect_records=1)
-    assert "Tensor.__bool__ reads tensor data into Python" in trace.stats["break_reasons"][0]
 
 
 def _index_program(s):
@@ -491,61 +472,8 @@ def test_getframe_outside_the_call_is_a_break():
 
 
 # ============================================================================ 6. warnings
-# warnings.warn inside forward is a break: a call that warns runs eagerly (after the recording
-# run, whose warn is the program's own), so each call emits exactly eager's warnings, and the
-# filters and the module's __warningregistry__ (once per location under "default") decide as
-# they do eagerly.  catch_warnings() switches the filters through warnings._filters_mutated, an
-# effect on the interpreter: a break too.
-
-def _warns(x):
-    warnings.warn("deprecated path", DeprecationWarning)
-    return x * 2
-
-
-def _warns_in_loop(x):
-    for i in range(2):
-        warnings.warn(f"step {i}")   # one location, two messages: two registry entries
-    return x + 1
-
-
-def _catches(x):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        warnings.warn("hidden")
-        y = x + 1
-    warnings.warn("shown", stacklevel=1)
-    return y * 2
-
-
-def _warnings_of(fn, calls, action):
-    """(results, [(message, category, filename, lineno)] per call) under the filter ``action``."""
-    out, seen = [], []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter(action)
-        for x in calls:
-            out.append(fn(x))
-            seen.append([(str(w.message), w.category, w.filename, w.lineno) for w in caught
-                         if not issubclass(w.category, magpy.GraphBreakWarning)])   # magpy's own
-            caught.clear()
-    return out, seen
-
-
-@pytest.mark.parametrize("action", ["default", "always", "ignore"])
-@pytest.mark.parametrize("program", [_warns, _warns_in_loop, _catches], ids=lambda f: f.__name__.lstrip("_"))
-def test_warnings_are_eagers_on_every_call(program, action):
-    # torch.compile breaks too (fullgraph=True: "Attempted to call function marked as skipped",
-    # for warnings.warn and for catch_warnings).
-    # Each copy has its own globals, so its own __warningregistry__.
-    eager, _ = isolated(program)
-    compiled_fn, _ = isolated(program)
-    fast = magpy.compile(compiled_fn, backend="eager")
-    calls = [torch.randn(3) for _ in range(3)]
-    res_e, seen_e = _warnings_of(eager, calls, action)
-    res_c, seen_c = _warnings_of(fast, calls, action)
-    assert seen_c == seen_e
-    assert all(torch.equal(a, b) for a, b in zip(res_e, res_c))
-    st = magpy.stats(fast)
-    assert (st.monitor_runs, st.eager_runs, st.records) == (1, 2, 1)
+# warnings.warn in forward is one graph whose mock makes the warning again, and
+# catch_warnings(): tests/test_long_tail_more.py.
 
 
 # ============================================================================ 7. recurrent layers
@@ -708,25 +636,8 @@ def test_numpy_random_draws_new_numbers_on_every_replay(program):
     assert st.eager_runs == 0 and st.mock_runs >= 4, st
 
 
-def _array_method(x):
-    a = x.numpy()
-    return x * float(a.sum())   # a method of an array computed eagerly: computed again each call
-
-
-def _numpy_round_trip(x):
-    y = x * 2
-    z = torch.from_numpy(np.tanh(y.numpy()))   # a new tensor from a step: the next graph's input
-    return z + 1
-
-
-@pytest.mark.parametrize("program", [_array_method, _numpy_round_trip], ids=["array-method", "round-trip"])
-def test_numpy_on_tensors_runs_in_pieces(program):
-    # .numpy() reads tensor data: an eager step; numpy computes from it in further steps,
-    # and a tensor torch makes of the result enters the next graph as an input.
-    steps = [first(lambda s: (torch.randn(4),)), again(expect=MOCK), fresh(lambda s: (torch.randn(4),), expect=MOCK),
-             fresh(lambda s: (torch.randn(4) * 3,), expect=MOCK)]
-    trace = check_compiled(lambda: (program, None), steps, fullgraph=False, expect_records=1)
-    assert magpy.stats(trace.compiled).breaks == {"Tensor.numpy reads tensor data into Python": 1}
+# numpy on a tensor's .numpy(): torch operations in the graph, or a break in pieces where
+# numpy's result has no torch equivalent: tests/test_long_tail_more.py.
 
 
 def test_array_numpy_drew_given_to_torch_is_the_same_under_a_seed():

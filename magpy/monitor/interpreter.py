@@ -206,6 +206,11 @@ class Monitor:
         ``shadows`` is ``(positional shadows, keyword shadows)`` for entered frames.
         """
         t = type(callee)
+        if self.policy.reroutes:
+            choose = self.policy.reroutes.get(id(callee))
+            target = choose(self.current, args, kwargs) if choose is not None else None
+            if target is not None:
+                return self.enter(target, args, kwargs, shadows)
         intrinsic = self.policy.intrinsics.get(id(callee))
         if intrinsic is not None:
             return self._intrinsic(callee, intrinsic, args, kwargs)

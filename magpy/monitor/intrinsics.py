@@ -14,6 +14,7 @@ import builtins
 import functools
 import itertools
 import operator
+import os
 import sys
 import types
 import warnings
@@ -141,6 +142,14 @@ def _compile_signature(source, filename, mode, flags=0, dont_inherit=False, opti
 
 
 def _warn(mon, args, kwargs):
+    emit_warning(*warning_site(mon, args, kwargs)[:-1])
+
+
+def warning_site(mon, args, kwargs) -> tuple:
+    """What ``warnings.warn(*args, **kwargs)`` called from the monitored frame would hand to
+    ``warnings.warn_explicit``: ``(message, category, filename, lineno, module, module
+    globals, source, frame)``, where ``frame`` is the frame ``stacklevel`` names (None: past
+    the outermost one).  Raises as ``warnings.warn`` does for a bad category."""
     message, category, stacklevel, source = _warn_signature(*args, **(kwargs or {}))
     if isinstance(message, Warning):
         category = type(message)
@@ -151,25 +160,43 @@ def _warn(mon, args, kwargs):
     f = mon.current
     internal = _is_internal_frame(f)
     while stacklevel > 1 and f is not None:
-        f = f.f_back
+        f = _past_magpy(f.f_back)
         while not internal and f is not None and _is_internal_frame(f):
-            f = f.f_back
+            f = _past_magpy(f.f_back)
         stacklevel -= 1
     if f is None:
         g, filename, lineno = sys.__dict__, "sys", 1
     else:
         g, filename, lineno = f.f_globals, f.f_code.co_filename, f.f_lineno
-    registry = g.get("__warningregistry__")
-    if registry is None:
-        registry = g["__warningregistry__"] = {}
     module = g.get("__name__")
     if not (module is None or isinstance(module, str)):
         module = "<string>"
+    return message, category, filename, lineno, module, g, source, f
+
+
+def emit_warning(message, category, filename, lineno, module, module_globals, source) -> None:
+    """``warnings.warn_explicit`` with the registry of ``module_globals`` (made if missing),
+    as ``warnings.warn`` does for the frame whose globals these are."""
+    registry = module_globals.get("__warningregistry__")
+    if registry is None:
+        registry = module_globals["__warningregistry__"] = {}
     warnings.warn_explicit(message, category, filename, lineno, module, registry, None, source)
 
 
 def _warn_signature(message, category=None, stacklevel=1, source=None):
     return message, category, stacklevel, source
+
+
+def _past_magpy(f):
+    """``f``, or past it the first frame that is not magpy's own machinery (the monitor run's
+    host frames): a warning's ``stacklevel`` reaching past the monitored call names the
+    program's frame that called it, as natively."""
+    while f is not None and type(f) is not Frame and f.f_code.co_filename.startswith(_MAGPY_DIR):
+        f = f.f_back
+    return f
+
+
+_MAGPY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _is_internal_frame(f):

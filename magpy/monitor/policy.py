@@ -23,6 +23,7 @@ class CallPolicy:
         self.method_intrinsics: dict = {}
         self.substitutes: dict = {}      # callable type -> instance -> what to call instead
         self.aliases: dict = {}          # id(callee) -> what to call instead
+        self.reroutes: dict = {}         # id(callee) -> (caller, args, kwargs) -> function to enter or None
         self._keep: list = []
 
     def run_natively(self, fn: Callable) -> None:
@@ -55,6 +56,13 @@ class CallPolicy:
         self.aliases[id(callee)] = target
         self._keep.append(callee)
 
+    def reroute(self, callee: Callable, choose: Callable) -> None:
+        """A call of ``callee`` for which ``choose(calling frame, args, kwargs)`` gives a Python
+        function enters that function instead, as if the program had called it (a stand-in
+        doing the builtin's work in monitored code, ``magpy.standins``); None: call ``callee``."""
+        self.reroutes[id(callee)] = choose
+        self._keep.append(callee)
+
     def copy(self) -> "CallPolicy":
         """An independent policy starting from this one's entries."""
         new = CallPolicy()
@@ -64,5 +72,6 @@ class CallPolicy:
         new.method_intrinsics = dict(self.method_intrinsics)
         new.substitutes = dict(self.substitutes)
         new.aliases = dict(self.aliases)
+        new.reroutes = dict(self.reroutes)
         new._keep = list(self._keep)
         return new

@@ -16,6 +16,7 @@ import types
 import torch
 
 from magpy import annotations as ann
+from magpy import standins
 from magpy.errors import GraphBreak
 from magpy.monitor import Observer, operators
 from magpy.monitor.frame import Frame
@@ -113,9 +114,9 @@ class Breaker:
 
 
 def _is_library_file(filename: str) -> bool:
-    # torch's own Python code and the standard library (logging, contextlib ...): a break
-    # there is reported at the user's line that called into it.
-    return "/torch/" in filename or filename.startswith(_STDLIB)
+    # torch's own Python code, the standard library (logging, contextlib ...) and magpy's
+    # stand-ins of builtins: a break there is reported at the user's line that called into it.
+    return "/torch/" in filename or filename.startswith(_STDLIB) or filename == standins.FILE
 
 
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
@@ -199,6 +200,8 @@ class RefGraphBuilder(Observer):
         if ann.ends_recording(callee):
             self.dynamic("a magpy.disable() block")
             return
+        if ann.records_itself(callee):
+            return   # its effect is a step of its own (magpy.warns)
         a, bound = ann.lookup(callee)
         if a is None:
             if not ann.is_tensor_method(callee):
@@ -209,6 +212,8 @@ class RefGraphBuilder(Observer):
             self.dynamic(f"call to impure native {_describe(callee)}", step=True)
             return
         full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
+        if self.hashed_call(callee, full):
+            return
         order_free = ann.set_order_free(callee)
         for i, v in enumerate(full):
             self.read_value(v, a.read_kind(i), callee)
@@ -417,6 +422,40 @@ class RefGraphBuilder(Observer):
                 self._class_attr(owner, name, owner.__dict__[name], raw=True)
                 return
 
+    def hashes(self, container, keys, what: str) -> bool:
+        """A native hashes ``keys`` into dict or set ``container`` (a lookup, a store; None:
+        the keys of a new dict or set) and compares each with ``==`` to the members of equal
+        hash.  Python ``__hash__`` and ``__eq__`` methods run there natively, so what they read
+        is not seen: when they reach an object from outside the call (a key, a member), a
+        changed attribute would give another result under a guard that passes.  That is a
+        dynamic operation (True).  Hashing by identity or by a C slot runs no Python code."""
+        parts = [p for k in keys for p in _key_parts(k)]
+        members = () if container is None else (
+            container.keys() if isinstance(container, dict) else container)
+        runs = any(_python_hash(type(p)) or _python_eq(type(p)) for p in parts) or any(
+            _python_eq(t) for t in set(map(type, members)))
+        if not runs:
+            return False
+        outside = (container is not None and self.node(container) is not None) or any(
+            self.node(x) is not None for x in (*parts, *members))
+        if outside:
+            self.dynamic(f"{what} runs a Python __hash__ or __eq__ of an object from outside the call")
+        return outside
+
+    def hashed_call(self, callee, full) -> bool:
+        """``hashes`` for a native call (:data:`magpy.annotations.HASHING_METHODS`)."""
+        how = ann.hashing(callee)
+        if how is None:
+            return False
+        kind, i = how
+        if kind == "key":
+            if i >= len(full) or not isinstance(full[0], _HASHED_CONTAINERS):
+                return False
+            return self.hashes(full[0], (full[i],), _describe(callee))
+        into = full[0] if i and isinstance(full[0], _HASHED_CONTAINERS) else None
+        keys = [x for arg in full[i:] if isinstance(arg, _CONTAINER_TYPES) for x in arg]
+        return self.hashes(into, keys, _describe(callee))
+
     def python_dunder(self, obj, name):
         """A native operator on ``obj`` runs its Python ``name`` method, unmonitored."""
         node = self.node(obj)
@@ -477,6 +516,8 @@ def _load_attr(b, frame, ins, inputs, outputs):
 
 def _binary_subscr(b, frame, ins, inputs, outputs):
     container, key = inputs
+    if isinstance(container, dict) and b.hashes(container, (key,), "a dict lookup"):
+        return
     node = b.node(container)
     if node is not None and node.kind in _CONTAINERS:
         b.read_item(node, key, outputs[0])
@@ -489,11 +530,15 @@ def _store_attr(b, frame, ins, inputs, outputs):
 
 
 def _store_subscr(b, frame, ins, inputs, outputs):
+    if isinstance(inputs[1], dict) and b.hashes(inputs[1], (inputs[2],), "a dict store"):
+        return
     b.python_dunder(inputs[1], "__setitem__")
     b.write(inputs[1])
 
 
 def _delete_subscr(b, frame, ins, inputs, outputs):
+    if isinstance(inputs[0], dict) and b.hashes(inputs[0], (inputs[1],), "a dict deletion"):
+        return
     b.python_dunder(inputs[0], "__delitem__")
     b.write(inputs[0])
 
@@ -575,6 +620,23 @@ def _op_dunders(ins):
     return [f"__{op}__", f"__r{op}__"] + ([f"__i{op}__"] if inplace else [])
 
 
+_CONTAINS = _struct_read(1, ("__contains__",))
+
+
+def _contains_op(b, frame, ins, inputs, outputs):
+    item, container = inputs
+    if isinstance(container, _HASHED_CONTAINERS) and b.hashes(container, (item,), "an 'in' test"):
+        return
+    _CONTAINS(b, frame, ins, inputs, outputs)
+
+
+def _hashed_keys(keys):
+    """A dict or set display (``{k: v}``, ``{k}``, comprehensions) hashes ``keys(inputs)``."""
+    def rule(b, frame, ins, inputs, outputs):
+        b.hashes(None, keys(inputs), "building a dict or set")
+    return rule
+
+
 def _is_op(b, frame, ins, inputs, outputs):
     a, c = inputs
     na, nc = b.node(a), b.node(c)
@@ -607,7 +669,10 @@ _RULES = {
     "STORE_GLOBAL": _store_global, "DELETE_GLOBAL": _store_global,
     "GET_ITER": _iterate(0), "UNPACK_SEQUENCE": _iterate(0), "UNPACK_EX": _iterate(0),
     "LIST_EXTEND": _iterate(1), "SET_UPDATE": _struct_read(1), "DICT_UPDATE": _struct_read(1),
-    "DICT_MERGE": _struct_read(1), "CONTAINS_OP": _struct_read(1, ("__contains__",)),
+    "DICT_MERGE": _struct_read(1), "CONTAINS_OP": _contains_op,
+    "BUILD_MAP": _hashed_keys(lambda inputs: inputs[::2]), "BUILD_SET": _hashed_keys(lambda inputs: inputs),
+    "MAP_ADD": _hashed_keys(lambda inputs: inputs[-2:-1]),
+    "SET_ADD": _hashed_keys(lambda inputs: inputs[-1:]),
     "POP_JUMP_FORWARD_IF_TRUE": _TRUTH, "POP_JUMP_FORWARD_IF_FALSE": _TRUTH,
     "POP_JUMP_BACKWARD_IF_TRUE": _TRUTH, "POP_JUMP_BACKWARD_IF_FALSE": _TRUTH,
     "JUMP_IF_TRUE_OR_POP": _TRUTH, "JUMP_IF_FALSE_OR_POP": _TRUTH, "UNARY_NOT": _TRUTH,
@@ -689,6 +754,27 @@ def _rel_frame(b, args, result):
 
 _RELATIONS = {"attr": _rel_attr, "frame": _rel_frame, "hasattr": _rel_hasattr, "element": _rel_element,
               "contextvar": _rel_contextvar}
+
+
+_HASHED_CONTAINERS = (dict, set, frozenset, type({}.keys()))
+_CONTAINER_TYPES = (list, tuple, dict, set, frozenset)
+
+
+def _key_parts(key, depth: int = 3):
+    """The objects hashing ``key`` hashes: the key, and a tuple key's items."""
+    yield key
+    if type(key) is tuple and depth:
+        for x in key:
+            yield from _key_parts(x, depth - 1)
+
+
+def _python_hash(tp) -> bool:
+    fn = py_method(tp, "__hash__")
+    return fn is not None and fn not in ann.STABLE_HASHES
+
+
+def _python_eq(tp) -> bool:
+    return py_method(tp, "__eq__") is not None
 
 
 def _mutable_opaque() -> tuple:

@@ -1,0 +1,92 @@
+"""Python stand-ins for builtins whose native run would hide what they do with tensors.
+
+A recording run enters these instead of the builtin (``CallPolicy.reroute``) when the call's
+arguments are ones the stand-in handles, so the monitor sees every step.  ``max(a, b)`` of
+0-d tensors is CPython's ``min_max``: keep the first item, and replace it by each later item
+that compares greater (``b > a``).  Monitored, that comparison is a tensor ``if`` whose arms
+both leave tensors from before it, so it becomes a ``torch.cond`` and the mock gives the
+program ``a`` or ``b`` itself (magpy.controlflow), as eager does: ``max(a, b) is a`` unless
+``b > a``, NaN included.  Where the ``if`` cannot be a cond (the items mix tensors and
+Python numbers, control flow is off) it is an eager step whose truth is checked.
+
+Each stand-in does what the C code does, in its order, and is chosen only for arguments
+with which it cannot raise (real 0-d tensors and real numbers), so no traceback shows it.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+
+_NUMBERS = (int, float, bool)
+
+
+def max_(*args):
+    """``max(*args)``: the first greatest item (CPython: ``item > maxitem`` replaces it)."""
+    items = iter(args[0] if len(args) == 1 else args)
+    best = next(items)
+    for x in items:
+        if x > best:
+            best = x
+    return best
+
+
+def min_(*args):
+    """``min(*args)``: the first least item (CPython: ``item < minitem`` replaces it)."""
+    items = iter(args[0] if len(args) == 1 else args)
+    best = next(items)
+    for x in items:
+        if x < best:
+            best = x
+    return best
+
+
+def _comparable(x) -> bool:
+    """Compared with ``<``/``>`` against the others, does ``x`` give a value whose truth is
+    known to be readable (a real 0-d tensor, or a real Python number)?"""
+    if type(x) in _NUMBERS:
+        return True
+    return isinstance(x, torch.Tensor) and x.dim() == 0 and not x.is_complex()
+
+
+def extremum(stand_in):
+    """The ``choose`` of ``CallPolicy.reroute`` for ``max``/``min``: ``stand_in`` (as
+    :func:`at_site`) for two or more positional items, or one list or tuple of them, without
+    ``key``/``default``, of which one at least is a tensor and all are :func:`_comparable`."""
+    def choose(caller, args, kwargs):
+        if kwargs or not args:
+            return None
+        items = args
+        if len(args) == 1:
+            if type(args[0]) not in (list, tuple) or not args[0]:
+                return None
+            items = args[0]
+        if any(isinstance(x, torch.Tensor) for x in items) and all(map(_comparable, items)):
+            return at_site(stand_in, caller)
+        return None
+    return choose
+
+
+_SITES: dict[tuple, types.FunctionType] = {}
+
+
+def at_site(stand_in, caller):
+    """``stand_in`` as a function of its own for the program's call at ``caller`` (a monitored
+    frame; None: shared), named after that call (``max at model.py:12``).  Control flow
+    decisions are made per code location (an ``if`` that once could not be a cond is a break
+    from then on, magpy.controlflow): one program's ``max`` must not decide another's."""
+    code = getattr(caller, "code", None)
+    if code is None:
+        return stand_in
+    key = (stand_in, code, caller.lasti)
+    fn = _SITES.get(key)
+    if fn is None:
+        name = f"{stand_in.__name__.rstrip('_')} at {code.co_filename}:{caller.f_lineno}"
+        fn = _SITES[key] = types.FunctionType(stand_in.__code__.replace(co_qualname=name),
+                                              stand_in.__globals__, stand_in.__name__)
+    return fn
+
+
+# (builtin, choose) for magpy.record's call policy.
+REROUTES = ((max, extremum(max_)), (min, extremum(min_)))
+FILE = __file__
