@@ -24,9 +24,10 @@ class Config:
     ``control_flow``: record an ``if`` on tensor data as one ``torch.cond`` where both arms
     can be, a ``while`` on tensor data as one ``torch.while_loop`` where its body can be
     (``magpy.controlflow``); False makes every such jump a graph break.
-    ``max_unroll``: a ``for`` loop over the first dimension of a tensor whose length is
-    static in the record is unrolled up to this many iterations; a longer one, or one whose
-    length is symbolic (``dynamic``), becomes one ``torch.while_loop`` where its body can be.
+    ``max_unroll``: a ``for`` loop over the first dimension of a tensor, or over ``range(n)``,
+    whose length is static in the record is unrolled up to this many steps (as torch.compile
+    unrolls, letting the graph compiler fuse across steps); a longer one, or one whose length
+    is symbolic (``dynamic``), becomes one ``torch.while_loop`` where its body can be.
     ``autopilot``: time each compiled graph against the same graph run eagerly over its first
     calls and keep the faster (``magpy.autopilot``); applies to graphs compiled after it is set.
     ``verify_fast_guard``: debugging aid (magpy's tests turn it on): whenever the full guard
@@ -40,7 +41,7 @@ class Config:
     dynamic: bool | None = None
     dynamic_after: int = 2
     control_flow: bool = True
-    max_unroll: int = 16
+    max_unroll: int = 64
     autopilot: bool = True
 
     def __setattr__(self, name, value):

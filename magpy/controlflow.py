@@ -75,9 +75,10 @@ import torch
 
 from magpy import annotations as ann
 from magpy.config import config
-from magpy.dynamic import argument_shadows
+from magpy.dynamic import Span, argument_shadows
 from magpy.monitor import NULL, Observer, bytecode
-from magpy.monitor.observer import CALLS, calling, returns_to_caller, tracked
+from magpy.monitor.observer import CALLS, Items, calling, returns_to_caller, tracked
+from magpy.opgraph import LOOP_INDEX
 from magpy.refgraph.graph import is_immutable
 
 # Ifs whose passed-through tensor escaped a recording: (file, first line, function, offset).
@@ -299,6 +300,7 @@ class Branches(Observer):
         self._cells: dict[int, tuple] = {}   # id(cell) -> (cell, its content, the content's Passed)
         self.loop_locals = False             # has a loop left a LoopLocal shadow in this run?
         self.accs: dict[int, Accumulated] = {}   # the Accumulated shadows of the run
+        self._index: LoopIndex | None = None    # the index shadow of the range loop being recorded
 
     def wants(self, t: torch.Tensor) -> bool:
         """Is the truth of ``t`` being read by a jump this can record as a cond?"""
@@ -370,6 +372,10 @@ class Branches(Observer):
             self.consumed = set()
         if self.accs:
             self._accumulator_use(frame, ins, consumed)
+        if self._index is not None:
+            self._index_use(frame, ins, consumed)
+        elif ins.opname == bytecode.ITER_MAKE:
+            self._ranged(frame, ins)
         if self.loop_locals and ins.opname in _LOCAL_READS:
             mark = frame.shadow_locals[ins.arg]
             if type(mark) is LoopLocal:
@@ -387,7 +393,7 @@ class Branches(Observer):
         """``args``/``kwargs`` of the tensor operation being recorded, with each tensor that
         arrives through a :class:`Passed` slot replaced by the stand-in of the cond's output;
         None if there is none."""
-        if not self.live:
+        if not self.live and self._index is None:
             return None
         f = self.monitor.current
         found = argument_shadows(f, args, kwargs) if hasattr(f, "info") else None
@@ -403,6 +409,11 @@ class Branches(Observer):
             if type(sh) is Passed and id(sh) in self.live and sh.value is v:
                 self.consumed.add(id(sh))
                 return sh.out
+            if sh is not None and sh is self._index and type(v) is int:
+                self.consumed.add(id(sh))
+                return LOOP_INDEX
+            if type(sh) is Items and type(v) is tuple and len(sh) == len(v):
+                return tuple(map(swap, v, sh))
             return v
         args = tuple(swap(a, s) for a, s in zip(args, pos))
         return args, {k: swap(v, kw.get(k)) for k, v in kwargs.items()}
@@ -482,6 +493,19 @@ class Branches(Observer):
             if id(m) not in consumed:
                 self._refuse(m.site, f"a list a for loop appended to is used after it ({ins.opname})")
 
+    def _index_use(self, frame, ins, consumed: set) -> None:
+        """In a fork of a range loop's body the index goes only into tensor operations (which
+        took it: ``consumed``), moves between slots and is put in tuples of their arguments."""
+        mark = self._index
+        if not any(sh is mark or (type(sh) is Items and mark in sh) for sh in frame.ins_shadows):
+            return
+        if ins.opname in _MOVES or id(mark) in consumed:
+            return
+        if ins.opname == "BUILD_TUPLE":
+            frame.shadow_stack[-1] = Items(frame.ins_shadows)
+            return
+        self.monitor.sandbox.stop(f"the loop's index is used in Python ({ins.opname})")
+
     def _escaped(self, mark, how: str) -> None:
         self._refuse(mark.site, f"a tensor an if left as it was is used where magpy cannot follow it ({how})")
 
@@ -548,7 +572,8 @@ class Branches(Observer):
         (module docstring).  Unlike other jumps, one that cannot be ends the recording: ``iter(x)``
         ran unrecorded."""
         where = _where(frame)
-        why = self._for_operator(frame, x, found)
+        slices = _iterated(frame.stack[-1])
+        why = self._for_operator(frame, x, found, slices) if slices else "its iterator is not over x's slices"
         if why is not None:
             self._refuse(_site(frame), f"no while_loop for the for loop: {why}")
             return None
@@ -557,40 +582,80 @@ class Branches(Observer):
             else f"more slices than config.max_unroll={config.max_unroll}"))
         return None
 
+    def _record_range(self, frame, found, n, span) -> None:
+        """Record ``for i in range(n)`` as one ``torch.while_loop`` if its body can be one
+        (module docstring); if not, the loop runs on, unrolled (``iter(range(n))`` was no
+        tensor operation: nothing is lost)."""
+        where = _where(frame)
+        self._index = LoopIndex()
+        try:
+            why = self._for_operator(frame, n, found, (0, 1))
+        finally:
+            self._index = None
+        if why is not None:
+            self._note(f"for at {where}: unrolled ({why})")
+            return
+        if span is not None:
+            span.taken = True
+        self.conds.append(f"for at {where}: torch.while_loop over range(" + (
+            "a symbolic n)" if span is not None
+            else f"{n}), more steps than config.max_unroll={config.max_unroll}"))
+
+    def _ranged(self, frame, ins) -> None:
+        """At ``iter(range(n))`` of a ``for`` loop: record it as a ``while_loop`` where ``n`` is
+        symbolic or more than ``config.max_unroll`` (and the program is not inside a fork)."""
+        found = for_loop(frame.info, frame.lasti)
+        it = frame.stack[-1]
+        if found is None or type(it) is not _RANGE_ITERATOR or self.monitor.sandbox is not None:
+            return
+        _, (r,), pos = it.__reduce__()
+        span = frame.ins_shadows[0] if type(frame.ins_shadows[0]) is Span else None
+        if pos or r.start != 0 or r.step != 1 or r.stop < 2 or not self.recorder.forks_allowed():
+            return
+        if span is None and r.stop <= config.max_unroll:
+            return
+        if config.control_flow and self.enabled and self.breaker.brk is None and _site(frame) not in _REFUSED:
+            self._record_range(frame, found, span.stop if span is not None else r.stop, span)
+
     def _note(self, words: str) -> None:
         """An unrolled loop for explain, once (a loop in a loop meets it again)."""
         if words not in self.conds:
             self.conds.append(words)
 
-    def _for_operator(self, frame, x, found) -> str | None:
+    def _for_operator(self, frame, over, found, steps: tuple) -> str | None:
+        """Record the ``for`` loop of ``frame`` over ``over`` (a tensor's slices, or ``range(n)``
+        for ``n`` an int) whose iterator gives ``steps`` first, as one ``while_loop``; the reason
+        it cannot be, or None."""
         head, body, exit = found
-        slices = _iterated(frame.stack[-1])
-        if slices is None:
-            return "its iterator is not over x's slices"
+        store = frame.info.instructions[body]
+        if store is None or store.opname != "STORE_FAST":
+            return "the loop unpacks or stores its variable elsewhere"
+        counted = not isinstance(over, torch.Tensor)
         accs = [v for v in frame.locals if type(v) is list and not v and _only_in(v, frame)]
         with self._same_random_numbers() as drew:
-            arm1, fork1, why, items1 = self._step(frame, slices[0], found, accs)
+            arm1, fork1, why, items1 = self._step(frame, steps[0], found, accs, counted)
             if why is None:
-                arm2, fork2, why, items2 = self._step(fork1, slices[1], found, accs)
+                arm2, fork2, why, items2 = self._step(fork1, steps[1], found, accs, counted)
         if why is not None or drew:
             return why or "the loop draws random numbers"
         if not (len(frame.stack) == len(fork1.stack) == len(fork2.stack)):
             return "an iteration leaves a different stack"
         slots = _Slots(*(self._graph_values(f) for f in (frame, fork1, fork2)))
-        if slots.holds(slices[0]) or any(c is slices[0] for c in arm2.captures):
+        if not counted and (slots.holds(steps[0]) or any(c is steps[0] for c in arm2.captures)):
             return "an iteration keeps the slice of the one before"
-        var = slots.step(slices[1])
+        var = slots.step(store.arg)
         groups, why = _carried_groups(slots.before, slots.after1, slots.after2, arm1, arm2, self._kind)
         filled = [(lst, a, b) for lst, a, b in zip(accs, items1, items2) if a or b]
         why = why or _appended(filled, arm1, arm2, self._kind)
         if why is not None:
             return why
         state = [slots.after1[g[0]] for g in groups]
-        extra = [c for c in arm2.captures if c is not slices[1] and all(c is not s for s in state)]
+        extra = [c for c in arm2.captures if c is not steps[1] and all(c is not s for s in state)]
         if any(arm1.made(c) for c in extra):
             return "an iteration reads a tensor the one before made but did not keep"
         firsts = [next((slots.before[i] for i in g if slots.before[i] is not NULL), NULL) for g in groups]
-        if torch.is_grad_enabled() and any(t.requires_grad for t in [x] + firsts + extra if t is not NULL):
+        read = [steps[0]] * (not counted) + firsts + extra
+        if torch.is_grad_enabled() and any(t.requires_grad for t in read if t is not NULL):
             return "the loop runs under autograd (torch.while_loop has no backward)"
         real, why = self._run_loop(frame, head, exit, frozenset(id(lst) for lst, _, _ in filled))
         held = slots.flat(real.locals + real.stack) if why is None else None
@@ -602,8 +667,8 @@ class Branches(Observer):
             return "the loop leaves a tensor from before it"
         with self.recorder.paused():
             stacks = [torch.stack(lst) for lst, _, _ in filled]
-        self.recorder.for_loop(x, _entering(firsts, state), arm2, slices[1], state, extra,
-                               [slots.after2[g[0]] for g in groups], [b[0] for _, _, b in filled],
+        self.recorder.for_loop(over, _entering(firsts, state), arm2, None if counted else steps[1], state,
+                               extra, [slots.after2[g[0]] for g in groups], [b[0] for _, _, b in filled],
                                finals, stacks)
         self._adopt(frame, real, exit)
         self._after_for(frame, {slots.slot[i] for g in groups for i in g}, {slots.slot[i] for i in var},
@@ -628,22 +693,22 @@ class Branches(Observer):
             self.accs[id(mark)] = mark
             frame.shadow_locals[next(i for i, v in enumerate(frame.locals) if v is lst)] = mark
 
-    def _step(self, frame, value, found, accs):
+    def _step(self, frame, value, found, accs, counted: bool):
         """One step of a ``for`` loop's body from ``frame``'s state on ``value`` (what the
         iterator gives), in a fork that stops back at the loop's head: ``(arm, fork, why not,
-        the tensors it appended to each of the lists accs)``; the lists are left as they were."""
+        the tensors it appended to each of the lists accs)``; the lists are left as they were.
+        ``counted``: ``value`` is the index of a ``range`` loop, which tensor operations read
+        as the operator's step count (:class:`LoopIndex`)."""
         head, body, exit = found
         sizes = [len(lst) for lst in accs]
         frame.stack.append(value)
-        shadows = frame.shadow_stack is not None
-        if shadows:
-            frame.shadow_stack.append(None)
+        frame.shadow_stack.append(self._index if counted else None)
         try:
-            arm, fork, why = self._fork(frame, (body, exit), head, appendable=frozenset(map(id, accs)))
+            arm, fork, why = self._fork(frame, (body, exit), head, appendable=frozenset(map(id, accs)),
+                                        counted=counted)
         finally:
             frame.stack.pop()
-            if shadows:
-                frame.shadow_stack.pop()
+            frame.shadow_stack.pop()
         appended = []
         for lst, n in zip(accs, sizes):
             appended.append(lst[n:])
@@ -781,16 +846,18 @@ class Branches(Observer):
                     drew.append(True)
                 torch.default_generator.set_state(rng)
 
-    def _fork(self, frame, region, join, arrive=_arrive, appendable: frozenset = frozenset()):
+    def _fork(self, frame, region, join, arrive=_arrive, appendable: frozenset = frozenset(),
+              counted: bool = False):
         """Run the arm ``region`` of ``frame`` on a copy of it, to the join: ``(arm, fork,
         None)``, or ``(None, None, why not)``.  ``arrive`` runs instead of the join's
-        instruction; the arm may append to the lists ``appendable``."""
+        instruction; the arm may append to the lists ``appendable``; ``counted``: it is a
+        range loop's body, whose tensor operations may read the step count."""
         sandbox = Sandbox(appendable)
         fork = frame.copy(back=frame.back)
         fork.pc = region[0]
         with self._forking(sandbox):
             fork.ops = _region_table(self.monitor.ops_for(frame.info), region, join, arrive)
-            with self.recorder.arm(sandbox) as arm:
+            with self.recorder.arm(sandbox, counted) as arm:
                 try:
                     result = self.monitor.execute(fork)
                 except ForkStopped:
@@ -987,6 +1054,17 @@ def _equal(a, b) -> bool:
 
 
 
+_RANGE_ITERATOR = type(iter(range(0)))
+
+
+class LoopIndex:
+    """The shadow of the index of a ``for i in range(n)`` loop in the forks that record its
+    body: a tensor operation taking it reads the operator's step count instead
+    (``opgraph.LOOP_INDEX``); any other use in Python stops the fork."""
+
+    __slots__ = ()
+
+
 def _iterated(it) -> tuple | None:
     """The tensors a tuple iterator that has not started goes over (``iter(x)`` of a tensor
     is one over ``x.unbind(0)``), else None."""
@@ -1050,10 +1128,10 @@ class _Slots:
     def holds(self, v) -> bool:
         return any(a is v for a in self.after2)
 
-    def step(self, t) -> list[int]:
-        """The positions of the loop variable, which holds ``t``, the second step's slice;
-        they compare as unchanged (a step's input, not carried)."""
-        var = [i for i, v in enumerate(self.after2) if v is t]
+    def step(self, slot: int) -> list[int]:
+        """The positions of the loop variable, frame slot ``slot``; they compare as unchanged
+        (a step's input, not carried)."""
+        var = [i for i, s in enumerate(self.slot) if s == slot]
         for i in var:
             self.before[i] = self.after1[i] = self.after2[i] = _STEP
         return var

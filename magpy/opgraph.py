@@ -38,6 +38,16 @@ _LITERALS = frozenset({int, float, bool, str, bytes, type(None), type(Ellipsis),
                        torch.layout, torch.memory_format})
 
 
+class LoopIndex:
+    """An operation argument standing for the index of a ``for i in range(n)`` loop recorded
+    as a ``while_loop`` (magpy.controlflow): the body graph's step count."""
+
+    __slots__ = ()
+
+
+LOOP_INDEX = LoopIndex()
+
+
 class Piece:
     """One operator graph of a run: the operations between two eager steps (or the run's
     start and end).  Its inputs are tensors read from outside (a RefGraph node), made by an
@@ -74,11 +84,21 @@ class Arm(Piece):
     whose inputs are the tensors from before the jump that it reads (``captures``, in order).
     ``sandbox`` stops the arm's fork before an operation writes one of those."""
 
-    def __init__(self, outer: Piece, sandbox):
+    def __init__(self, outer: Piece, sandbox, counted: bool = False):
         super().__init__(outer.index)
         self.captures: list = []
         self.sandbox = sandbox
         self.goes_on = None   # a loop body's: the tensor telling whether the loop goes on after it
+        self.counted = counted   # a range loop's body: its operations may read the step count
+        self.count: fx.Node | None = None   # ... through this placeholder
+
+    def count_node(self) -> fx.Node:
+        """The step count of the range loop this arm is the body of (made if new)."""
+        if not self.counted:
+            raise _Unsupported("a loop's index used inside an if in its body")
+        if self.count is None:
+            self.count = self.graph.placeholder("count")
+        return self.count
 
     def capture(self, t) -> fx.Node:
         ph = self.graph.placeholder(f"c{len(self.captures)}")
@@ -116,20 +136,24 @@ class Arm(Piece):
 
     def step_module(self, step, state: list, extra: list, outputs: list, items: list) -> fx.GraphModule:
         """This arm as the body of a ``while_loop`` counting the steps of a ``for`` loop over
-        the first dimension of a tensor ``x`` (magpy.controlflow): a graph of ``(count,
-        *carried, *buffers, *extra, x)``, where the arm read ``step`` (``x[count]``), ``state``
-        (the carried tensors) and ``extra``, giving ``(count + 1, *outputs, *buffers with
-        row count set to items)``."""
+        the first dimension of a tensor ``x`` or over ``range(n)`` (magpy.controlflow): a graph
+        of ``(count, *carried, *buffers, *extra, x or n)``, where the arm read ``step``
+        (``x[count]``; None for a range loop, whose index the arm read as ``count``), ``state``
+        (the carried tensors) and ``extra``, giving ``(count + 1, *outputs, *buffers with row
+        count set to items)``."""
         g = fx.Graph()
         count = g.placeholder("count")
         carried = [g.placeholder(f"carried{i}") for i in range(len(state))]
         buffers = [g.placeholder(f"buffer{i}") for i in range(len(items))]
         inputs = {id(t): g.placeholder(f"extra{i}") for i, t in enumerate(extra)}
-        x = g.placeholder("x")
-        row = g.call_function(torch.index_select, (x, 0, g.call_method("reshape", (count, (1,)))))
-        inputs[id(step)] = g.call_method("squeeze", (row, 0))
+        over = g.placeholder("over")   # x, or a range loop's length
+        if step is not None:
+            row = g.call_function(torch.index_select, (over, 0, g.call_method("reshape", (count, (1,)))))
+            inputs[id(step)] = g.call_method("squeeze", (row, 0))
         inputs.update((id(t), p) for t, p in zip(state, carried))
         env = {self.nodes[id(c)]: inputs[id(c)] for c in self.captures}
+        if self.count is not None:
+            env[self.count] = count
         for node in self.graph.nodes:
             if node.op != "placeholder":
                 env[node] = g.node_copy(node, env.__getitem__)
@@ -296,12 +320,13 @@ class OpRecorder(TorchFunctionMode):
         name = ann.torch_name(func)
         if name in ann.TORCH_GRAD_MODE or name in ann.TORCH_METADATA or name in ann.TORCH_REFERENCES:
             return None   # graph state (_sync_modes records it where it matters), metadata, a .grad
-        if name == "unbind" and args[1:] == (0,) and self._forks() and self.branches.wants_iteration(args[0]):
+        if name == "unbind" and args[1:] == (0,) and self.forks_allowed() and \
+                self.branches.wants_iteration(args[0]):
             return None   # iter(x) of a for loop recorded as a while_loop (magpy.controlflow)
         if name in ann.TORCH_DYNAMIC:
             if name in ann.TORCH_TRUTH and self._assertion() is not None:
                 return name   # recorded as an assertion if the truth lets the assertion pass
-            if name in ann.TORCH_TRUTH and self._forks() and self.branches.wants(args[0]):
+            if name in ann.TORCH_TRUTH and self.forks_allowed() and self.branches.wants(args[0]):
                 return None   # a branch: recorded as a cond once the jump completes
             if name == "numpy" and self.arrays is not None and self.arrays.follows(args[0]):
                 return None   # numpy on its array: torch operations (magpy.arrays)
@@ -309,7 +334,7 @@ class OpRecorder(TorchFunctionMode):
             return None
         return name
 
-    def _forks(self) -> bool:
+    def forks_allowed(self) -> bool:
         """May control flow run forks of the program now?  (Not while it holds an array
         magpy.arrays follows: the forks run unfollowed.)"""
         return self.branches is not None and not (self.arrays is not None and self.arrays.holding())
@@ -414,7 +439,9 @@ class OpRecorder(TorchFunctionMode):
             self._fold(out)
             return
         owner = getattr(func, "__self__", None)
-        if type(owner).__name__ == "getset_descriptor":
+        if any(a is LOOP_INDEX for a in pytree.tree_leaves((args, kwargs))):   # (in a range loop's body)
+            node = self._row(name, args, kwargs, fargs)
+        elif type(owner).__name__ == "getset_descriptor":
             node = self.graph.call_function(getattr, (fargs[0], name))
         elif ann.is_tensor_method(func) and args and isinstance(args[0], torch.Tensor):
             node = self.graph.call_method(name, fargs, fkwargs)
@@ -431,7 +458,23 @@ class OpRecorder(TorchFunctionMode):
         elif out is not None:
             raise _Unsupported(f"{_qualname(func)} returned {type(out).__name__}")
         if shapes is not None and shapes.symbols:
+            # (Every step of a loop gives its index's operations results of one kind: step 0's.)
+            args, kwargs = pytree.tree_map(lambda a: 0 if a is LOOP_INDEX else a, (args, kwargs))
             shapes.propagate(func, args, kwargs, out)
+
+    def _row(self, name, args, kwargs, fargs) -> fx.Node:
+        """``x[i]`` or ``x[:, i]`` with ``i`` a range loop's index: that row of ``x`` by the
+        body's step count, an ``index_select`` (graph compilers trace it without reading the
+        count into Python, which ``x[count]`` would)."""
+        key = args[1] if name == "__getitem__" and len(args) == 2 and not kwargs else None
+        keys = key if type(key) is tuple else (key,)
+        dim = next((d for d, k in enumerate(keys) if k is LOOP_INDEX), None)
+        whole = [type(k) is slice and k == slice(None) for k in keys]
+        if dim is None or sum(whole) != len(keys) - 1:
+            raise _Unsupported("a loop's index used other than as x[i] or x[:, i]")
+        at = self.graph.call_method("reshape", (self.piece.count_node(), (1,)))
+        row = self.graph.call_function(torch.index_select, (fargs[0], dim, at))
+        return self.graph.call_method("squeeze", (row, dim))
 
     def apply_function(self, apply, run, args, kwargs):
         """``MyFunction.apply(*args)`` of a custom ``torch.autograd.Function``, carried out by
@@ -471,6 +514,10 @@ class OpRecorder(TorchFunctionMode):
     def _arg(self, a):
         if isinstance(a, torch.Tensor):
             return self.tensor_node(a)
+        if a is LOOP_INDEX:
+            if type(self.piece) is not Arm:
+                raise _Unsupported("a loop's index outside its body")
+            return self.piece.count_node()
         if type(a) is torch.SymInt:
             return self.shapes.size_node(a, self)
         if type(a) is Scalar:
@@ -584,9 +631,10 @@ class OpRecorder(TorchFunctionMode):
             piece.autocast = now
 
     @contextlib.contextmanager
-    def arm(self, sandbox):
-        """Record into a new :class:`Arm` of the current piece while the block runs."""
-        arm = Arm(self.piece, sandbox)
+    def arm(self, sandbox, counted: bool = False):
+        """Record into a new :class:`Arm` of the current piece while the block runs
+        (``counted``: a range loop's body)."""
+        arm = Arm(self.piece, sandbox, counted)
         self.pieces.append(arm)
         try:
             yield arm
@@ -665,26 +713,34 @@ class OpRecorder(TorchFunctionMode):
             if not none:
                 self.passes[id(final)] = Passes(goes_on, False, first)
 
-    def for_loop(self, x, carried: list, body: Arm, step, state: list, extra: list, outputs: list,
+    def for_loop(self, over, carried: list, body: Arm, step, state: list, extra: list, outputs: list,
                  items: list, finals: list, stacks: list) -> None:
-        """Record a ``for`` loop over the first dimension of ``x`` as ``torch.while_loop``
-        counting its steps (magpy.controlflow).  ``body`` is one step's arm (see
-        :meth:`Arm.step_module`); ``carried`` are the carried tensors before the loop,
-        ``finals`` what the run's loop left, ``stacks`` stand-ins of buffers holding the
-        ``items`` of every step, one row per step (the operator's other outputs)."""
+        """Record a ``for`` loop over the first dimension of tensor ``over``, or over
+        ``range(over)`` (an int or SymInt), as ``torch.while_loop`` counting its steps
+        (magpy.controlflow).  ``body`` is one step's arm (see :meth:`Arm.step_module`);
+        ``carried`` are the carried tensors before the loop, ``finals`` what the run's loop
+        left, ``stacks`` stand-ins of buffers holding the ``items`` of every step, one row per
+        step (the operator's other outputs)."""
         self._sync_modes()
         graph, piece = self.graph, self.piece
+        sliced = isinstance(over, torch.Tensor)
         names = [f"_loop_{part}{len(piece.submodules)}" for part in ("test", "body")]
-        piece.submodules[names[0]] = _count_test(2 + len(carried) + len(items) + len(extra))
+        piece.submodules[names[0]] = _count_test(2 + len(carried) + len(items) + len(extra), sliced)
         piece.submodules[names[1]] = body.step_module(step, state, extra, outputs, items)
         with self.paused():   # (magpy's own metadata reads: no size reads of the program)
             rows = [((*t.shape,), {"dtype": t.dtype, "device": t.device}) for t in items]
-            device = x.device
-        xn = self.tensor_node(x)
-        length = graph.call_method("size", (xn, 0))
-        count = graph.call_function(torch.zeros, ((),), {"dtype": torch.int64, "device": device})
+            device = next((t.device for t in (over, *carried, *items) if isinstance(t, torch.Tensor)), None)
+        if sliced:
+            last = self.tensor_node(over)
+            length = graph.call_method("size", (last, 0))
+        else:
+            length = self._arg(over)
+        ints = {"dtype": torch.int64, "device": device}
+        if not sliced:
+            last = graph.call_function(torch.scalar_tensor, (length,), ints)
+        count = graph.call_function(torch.zeros, ((),), ints)
         buffers = [graph.call_function(torch.empty, ((length, *shape),), kw) for shape, kw in rows]
-        operands = (count, *map(self.tensor_node, carried), *buffers), (*map(self.tensor_node, extra), xn)
+        operands = (count, *map(self.tensor_node, carried), *buffers), (*map(self.tensor_node, extra), last)
         loop = torch.ops.higher_order.while_loop
         node = graph.call_function(loop, (*map(graph.get_attr, names), *operands))
         piece.op_count += 1
@@ -694,7 +750,7 @@ class OpRecorder(TorchFunctionMode):
         if self.shapes is not None and self.shapes.active:
             with self.paused():
                 for t in stacks:
-                    self.shapes.stacked(t, x)
+                    self.shapes.stacked(t, over)
 
     def _record_stacked(self, name: str, ys, args, kwargs, out) -> None:
         """``torch.stack``/``torch.cat`` (``name``) of the tensors a recorded ``for`` loop
@@ -739,12 +795,14 @@ def _loop_test(n: int, goes_on: int) -> fx.GraphModule:
     return fx.GraphModule(torch.nn.Module(), g)
 
 
-def _count_test(n: int) -> fx.GraphModule:
+def _count_test(n: int, sliced: bool) -> fx.GraphModule:
     """A ``while_loop`` condition over ``n`` operands, the first a step count and the last a
-    tensor ``x``: are steps of ``x``'s first dimension left?"""
+    tensor ``x`` (``sliced``: are steps of ``x``'s first dimension left?) or a loop's length
+    (are steps left?)."""
     g = fx.Graph()
     inputs = [g.placeholder(f"op{i}") for i in range(n)]
-    g.output(g.call_function(torch.lt, (inputs[0], g.call_method("size", (inputs[-1], 0)))))
+    length = g.call_method("size", (inputs[-1], 0)) if sliced else inputs[-1]
+    g.output(g.call_function(torch.lt, (inputs[0], length)))
     return fx.GraphModule(torch.nn.Module(), g)
 
 

@@ -1,5 +1,6 @@
-"""Control flow operators: a ``for`` loop over a tensor's first dimension recorded as one
-``torch.while_loop`` that counts its steps.
+"""Control flow operators: a ``for`` loop over a tensor's first dimension, or over
+``range(n)`` indexing tensors with its index, recorded as one ``torch.while_loop`` that counts
+its steps.
 
 Every program runs through ``tests.compile_harness.check_compiled`` (outputs, arguments and
 program state compared with eager after each call; per-call MONITOR/MOCK expectations) with
@@ -114,7 +115,28 @@ def _lm(cell):
 LENGTHS = [3, 5, 4, 9, 2, 7]
 
 
-@pytest.mark.parametrize("program", [_rnn, _cat_along_1, _no_list], ids=lambda p: p.__name__[1:])
+def _range_rnn(x, h):
+    # for t in range(len): x[t] reads the step's row.
+    outs = []
+    for t in range(x.size(0)):
+        h = torch.tanh(x[t] + h * 0.5)
+        outs.append(h)
+    return torch.stack(outs)
+
+
+def _range_batch_first(x, h):
+    # Batch first: the length is a later dimension, read from x.shape, the row is x[:, t].
+    steps = x.shape[1]
+    for t in range(steps):
+        h = torch.sigmoid(x[:, t] - h)
+    return h
+
+
+def _batch_first(n, width=4):
+    return torch.randn(2, n, width), torch.randn(2, width)
+
+
+@pytest.mark.parametrize("program", [_rnn, _cat_along_1, _no_list, _range_rnn], ids=lambda p: p.__name__[1:])
 def test_every_length_shares_one_record(program):
     trace = check_compiled(lambda: (program, None), _lengths(_seq, LENGTHS))
     st = magpy.stats(trace.compiled)
@@ -130,6 +152,21 @@ def test_recurrent_language_model(cell):
     with torch.no_grad():
         e = magpy.explain(trace.compiled, *_tokens(6))
     assert sum(WHILE in c for c in e.control_flow) == 2, e.control_flow
+
+
+def test_a_range_loop_over_a_later_dimension():
+    trace = check_compiled(lambda: (_range_batch_first, None), _lengths(_batch_first, LENGTHS))
+    assert magpy.stats(trace.compiled).records == 2
+    e = magpy.explain(trace.compiled, *_batch_first(6))
+    assert any(f"{WHILE} over range(a symbolic n)" in c for c in e.control_flow), e.control_flow
+
+
+def test_range_loops_under_inductor():
+    for program, make in ((_range_rnn, _seq), (_range_batch_first, _batch_first)):
+        magpy.reset()
+        trace = check_compiled(lambda program=program: (program, None), _lengths(make, [3, 5, 8, 4]),
+                               backend="inductor", rtol=1e-5, atol=1e-5)
+        assert magpy.stats(trace.compiled).records == 2
 
 
 def test_the_loop_really_is_the_operator():
@@ -225,8 +262,32 @@ def _breaks_out(x, h):
     return h
 
 
+def _index_in_python(x, h):
+    for t in range(x.size(0)):
+        h = h + x[t] * (1 if t == 0 else 0.5)   # the index steers Python
+    return h
+
+
+def _index_as_a_number(x, h):
+    for t in range(x.size(0)):
+        h = h + x[t] * t   # the index as an operand, not a row
+    return h
+
+
+def _next_row(x, h):
+    for t in range(x.size(0) - 1):
+        h = h + x[t + 1]
+    return h
+
+
+def _reads_the_index_after(x, h):
+    for t in range(x.size(0)):
+        h = h + x[t]
+    return h * t
+
+
 UNROLLED = [_reads_the_variable_after, _reads_the_list_after, _prints, _keeps_the_slice, _appends_twice,
-            _breaks_out]
+            _breaks_out, _index_in_python, _index_as_a_number, _next_row, _reads_the_index_after]
 
 
 @pytest.mark.parametrize("program", UNROLLED, ids=lambda p: p.__name__[1:])

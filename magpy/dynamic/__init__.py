@@ -30,7 +30,10 @@ passes it to a tensor operation           becomes SymInt arithmetic in the graph
 compares it, branches on it               the outcome is guarded (``s0 > 8``), not the value
 does anything else with it (a store into  is *specialised*: the guard requires the value it
 program state, a native call, a format,   has now (``Eq(s0, 6)``), as if it were not lifted
-``range(b)``, the call's result)
+the call's result)
+makes ``range(b)``                        is a ``Span``: a ``for`` loop over it recorded as
+                                          one ``while_loop`` (magpy.controlflow) takes it
+                                          whole; anything else specialises ``b``
 =======================================  ================================================
 
 Sizes the program reads where the monitor does not see the value land (inside native code)
@@ -41,7 +44,7 @@ symbols' ranges, the relations torch and the program assumed, the specialisation
 """
 from magpy.dynamic.lifting import Lifting, input_key
 from magpy.dynamic.rules import argument_shadows
-from magpy.dynamic.shadows import Scalar, specialise, symbolic
+from magpy.dynamic.shadows import Scalar, Span, specialise, symbolic
 from magpy.dynamic.shapes import Shapes
 
-__all__ = ["Lifting", "Scalar", "Shapes", "argument_shadows", "input_key", "specialise", "symbolic"]
+__all__ = ["Lifting", "Scalar", "Shapes", "Span", "argument_shadows", "input_key", "specialise", "symbolic"]

@@ -24,9 +24,25 @@ class Scalar:
         return f"<lifted float {self.node.value!r}>"
 
 
+class Span:
+    """The shadow of ``range(n)`` with ``n`` symbolic (its ``stop``, a SymInt).  A ``for`` loop
+    over it that magpy.controlflow records as one operator ``takes`` it: nothing else does
+    with the range what would fix ``n``."""
+
+    __slots__ = ("stop", "taken")
+
+    def __init__(self, stop):
+        self.stop, self.taken = stop, False
+
+    def __repr__(self):
+        return f"<range({self.stop})>"
+
+
 def _parts(sh):
-    """The shadows a container shadow holds (its items, values, slice bounds)."""
+    """The shadows a container shadow holds (its items, values, slice bounds, range end)."""
     t = type(sh)
+    if t is Span:
+        return () if sh.taken else (sh.stop,)
     if t is Items:
         return sh
     if t is Entries:

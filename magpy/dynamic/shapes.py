@@ -30,6 +30,7 @@ from magpy.dynamic.rules import (
 from magpy.dynamic.shadows import (
     Items,
     Scalar,
+    Span,
     SymInt,
     collect,
     items_of,
@@ -218,11 +219,12 @@ class Shapes(Observer):
                 f = self.fake(t)
             self._bind(t, f)
 
-    def stacked(self, t: torch.Tensor, x: torch.Tensor) -> None:
-        """``t`` holds one row per step of a loop over the first dimension of ``x``: its twin's
-        first size is that of ``x``'s twin."""
+    def stacked(self, t: torch.Tensor, over) -> None:
+        """``t`` holds one row per step of a loop over the first dimension of tensor ``over``,
+        or over ``range(over)``: its twin's first size is that of ``over``'s twin, or ``over``."""
+        n = self.fake(over).shape[0] if isinstance(over, torch.Tensor) else over
         with self.fake_mode:
-            fake = torch.empty((self.fake(x).shape[0], *t.shape[1:]), dtype=t.dtype, device=t.device)
+            fake = torch.empty((n, *t.shape[1:]), dtype=t.dtype, device=t.device)
         self.fakes.pop(id(t), None)
         self._bind(t, fake)
 
@@ -367,6 +369,9 @@ class Shapes(Observer):
         callee, args = callee_of(inputs)
         if callee is isinstance or callee is type:
             return True   # they look at the type only
+        if callee is range and len(args) == 1 and type(in_sh[-1]) is SymInt:
+            self.set_output(f, 0, Span(in_sh[-1]))   # (a for loop over it may take it whole)
+            return True
         fn = next((v for k, v in NATIVE_INT if k is callee), None)
         out = outputs[0] if outputs else None
         if fn is not None and all(type(a) is int for a in args):
