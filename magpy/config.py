@@ -25,9 +25,11 @@ class Config:
     can be, a ``while`` on tensor data as one ``torch.while_loop`` where its body can be
     (``magpy.controlflow``); False makes every such jump a graph break.
     ``max_unroll``: a ``for`` loop over the first dimension of a tensor, or over ``range(n)``,
-    whose length is static in the record is unrolled up to this many steps (as torch.compile
-    unrolls, letting the graph compiler fuse across steps); a longer one, or one whose length
-    is symbolic (``dynamic``), becomes one ``torch.while_loop`` where its body can be.
+    whose length is static in the record is unrolled up to this many steps (letting the graph
+    compiler fuse across steps, as torch.compile does for every loop); a longer one, or one
+    whose length is symbolic (``dynamic``), becomes one ``torch.while_loop`` where its body
+    can be.  (Kept small: with lengths that vary, the first record's unrolled graph serves
+    one length, and compiling it unrolled cost the LSTM benchmark 4x its total time.)
     ``autopilot``: time each compiled graph against the same graph run eagerly over its first
     calls and keep the faster (``magpy.autopilot``); applies to graphs compiled after it is set.
     ``verify_fast_guard``: debugging aid (magpy's tests turn it on): whenever the full guard
@@ -41,7 +43,7 @@ class Config:
     dynamic: bool | None = None
     dynamic_after: int = 2
     control_flow: bool = True
-    max_unroll: int = 64
+    max_unroll: int = 16
     autopilot: bool = True
 
     def __setattr__(self, name, value):
