@@ -75,7 +75,7 @@ import torch
 
 from magpy import annotations as ann
 from magpy.config import config
-from magpy.dynamic import Span, argument_shadows
+from magpy.dynamic import Span, argument_shadows, symbolic
 from magpy.monitor import NULL, Observer, bytecode
 from magpy.monitor.observer import CALLS, Items, calling, returns_to_caller, tracked
 from magpy.opgraph import LOOP_INDEX
@@ -365,6 +365,8 @@ class Branches(Observer):
                 self._passed.setdefault(id(self.monitor.current), set()).update(id(m) for m in bound)
 
     def on_instruction(self, frame, ins, inputs, outputs):
+        if self.monitor.sandbox is not None and self._symbolic_use(frame, ins):
+            self.monitor.sandbox.stop(f"a symbolic size used in Python ({ins.opname})")
         consumed = self.consumed
         if self.live:
             self._follow(frame, ins)
@@ -492,6 +494,17 @@ class Branches(Observer):
         for m in tracked(frame.ins_shadows, Accumulated, self.accs):
             if id(m) not in consumed:
                 self._refuse(m.site, f"a list a for loop appended to is used after it ({ins.opname})")
+
+    def _symbolic_use(self, frame, ins) -> bool:
+        """In a fork, does the instruction use a symbolic size other than by moving it or
+        handing it to a tensor operation (which records it symbolically)?  magpy.dynamic's
+        observer, which would specialise such a use, does not watch forks: the arm's graph
+        would hold the size as a constant that no guard checks."""
+        shapes = self.recorder.shapes
+        if shapes is None or not shapes.active:
+            return False
+        matched, shapes.matched = shapes.matched, False
+        return not matched and ins.opname not in _MOVES and any(map(symbolic, frame.ins_shadows))
 
     def _index_use(self, frame, ins, consumed: set) -> None:
         """In a fork of a range loop's body the index goes only into tensor operations (which
@@ -631,6 +644,11 @@ class Branches(Observer):
         if store is None or store.opname != "STORE_FAST":
             return "the loop unpacks or stores its variable elsewhere"
         counted = not isinstance(over, torch.Tensor)
+        shapes = self.recorder.shapes
+        if not counted and shapes is not None and shapes.active:
+            with self.recorder.paused():
+                for row in steps:
+                    shapes.row_twin(row, over)
         accs = [v for v in frame.locals if type(v) is list and not v and _only_in(v, frame)]
         with self._same_random_numbers() as drew:
             arm1, fork1, why, items1 = self._step(frame, steps[0], found, accs, counted)

@@ -677,6 +677,7 @@ class OpRecorder(TorchFunctionMode):
         pred_t = torch.tensor(truth)
         self._keep.append(pred_t)
         self._made(pred_t, pred)
+        self._twins_like(outputs, taken[1])
         for i, (out, a, b) in enumerate(zip(outputs, taken[1], other[1])):
             self._keep.append(out)
             self._made(out, graph.call_function(operator.getitem, (node, i)))
@@ -707,6 +708,7 @@ class OpRecorder(TorchFunctionMode):
         node = graph.call_function(torch.ops.higher_order.while_loop,
                                    (*map(graph.get_attr, names), *operands))
         piece.op_count += 1
+        self._twins_like(finals, outputs)
         for i, (final, first, none) in enumerate(zip(finals, carried, unbound)):
             self._keep.append(final)
             self._made(final, graph.call_function(operator.getitem, (node, i)))
@@ -744,6 +746,7 @@ class OpRecorder(TorchFunctionMode):
         loop = torch.ops.higher_order.while_loop
         node = graph.call_function(loop, (*map(graph.get_attr, names), *operands))
         piece.op_count += 1
+        self._twins_like(finals, outputs)
         for i, t in enumerate(finals + stacks, start=1):
             self._keep.append(t)
             self._made(t, graph.call_function(operator.getitem, (node, i)))
@@ -751,6 +754,17 @@ class OpRecorder(TorchFunctionMode):
             with self.paused():
                 for t in stacks:
                     self.shapes.stacked(t, over)
+
+    def _twins_like(self, made: list, like: list) -> None:
+        """With symbolic sizes: the operator's outputs ``made`` (the run's loop made them
+        unobserved; a cond's stand-ins) get twins of the kind of the tensors ``like``, which
+        the operator's graph made (otherwise their twins would be static, and a size the
+        program reads of them a constant no guard checks)."""
+        if self.shapes is not None and self.shapes.active:
+            with self.paused():
+                for t, x in zip(made, like):
+                    if t is not x:
+                        self.shapes.twin_like(t, x)
 
     def _record_stacked(self, name: str, ys, args, kwargs, out) -> None:
         """``torch.stack``/``torch.cat`` (``name``) of the tensors a recorded ``for`` loop

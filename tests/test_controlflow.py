@@ -413,3 +413,23 @@ def test_arms_whose_sizes_agree_only_by_chance_are_not_merged():
     st = magpy.stats(trace.compiled)
     assert st.eager_runs == 0
     assert any("different kinds" in reason for reason in st.breaks), st.breaks
+
+
+def _scaled_by_width(x):
+    n = x.size(1)
+    y = x[:, 0] * 1
+    if x.sum() > 0:
+        y = y * (n + 1)   # a symbolic size used in Python inside an arm
+    else:
+        y = y - 1
+    return y
+
+
+def test_a_symbolic_size_used_in_python_inside_an_arm():
+    # The arm's graph held n + 1 as a constant no guard checked (wrong for other widths):
+    # with symbolic sizes, such a use makes the jump a break.
+    shapes = [(2, 3), (3, 4), (3, 5), (2, 6), (4, 7)]
+    steps = [Step(f"{a}x{b} {'+' if s > 0 else '-'}", (lambda st, a=a, b=b, s=s: (torch.rand(a, b) * s,)),
+                  seed=i, expect=ANY) for i, ((a, b), s) in enumerate((ab, s) for ab in shapes for s in (1, -1))]
+    trace = check_compiled(lambda: (_scaled_by_width, None), steps, fullgraph=False)
+    assert magpy.stats(trace.compiled).eager_runs == 0

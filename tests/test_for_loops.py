@@ -169,6 +169,21 @@ def test_range_loops_under_inductor():
         assert magpy.stats(trace.compiled).records == 2
 
 
+def _width_after(x, h):
+    for xt in x:
+        h = torch.tanh(xt + h)
+    return torch.zeros(h.size(1))   # a size of the loop's output, read in Python
+
+
+def test_a_size_of_the_loops_output_stays_symbolic():
+    # Batch and length both change: the carried h has a symbolic width.
+    sizes = [(3, 4), (5, 6), (4, 5), (9, 3), (2, 7)]
+    steps = [Step(f"{n}x{w}", (lambda st, n=n, w=w: (torch.randn(n, 2, w), torch.randn(2, w))), seed=i,
+                  expect=MONITOR if i < 2 else MOCK) for i, (n, w) in enumerate(sizes)]
+    trace = check_compiled(lambda: (_width_after, None), steps)
+    assert magpy.stats(trace.compiled).records == 2
+
+
 def test_the_loop_really_is_the_operator():
     # With control flow operators off, each length records (the test above would fail).
     magpy.config.control_flow = False
@@ -280,6 +295,13 @@ def _next_row(x, h):
     return h
 
 
+def _length_in_python(x, h):
+    n = x.size(0)
+    for t in range(n):
+        h = h + x[t] * (n * 0.5)   # the (symbolic) length in Python arithmetic in the body
+    return h
+
+
 def _reads_the_index_after(x, h):
     for t in range(x.size(0)):
         h = h + x[t]
@@ -287,7 +309,8 @@ def _reads_the_index_after(x, h):
 
 
 UNROLLED = [_reads_the_variable_after, _reads_the_list_after, _prints, _keeps_the_slice, _appends_twice,
-            _breaks_out, _index_in_python, _index_as_a_number, _next_row, _reads_the_index_after]
+            _breaks_out, _index_in_python, _index_as_a_number, _next_row, _reads_the_index_after,
+            _length_in_python]
 
 
 @pytest.mark.parametrize("program", UNROLLED, ids=lambda p: p.__name__[1:])

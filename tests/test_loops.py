@@ -295,3 +295,20 @@ def test_a_variable_only_the_loop_sets_read_after_it_is_a_break():
     trace = check_compiled(lambda: (_reads_its_own_variable_after, None), steps, fullgraph=False)
     assert trace.results[1] == (None, None)   # both raised (the harness compared the exceptions)
     assert list(magpy.stats(trace.compiled).breaks) == ["Tensor.__bool__ reads tensor data into Python"]
+
+
+def _size_after(x):
+    y = x * 1
+    while y.norm() > 1:
+        y = y * 0.5
+    return torch.ones(y.size(0)) * 3   # a size of the loop's output, read in Python
+
+
+def test_a_size_of_the_loops_output_stays_symbolic():
+    # The run's loop made y unobserved: its twin had static sizes, so y.size(0) was a
+    # constant of the graph that no guard checked (wrong for other batches).
+    steps = [Step(f"batch {b} {s}", (lambda st, b=b, s=s: (torch.rand(b, 8) * s * 5,)), seed=i,
+                  expect=MONITOR if i < 2 else MOCK)
+             for i, (b, s) in enumerate([(2, 1), (3, -1), (5, 1), (4, -1), (7, 1), (6, 1)])]
+    trace = check_compiled(lambda: (_size_after, None), steps)
+    assert magpy.stats(trace.compiled).records == 2

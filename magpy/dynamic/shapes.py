@@ -219,6 +219,23 @@ class Shapes(Observer):
                 f = self.fake(t)
             self._bind(t, f)
 
+    def row_twin(self, t: torch.Tensor, x: torch.Tensor) -> None:
+        """``t`` is a row of ``x`` (a step of a loop over it, sliced where no operation was
+        recorded): its twin is a row of ``x``'s twin."""
+        with self.fake_mode:
+            fake = self.fake(x)[0]
+        self.fakes.pop(id(t), None)
+        self._bind(t, fake)
+
+    def twin_like(self, t: torch.Tensor, like: torch.Tensor) -> None:
+        """``t`` (a control flow operator's output, made where no operation was recorded) is of
+        ``like``'s kind: its twin gets the sizes and strides of ``like``'s."""
+        f = self.fake(like)
+        with self.fake_mode:
+            fake = torch.empty_strided(f.shape, f.stride(), dtype=f.dtype, device=f.device)
+        self.fakes.pop(id(t), None)
+        self._bind(t, fake)
+
     def stacked(self, t: torch.Tensor, over) -> None:
         """``t`` holds one row per step of a loop over the first dimension of tensor ``over``,
         or over ``range(over)``: its twin's first size is that of ``over``'s twin, or ``over``."""
