@@ -200,14 +200,22 @@ def _forward_jump(info, j: int) -> tuple | None:
 def arms(info, j: int) -> tuple[tuple[int, int], tuple[int, int], int] | None:
     """For the conditional jump at code unit ``j``: the arm taken when the condition is
     true and the one taken when it is false, each ``(start, end)``, and their join; None
-    unless it is a forward ``if``/``else`` (or ``if`` alone) that ends in a join."""
+    unless it is a forward ``if``/``else`` (or ``if`` alone) that ends in a join (the head
+    of the loop whose body it ends, where both arms jump back there)."""
     jump = _forward_jump(info, j)
     if jump is None:
         return None
     jumps_if, target, fall, last, end = jump
     join = target
     other = (target, target)
-    if end is not None and end.opname == bytecode.FORWARD_JUMP:
+    if end is not None and end.opname == bytecode.BACKWARD_JUMP:
+        # An if/else ending a loop body: both arms jump back to the loop's head, the join.
+        join = info.ops[last][1]
+        back = _jump_back(info, target, join)
+        if back is None or join >= j:
+            return None
+        other = (target, back + 1)
+    elif end is not None and end.opname == bytecode.FORWARD_JUMP:
         join = info.ops[last][1]
         if join <= target:
             return None
@@ -250,6 +258,15 @@ def for_loop(info, j: int) -> tuple[int, int, int] | None:
         return None
     _, exit, body = info.ops[head]
     return head, body, exit
+
+
+def _jump_back(info, start: int, head: int) -> int | None:
+    """The first code unit from ``start`` on that jumps back to ``head``, if any."""
+    for i in range(start, len(info.instructions)):
+        ins = info.instructions[i]
+        if ins is not None and ins.opname == bytecode.BACKWARD_JUMP and info.ops[i][1] == head:
+            return i
+    return None
 
 
 def loop(info, j: int) -> tuple[int, int, int, bool] | None:

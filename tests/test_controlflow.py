@@ -433,3 +433,23 @@ def test_a_symbolic_size_used_in_python_inside_an_arm():
                   seed=i, expect=ANY) for i, ((a, b), s) in enumerate((ab, s) for ab in shapes for s in (1, -1))]
     trace = check_compiled(lambda: (_scaled_by_width, None), steps, fullgraph=False)
     assert magpy.stats(trace.compiled).eager_runs == 0
+
+
+def _if_else_ends_the_body(x):
+    h = x[:, 0] * 0
+    for t in range(x.size(1)):
+        h = h + x[:, t]
+        if h.sum() > 0:   # the last statement of the loop's body: its first arm jumps back
+            h = h * 0.9
+        else:
+            h = h - 0.1
+    return h
+
+
+def test_an_if_else_that_ends_a_loop_body_is_a_cond():
+    signs = [1, -1, 1, 1, -1, -1]
+    steps = [Step(f"sign {s}", (lambda st, s=s: (torch.randn(2, 4) * s + s,)), seed=i,
+                  expect=MONITOR if i == 0 else MOCK) for i, s in enumerate(signs)]
+    trace = check_compiled(lambda: (_if_else_ends_the_body, None), steps)
+    assert magpy.stats(trace.compiled).records == 1
+    assert sum("torch.cond" in c for c in magpy.explain(trace.compiled, torch.randn(2, 4)).control_flow) == 4

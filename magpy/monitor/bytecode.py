@@ -24,6 +24,7 @@ DICT_VERSION = _dict_version() if sys.version_info[:2] == (3, 11) else None
 
 if sys.version_info[:2] == (3, 11):
     from magpy.monitor.py311 import (  # noqa: F401
+        BACKWARD_JUMP,
         BRANCH_JUMPS,
         CELL_MAKE,
         CELL_WRITES,
@@ -43,6 +44,7 @@ else:  # pragma: no cover - exercised only on other interpreters
     SUPPORTED = False
     HANDLERS, NEVER_EXECUTED = {}, {}
     BRANCH_JUMPS, LOOP_JUMPS, FORWARD_JUMP, EFFECT_OPS = {}, {}, None, frozenset()
+    BACKWARD_JUMP = None
     CELL_MAKE, CELL_WRITES = None, frozenset()
     ITER_MAKE = ITER_NEXT = None
 

@@ -1073,6 +1073,7 @@ def binder_code(code, nparams):
 BRANCH_JUMPS = {"POP_JUMP_FORWARD_IF_FALSE": False, "POP_JUMP_FORWARD_IF_TRUE": True}
 LOOP_JUMPS = {"POP_JUMP_BACKWARD_IF_FALSE": False, "POP_JUMP_BACKWARD_IF_TRUE": True}
 FORWARD_JUMP = "JUMP_FORWARD"
+BACKWARD_JUMP = "JUMP_BACKWARD"   # (an if/else ending a loop body: its first arm jumps back)
 # A ``for`` loop: the instruction that makes its iterator and the one at its head.
 ITER_MAKE, ITER_NEXT = "GET_ITER", "FOR_ITER"
 EFFECT_OPS = frozenset({"STORE_ATTR", "DELETE_ATTR", "STORE_SUBSCR", "DELETE_SUBSCR", "STORE_GLOBAL",
