@@ -638,6 +638,100 @@ def tensor_tolist(x):
     return [v * 2 for v in x.sum(-1).tolist()]
 
 
+def causal_mask_attention(x):
+    t = x.shape[1]
+    mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+    scores = (x @ x.transpose(-1, -2)).masked_fill(mask, float("-inf"))
+    return scores.softmax(-1) @ x, F.pad(x, (1, x.shape[-1] % 3)), x[..., None, :2].shape
+
+
+def _logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs) * 1
+    return wrapper
+
+
+class Decorated(nn.Module):
+    calls_scale = 3
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    @_logged
+    def forward(self, x, *, shift=0.5):
+        return self.lin(x) * type(self).calls_scale + shift
+
+
+ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "silu": F.silu}
+
+
+class Scorer:
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, t):
+        return t.topk(self.k, dim=-1).values.sum(-1)
+
+
+def tables_and_callables(x, act="silu"):
+    items = sorted(ACTIVATIONS.items(), key=lambda kv: kv[0])
+    names, fns = zip(*items)
+    outs = [fn(x) for fn in fns]
+    common = ACTIVATIONS.keys() & {"relu", "gelu"}
+    return ACTIVATIONS[act](x) + Scorer(2)(x).unsqueeze(-1), names, sorted(common), outs[-1]
+
+
+def exception_message(x):
+    try:
+        raise ValueError(f"bad shape {tuple(x.shape)}")
+    except ValueError as e:
+        msg = str(e)
+    return x * len(msg), msg
+
+
+def _walk(xs):
+    yield xs[0]
+    yield from (t * 2 for t in xs[1:])
+
+
+def yield_from(x):
+    return torch.stack(list(_walk(x.unbind(0))))
+
+
+class ModuleIntrospection(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5), nn.Linear(4, 4))
+
+    def forward(self, x):
+        drops = sum(isinstance(m, nn.Dropout) for m in self.modules())
+        last = self.get_submodule("body.2")
+        for i, layer in enumerate(self.body, start=1):
+            if not isinstance(layer, nn.Dropout):
+                x = layer(x) / i
+        return last(x) + drops
+
+
+def search_and_onehot(x):
+    edges = torch.linspace(-1, 1, 5)
+    buckets = torch.bucketize(x, edges)
+    hot = F.one_hot(x.argmax(-1), num_classes=x.shape[-1])
+    return buckets, hot, torch.searchsorted(edges, x.clamp(-1, 1).contiguous()), x.unfold(-1, 2, 2)
+
+
+class Autocasted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.lin(x)
+        return y.float().type_as(x).view_as(x).expand_as(x) + x
+
+
 # Things torch.compile refuses
 
 
@@ -788,6 +882,14 @@ CASES = [
     Case("boolean_mask", fn(boolean_mask)),
     Case("tolist", fn(tensor_tolist), dynamo=False, magpy=False),
     Case("user_context_manager", fn(user_context_manager)),
+    Case("causal_mask_attention", fn(causal_mask_attention), x234),
+    Case("decorated_forward_kwonly", lambda: functools.partial(Decorated(), shift=1.5)),
+    Case("tables_and_callables", fn(tables_and_callables)),
+    Case("exception_message", fn(exception_message)),
+    Case("yield_from", fn(yield_from)),
+    Case("module_introspection", lambda: ModuleIntrospection().eval()),
+    Case("bucketize_one_hot_unfold", fn(search_and_onehot)),
+    Case("autocast", Autocasted),
     # torch.compile refuses these
     Case("warnings_in_forward", fn(warns_in_forward), dynamo=False),
     Case("gru", Recurrent, x234, dynamo=False, observe=weights),
