@@ -46,19 +46,33 @@ def original_function(script_function, caller):
 
 
 def original_method(script_method, caller):
-    """A scripted module's ``forward`` called by ``nn.Module``'s call machinery (``_call_impl``,
-    so hooks and their reads are the program's as for any module) runs its original Python
-    bound to that module.  Only that caller tells which Python module owns the method (its
-    ``owner`` is the C++ module); any other call of a ``ScriptMethod`` stays native (None)."""
-    fn = getattr(script_method, "__wrapped__", None)
-    if fn is None or caller is None or caller.code is not _CALL_IMPL or script_method.name != "forward":
+    """A scripted module's method runs its original Python bound to the module, when called as
+    its ``forward`` by ``nn.Module``'s call machinery (``_call_impl``, so hooks and their reads
+    are the program's as for any module) or from its own scripted methods (``self.helper(x)``).
+    Only such a caller's ``self`` tells which Python module owns the method (its ``owner`` is
+    the C++ module); any other call of a ``ScriptMethod`` stays native (None)."""
+    if caller is None or not (caller.code is _CALL_IMPL or id(caller.fn) in _COPY_IDS):
         return None
-    module = caller.locals[0]   # self: a cell there (_call_impl's closures use it)
+    module = caller.locals[0]   # self: a cell in _call_impl (its closures use it)
     if type(module) is types.CellType:
         module = module.cell_contents
     if not _owns(module, script_method):
         return None
-    return types.MethodType(as_scripted(getattr(fn, "__func__", fn)), module)
+    fn = _python_of(module, script_method)
+    return None if fn is None else types.MethodType(as_scripted(fn), module)
+
+
+def _python_of(module, script_method):
+    """The function ``script_method`` was compiled from: its ``__wrapped__`` (a forward, and
+    every ``@torch.jit.script_method``), else the same name on the class of the module that
+    was scripted (forward's ``__wrapped__`` is bound to it: ``torch.jit.script(module)``
+    wraps only the forward); None if neither."""
+    fn = getattr(script_method, "__wrapped__", None)
+    if fn is None:
+        forward = getattr(module.__dict__.get("forward"), "__wrapped__", None)
+        fn = getattr(type(getattr(forward, "__self__", None)), script_method.name, None)
+    fn = getattr(fn, "__func__", fn)
+    return fn if type(fn) is types.FunctionType else None
 
 
 def _owns(module, script_method) -> bool:

@@ -51,6 +51,20 @@ class Block(nn.Module):
         return torch.relu(h) * self.scale
 
 
+class WithHelper(nn.Module):
+    """A scripted forward calling another scripted method of its module."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.helper(self.lin(x)) + 1
+
+    def helper(self, h):
+        return h.sigmoid() * self.lin.bias
+
+
 class Legacy(torch.jit.ScriptModule):
     """The pre-``torch.jit.script`` API: methods under ``@torch.jit.script_method``."""
 
@@ -60,7 +74,11 @@ class Legacy(torch.jit.ScriptModule):
 
     @torch.jit.script_method
     def forward(self, x):
-        return self.lin(x).relu() - 1
+        return self.shift(self.lin(x).relu())
+
+    @torch.jit.script_method
+    def shift(self, h):
+        return h - 1
 
 
 class Host(nn.Module):
@@ -82,6 +100,7 @@ def _scripted_block():
 BUILDS = {
     "script_of_module": _scripted_block,
     "legacy_script_module": Legacy,
+    "script_with_helper_method": lambda: torch.jit.script(WithHelper()),
     "scripted_submodule": lambda: Host(_scripted_block()),
     "legacy_submodule": lambda: Host(Legacy()),
 }
