@@ -732,7 +732,7 @@ class Autocasted(nn.Module):
         return y.float().type_as(x).view_as(x).expand_as(x) + x
 
 
-# Things torch.compile refuses
+# Things torch.compile refuses (and a context manager of the program's own, which it takes)
 
 
 def _noisy(t):
@@ -793,6 +793,8 @@ def item_in_forward(x):
 
 @dataclasses.dataclass
 class Case:
+    """One program of the corpus and what each compiler makes of it."""
+
     name: str
     build: Callable[[], Any]          # -> the program (function or module)
     args: Callable = x34
@@ -817,6 +819,7 @@ SCALARS = ("a tensor's data read into Python numbers (.item(), .tolist()) is an 
 
 
 def fn(f):
+    """The ``build`` of a plain function (nothing to make fresh)."""
     return lambda: f
 
 
@@ -890,12 +893,12 @@ CASES = [
     Case("module_introspection", lambda: ModuleIntrospection().eval()),
     Case("bucketize_one_hot_unfold", fn(search_and_onehot)),
     Case("autocast", Autocasted),
+    Case("set_of_tensors", fn(set_of_tensors)),
+    Case("item_in_forward", fn(item_in_forward), magpy=False, why=SCALARS),
     # torch.compile refuses these
     Case("warnings_in_forward", fn(warns_in_forward), dynamo=False),
     Case("gru", Recurrent, x234, dynamo=False, observe=weights),
     Case("deque_rotate", fn(deque_rotate), dynamo=False),
-    Case("set_of_tensors", fn(set_of_tensors)),
-    Case("item_in_forward", fn(item_in_forward), magpy=False, why=SCALARS),
 ]
 
 
@@ -924,6 +927,7 @@ def dynamo_one_graph(case: Case) -> bool:
 
 
 def _equal(a, b) -> bool:
+    """Bit-exact equality of results (tensors, containers, dataclasses, plain values)."""
     if isinstance(a, torch.Tensor):
         return torch.equal(a, b)
     if isinstance(a, (list, tuple)):
@@ -936,8 +940,10 @@ def _equal(a, b) -> bool:
 
 
 def _build(case: Case):
+    """The program, and the state compared after each call: its module (a partial's too)."""
     program = case.build()
-    return program, (program if isinstance(program, nn.Module) else None)
+    module = program if isinstance(program, nn.Module) else getattr(program, "func", None)
+    return program, (module if isinstance(module, nn.Module) else None)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -953,10 +959,9 @@ def _one_graph_case(case: Case):
 
 
 def _check(case: Case, steps, **kwargs):
-    observe = None if case.observe is None else (lambda m: case.observe(m))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        check_compiled(lambda: _build(case), steps, observe=observe, **kwargs)
+        check_compiled(lambda: _build(case), steps, observe=case.observe, **kwargs)
 
 
 @pytest.mark.parametrize("case", [_one_graph_case(c) for c in CASES if c.dynamo or c.magpy])
