@@ -35,6 +35,10 @@ import torch
 # effect the program could see: the guard may call getattr(obj, name) again to check it.
 NATIVE_GETATTRS = frozenset({torch.jit.ScriptModule.__getattr__, torch.jit.RecursiveScriptModule.__getattr__})
 
+# Their __setattr__s write into the C++ module, out of the RefGraph's sight: a write to a
+# scripted module ends the recording (the call runs eagerly).
+NATIVE_SETATTRS = frozenset({torch.jit.ScriptModule.__setattr__, torch.jit.RecursiveScriptModule.__setattr__})
+
 _CALL_IMPL = torch.nn.Module._call_impl.__code__
 
 

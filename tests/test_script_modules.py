@@ -18,6 +18,7 @@ import torch.nn as nn
 import magpy
 from tests.compile_harness import (
     ANY,
+    EAGER,
     MOCK,
     after,
     again,
@@ -280,3 +281,26 @@ class BothWays(nn.Module):
 
 def test_is_scripting_is_true_where_eager_runs_torchscript():
     check_compiled(_own(BothWays), standard(x34), observe=_observe, expect_graphs=1)
+
+
+# ---------------------------------------------------------------------------- writes
+
+class Writes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.seen = 0
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        self.seen = 7            # into the C++ module: the mock could not make this write
+        return self.lin(x)
+
+
+def _unsee(m):
+    m.seen = 0
+
+
+def test_a_write_to_a_script_module_runs_eagerly():
+    check_compiled(_own(lambda: torch.jit.script(Writes())),
+                   [first(x34), after(_unsee, expect=EAGER), after(_unsee, expect=EAGER)],
+                   fullgraph=False, observe=lambda m: (_observe(m), m.seen))

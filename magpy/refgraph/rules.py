@@ -477,6 +477,10 @@ class RefGraphBuilder(Observer):
     def write(self, obj):
         node = self.node(obj)
         if node is not None:
+            if py_method(type(obj), "__setattr__") in scripted.NATIVE_SETATTRS:
+                # The mock makes the writes it sees in snapshots of __dict__s; this one is not.
+                self.dynamic(f"a write to {type(obj).__qualname__}, which keeps its attributes "
+                             "in its C++ module")
             node.versions.append(ShadowVersion(node.versions[-1].refs))
 
 
