@@ -68,6 +68,8 @@ def compile(fn: Callable | None = None, *, backend: str | Callable = "inductor",
         fn = _original(fn)
     if isinstance(fn, torch.nn.Module):
         return CompiledModule(fn, RecordCache(fn, resolved, fullgraph, roots=_roots(fn)))
+    if type(fn) is functools.partial:
+        return _compile_partial(fn, backend, fullgraph)
     cache = RecordCache(fn, resolved, fullgraph, roots=_roots(fn))
 
     @functools.wraps(fn)
@@ -78,11 +80,26 @@ def compile(fn: Callable | None = None, *, backend: str | Callable = "inductor",
     return compiled
 
 
+def _compile_partial(p: functools.partial, backend, fullgraph: bool):
+    """A ``functools.partial`` compiled as its function, the partial's arguments given to it on
+    each call: they are arguments the guard checks (a module as ``p.func`` is a root, its state
+    guarded; ``p.keywords`` can change between calls)."""
+    inner = compile(p.func, backend=backend, fullgraph=fullgraph)
+
+    @functools.wraps(p)
+    def compiled(*args, **kwargs):
+        return inner(*p.args, *args, **{**p.keywords, **kwargs})
+
+    compiled._magpy_cache = inner._magpy_cache
+    return compiled
+
+
 def _original(compiled):
     if isinstance(compiled, CompiledModule):
         return object.__getattribute__(compiled, "_orig_mod")
     cache = getattr(compiled, "_magpy_cache", None)
-    return cache.fn if cache is not None else compiled
+    # functools.wraps keeps what was compiled (a partial's cache holds its function)
+    return getattr(compiled, "__wrapped__", cache.fn) if cache is not None else compiled
 
 
 def _roots(fn) -> tuple:

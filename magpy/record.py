@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from magpy import annotations, autopilot, backends, continuations, logs, standins, training
+from magpy import annotations, autopilot, backends, continuations, logs, scripted, standins, training
 from magpy.codegen import compile_source, generate
 from magpy.codegen.guard import inputs_in_words, path_in_words, write_shape_check
 from magpy.config import config
@@ -189,17 +189,15 @@ def _base_policy():
     for fn in annotations.MONITORED_TORCH_FUNCTIONS:
         policy.add_intrinsic(fn, functools.partial(_enter, fn))
     policy.add_intrinsic(torch.autograd.Variable, _variable)
-    # A torch.jit.script'ed function called from Python runs its original Python, as under
-    # torch.compile: its tensor operations are recorded like any others.
-    policy.substitute(torch.jit.ScriptFunction, _original_python)
+    # Scripted functions and scripted modules' forwards run their original Python, as under
+    # torch.compile for functions: their tensor operations are recorded like any others.
+    policy.substitute(torch.jit.ScriptFunction, scripted.original_function)
+    policy.substitute(torch._C.ScriptMethod, scripted.original_method)
+    policy.add_intrinsic(torch.jit.is_scripting, scripted.is_scripting)
     training.add_to(policy)
     for callee, choose in standins.REROUTES:
         policy.reroute(callee, choose)
     return policy
-
-
-def _original_python(script_function):
-    return getattr(script_function, "_torchdynamo_inline", None)   # None: loaded, not scripted here
 
 
 def _variable(monitor, args, kwargs):

@@ -11,9 +11,15 @@ Python numbers, control flow is off) it is an eager step whose truth is checked.
 
 Each stand-in does what the C code does, in its order, and is chosen only for arguments
 with which it cannot raise (real 0-d tensors and real numbers), so no traceback shows it.
+
+``collections.Counter(iterable)`` tallies through the C helper ``_count_elements``, which
+iterates the program's generator natively (a dynamic operation); its stand-in is the Python
+version ``collections`` itself falls back to, so the iteration is monitored.  It can raise
+only what the program's own iterable or keys raise.
 """
 from __future__ import annotations
 
+import collections
 import types
 
 import torch
@@ -39,6 +45,18 @@ def min_(*args):
         if x < best:
             best = x
     return best
+
+
+def count_elements(mapping, iterable):
+    """``_collections._count_elements``: tally the iterable's items into ``mapping``."""
+    mapping_get = mapping.get
+    for elem in iterable:
+        mapping[elem] = mapping_get(elem, 0) + 1
+
+
+def _always(stand_in):
+    """The ``choose`` of ``CallPolicy.reroute`` for a stand-in fit for any arguments."""
+    return lambda caller, args, kwargs: stand_in
 
 
 def _comparable(x) -> bool:
@@ -88,5 +106,6 @@ def at_site(stand_in, caller):
 
 
 # (builtin, choose) for magpy.record's call policy.
-REROUTES = ((max, extremum(max_)), (min, extremum(min_)))
+REROUTES = ((max, extremum(max_)), (min, extremum(min_)),
+            (collections._count_elements, _always(count_elements)))
 FILE = __file__

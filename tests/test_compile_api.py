@@ -7,6 +7,7 @@ decorator or a call, on functions, bound methods, functions defined in a class b
 ``magpy.reset``, ``magpy.annotate``; gradients through compiled code.
 """
 import copy
+import functools
 import inspect
 import os
 import re
@@ -21,6 +22,7 @@ import torch.nn as nn
 import magpy
 from benchmarks.models import MODELS
 from tests.compile_harness import (
+    ANY,
     MOCK,
     MONITOR,
     Step,
@@ -663,3 +665,40 @@ def test_explain_summary_of_a_resnet_fits_a_screen():
     assert any(line.startswith("graph 0: ") and "conv2d" in line for line in lines), lines
     assert "training is False" in str(exp)
     assert len(exp.full().splitlines()) > 1000   # the guard of every module is there on request
+
+
+# ---------------------------------------------------------------------------- functools.partial
+
+class _Shifted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, *, shift=0.5):
+        return self.lin(x) + shift
+
+
+def _shift_more(p):
+    p.keywords["shift"] = 2.5
+
+
+def _new_layer(p):
+    p.func.lin = nn.Linear(4, 4)
+
+
+def test_partial_of_a_module_is_one_graph():
+    # compiled as its function, the partial's arguments given on each call: the module's state
+    # is guarded, and a changed keyword is a changed argument.
+    def build():
+        p = functools.partial(_Shifted(), shift=1.5)
+        return p, p
+
+    check_compiled(build, standard(lambda p: (torch.randn(3, 4),)) + [
+        after(_shift_more, expect=ANY), after(_new_layer), again()],
+        observe=lambda p: (list(p.func.parameters()), p.keywords))
+
+
+def test_compiling_a_compiled_partial_keeps_its_arguments():
+    p = functools.partial(torch.add, other=torch.ones(2))
+    twice = magpy.compile(magpy.compile(p, backend="eager"), backend="eager")
+    assert torch.equal(twice(torch.zeros(2)), torch.ones(2))

@@ -23,14 +23,12 @@ import magpy
 from magpy import codegen, opgraph, record
 from magpy.refgraph import rules
 from tests.compile_harness import (
-    EAGER,
     MOCK,
     RehitCheck,
     after,
     again,
     check_compiled,
     first,
-    fresh,
     fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
     standard,
 )
@@ -60,79 +58,7 @@ def _own(module):
 
 
 # ============================================================================ 1. TorchScript
-
-class LegacyScript(torch.jit.ScriptModule):
-    """The pre-``torch.jit.script`` API: its attributes live in a C++ module, not in __dict__."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 3)
-
-    @torch.jit.script_method
-    def forward(self, x):
-        return self.lin(x).relu()
-
-
-class WithScriptModule(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.script = LegacyScript()
-        self.head = nn.Linear(3, 2)
-
-    def forward(self, x):
-        return self.head(self.script(x)) * 2
-
-
-def _rescale_script(s):
-    with torch.no_grad():
-        s.lin.weight.mul_(-2) if isinstance(s, LegacyScript) else s.script.lin.weight.mul_(-2)
-
-
-SCRIPT_STEPS = [first(x34), again(expect=MOCK), fresh(x34, expect=MOCK), after(_rescale_script, x34, expect=MOCK)]
-
-
-@pytest.mark.parametrize("build", [lambda: (lambda m: (m, m))(LegacyScript()),
-                                   lambda: (lambda m: (m, m))(WithScriptModule())],
-                         ids=["script_module_itself", "called_from_python"])
-def test_script_module_is_an_eager_step_with_its_reason(build):
-    # TorchScript runs C++ code the monitor cannot watch (torch.compile breaks there too): the
-    # call is an eager step between graphs, which the mock runs on the real module every
-    # call (its new weights included) -- no crash, no eager call.
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)   # no "capture failed"
-        trace = check_compiled(build, SCRIPT_STEPS, fullgraph=False, expect_records=1,
-                               observe=lambda m: list(m.parameters()))
-    (reason,) = magpy.stats(trace.compiled).breaks
-    assert "call to native" in reason and "LegacyScript.forward" in reason
-
-
-def test_script_module_with_fullgraph_names_the_break():
-    fast = magpy.compile(WithScriptModule(), backend="eager", fullgraph=True)
-    with pytest.raises(magpy.GraphBreakError, match="native"):
-        fast(torch.randn(3, 4))
-
-
-class Scaled(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.scale = 2.0
-
-    def forward(self, x):
-        return x * self.scale
-
-
-def test_scripted_module_attribute_is_not_a_stale_constant():
-    # sm.scale goes through RecursiveScriptModule.__getattr__, torch code run natively: its
-    # reads are unseen, so the value must not become an unguarded constant of a graph.
-    def build():
-        sm = torch.jit.script(Scaled())
-        return (lambda x: x * sm.scale + 1), sm
-
-    def rescale(sm):
-        sm.scale = 3.0
-
-    check_compiled(build, [first(x34), again(expect=EAGER), after(rescale, expect=EAGER)],
-                   fullgraph=False, observe=lambda sm: sm.scale)
+# tests/test_script_modules.py: ScriptModules are one graph now.
 
 
 # ============================================================================ 2. __module__ None

@@ -42,6 +42,7 @@ from magpy.refgraph.graph import (
     CONST,
     DEREF,
     DICT,
+    GETATTR,
     ITEM,
     KWARG,
     VAR,
@@ -257,6 +258,8 @@ class GuardWriter:
             return f"{p}.get()"
         if rel == DEREF:
             return f"{p}()"   # a weakref's call runs no Python code
+        if rel == GETATTR:
+            return f"getattr({p}, {key!r})"   # torch's __getattr__: no program code
         raise CaptureError(f"no path step for relation {rel!r}")
 
     def checks(self, node) -> list[str]:
@@ -524,7 +527,7 @@ def path_in_words(node, params) -> str:
         if base == "":
             return str(key)   # a global's name
         return f"{base}[{key!r}]" if is_immutable(key) else f"{base}[<{_short(key)}>]"   # state[param]
-    if rel == ATTR:
+    if rel in (ATTR, GETATTR):
         return f"{base}.{key}"
     if rel == DICT:
         return f"{base}.__dict__[{key!r}]"

@@ -320,6 +320,9 @@ class MockWriter:
             return self.names.const(v)
         if t is types.CellType:
             return self.cell(v)
+        if t is torch._C.ScriptMethod:
+            # A ScriptModule's __getattr__ caches the method it looked up in the module's dict.
+            return self.bind(v, f"{self.names.const(v.owner)}._get_method({v.name!r})")
         if generators.is_monitored(v):
             return self.generator(v)
         if isinstance(v, torch.nn.Module):

@@ -226,7 +226,7 @@ class Monitor:
             return dispatch(self, callee, args, kwargs, shadows)
         substitute = self.policy.substitutes.get(t)
         if substitute is not None:
-            target = substitute(callee)
+            target = substitute(callee, self.current)
             if target is not None:
                 return self.call(target, args, kwargs, shadows)
         if isinstance(callee, type):

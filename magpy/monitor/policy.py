@@ -46,8 +46,8 @@ class CallPolicy:
         self.method_intrinsics[name] = (owner, handler)
 
     def substitute(self, tp: type, replacement: Callable) -> None:
-        """Calls of instances of ``tp`` are calls of ``replacement(instance)`` (e.g. a
-        ``torch.jit.script``ed function runs its original Python); None: call it as it is."""
+        """Calls of instances of ``tp`` are calls of ``replacement(instance, calling frame)``
+        (e.g. a ``torch.jit.script``ed function runs its original Python); None: call it as it is."""
         self.substitutes[tp] = replacement
 
     def alias(self, callee: Callable, target: Callable) -> None:

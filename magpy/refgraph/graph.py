@@ -30,6 +30,7 @@ ITEM = "item"       # parent[key] of a list, tuple or dict
 CELL = "cell"       # parent.cell_contents
 VAR = "var"         # parent.get(): the value of a contextvars.ContextVar
 DEREF = "deref"     # parent(): the object a weak reference refers to (or None)
+GETATTR = "getattr"  # getattr(parent, name) through a natively run __getattr__ (a ScriptModule's)
 
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")

@@ -16,7 +16,7 @@ import types
 import torch
 
 from magpy import annotations as ann
-from magpy import standins
+from magpy import scripted, standins
 from magpy.errors import GraphBreak
 from magpy.monitor import Observer, operators
 from magpy.monitor.frame import Frame
@@ -28,6 +28,7 @@ from magpy.refgraph.graph import (
     CONST,
     DEREF,
     DICT,
+    GETATTR,
     ITEM,
     VAR,
     Kind,
@@ -365,9 +366,15 @@ class RefGraphBuilder(Observer):
             if snap is not None and snap.get(name, _MISSING) is value:
                 self.g.child(node, ATTR, name, value)
             return
+        getattr_fn = py_method(tp, "__getattr__")
+        if getattr_fn in scripted.NATIVE_GETATTRS and type_lookup(tp, name) is NULL:
+            # A ScriptModule's __getattr__ (torch's, run natively) reads its C++ module, which
+            # holds parameters, submodules and attributes alike: the guard asks it again.
+            self.g.child(node, GETATTR, name, value)
+            return
         if isinstance(obj, torch.nn.Module):
             for dname in _MODULE_DICTS:
-                store = d.get(dname)   # a ScriptModule keeps them in its C++ module
+                store = d.get(dname)
                 if store is not None and name in store:
                     dnode = self.g.child(node, ATTR, dname, store)
                     self.read_item(dnode, name, value)
@@ -383,8 +390,7 @@ class RefGraphBuilder(Observer):
                 self._class_attr(klass, name, klass.__dict__[name], raw=True)
                 return
         # Neither the object nor its class has it: a Python __getattr__ made the value.  The
-        # monitor enters those; one that ran natively (a ScriptModule's) read unseen state.
-        getattr_fn = py_method(tp, "__getattr__")
+        # monitor enters those; one that ran natively read unseen state.
         if getattr_fn is not None and getattr_fn is not torch.nn.Module.__getattr__ \
                 and self.dynamic.monitor.policy.runs_natively(getattr_fn):
             self.dynamic(f"{tp.__qualname__}.{name} read through {getattr_fn.__qualname__}, "
@@ -471,6 +477,10 @@ class RefGraphBuilder(Observer):
     def write(self, obj):
         node = self.node(obj)
         if node is not None:
+            if py_method(type(obj), "__setattr__") in scripted.NATIVE_SETATTRS:
+                # The mock makes the writes it sees in snapshots of __dict__s; this one is not.
+                self.dynamic(f"a write to {type(obj).__qualname__}, which keeps its attributes "
+                             "in its C++ module")
             node.versions.append(ShadowVersion(node.versions[-1].refs))
 
 
