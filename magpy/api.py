@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from magpy import backends
+from magpy import arrays, backends, controlflow
 from magpy.cache import RecordCache, Stats, reset_all
 from magpy.dynamic import Lifting
 from magpy.errors import GraphBreak
@@ -118,8 +118,11 @@ def stats(compiled) -> Stats:
 
 
 def reset() -> None:
-    """Drop every record of every compiled callable (the next calls record again)."""
+    """Drop every record of every compiled callable (the next calls record again, as the
+    first did: which ifs, loops and ``.numpy()`` sites could not be recorded is forgotten)."""
     reset_all()
+    controlflow.forget_refusals()
+    arrays.forget_refusals()
 
 
 @dataclasses.dataclass(repr=False)

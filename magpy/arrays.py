@@ -66,6 +66,11 @@ _OWN_REFERENCES = 2
 _REFUSED: set[tuple] = set()
 
 
+def forget_refusals() -> None:
+    """Forget which ``.numpy()`` sites recordings found cannot be followed (``magpy.reset``)."""
+    _REFUSED.clear()
+
+
 @dataclasses.dataclass
 class Followed:
     """A numpy array or scalar the run follows: the graph tensor holding its values, and the

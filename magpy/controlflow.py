@@ -1001,6 +1001,11 @@ class Branches(Observer):
         frame.pc = join
 
 
+def forget_refusals() -> None:
+    """Forget which jumps and loops recordings found cannot be operators (``magpy.reset``)."""
+    _REFUSED.clear()
+
+
 def _where(frame) -> str:
     return f"{frame.code.co_filename}:{frame.f_lineno} ({frame.code.co_qualname})"
 
