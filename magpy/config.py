@@ -26,6 +26,10 @@ class Config:
     (``magpy.controlflow``); False makes every such jump a graph break.
     ``autopilot``: time each compiled graph against the same graph run eagerly over its first
     calls and keep the faster (``magpy.autopilot``); applies to graphs compiled after it is set.
+    ``joint_backward``: record ``loss.backward()`` into the graph, so a whole train step is one
+    graph (``magpy.joint``), where nothing but gradient arithmetic runs in the backward; False
+    keeps it an eager step between graphs (the real autograd engine) everywhere.  Applies to
+    records made after it is set.
     ``verify_fast_guard``: debugging aid (magpy's tests turn it on): whenever the full guard
     passes and stamps a fast guard, check that the fast guard passes too with the same values.
     """
@@ -38,6 +42,7 @@ class Config:
     dynamic_after: int = 2
     control_flow: bool = True
     autopilot: bool = True
+    joint_backward: bool = True
 
     def __setattr__(self, name, value):
         if name not in {f.name for f in dataclasses.fields(self)}:
@@ -48,8 +53,8 @@ class Config:
             raise ValueError(f"magpy.config.dynamic must be None (automatic), True or False, not {value!r}")
         if name == "dynamic_after" and (type(value) is not int or value < 2):
             raise ValueError(f"magpy.config.dynamic_after must be an int >= 2, not {value!r}")
-        if name == "autopilot" and type(value) is not bool:
-            raise ValueError(f"magpy.config.autopilot must be True or False, not {value!r}")
+        if name in ("autopilot", "joint_backward") and type(value) is not bool:
+            raise ValueError(f"magpy.config.{name} must be True or False, not {value!r}")
         if name == "cache_size_limit" and (not isinstance(value, int) or value < 1):
             raise ValueError(f"magpy.config.cache_size_limit must be a positive int, not {value!r}")
         object.__setattr__(self, name, value)

@@ -186,6 +186,7 @@ class OpRecorder(TorchFunctionMode):
         # id(tensor a control flow operator gave) -> the tensors from before it that the
         # program has instead on some runs (see cond).
         self.passes: dict[int, Passes] = {}
+        self.joint_backend = False   # the backend compiles graphs holding a backward (magpy.joint)
 
     @property
     def piece(self) -> Piece:
@@ -627,6 +628,22 @@ class OpRecorder(TorchFunctionMode):
         """The piece whose operations made ``t`` (not an input), if any."""
         return self.made.get(id(t))
 
+    def knows(self, t) -> bool:
+        """Can the mock name tensor ``t`` (read from outside, made by a graph or a step)?"""
+        return self.refgraph.node_of(t) is not None or id(t) in self.made or id(t) in self.eager
+
+    def piece_inputs(self) -> list:
+        """The values the current piece takes as inputs (tensors, numbers as 0-d tensors)."""
+        return [ph.meta["example_value"] for _, ph in self.piece.inputs]
+
+    def record_call(self, fn, args: tuple, out) -> None:
+        """Record ``out = fn(*args)``, which magpy computed itself (paused), as an operation of
+        the current piece (``magpy.joint``'s backward); a failure ends recording."""
+        try:
+            self._record(fn, fn.__name__, args, {}, out)
+        except Exception as e:  # noqa: BLE001 - magpy's failure, never the program's
+            self.dynamic.fail(e)
+
     def finish(self) -> list[fx.GraphModule | None]:
         """Close every piece's graph with its outputs, leaving grad and inference mode as the
         run did; None for a piece without operations."""
@@ -654,6 +671,7 @@ def _close(piece: Piece) -> fx.GraphModule:
     gm = fx.GraphModule(root, piece.graph)
     # The layout eager gave (backends.EagerLayout keeps it).
     gm.meta[CONTIGUOUS_OUTPUTS] = tuple(i for i, t in enumerate(piece.outputs) if t.is_contiguous())
+    gm.meta[GRAD_OUTPUTS] = tuple(i for i, t in enumerate(piece.outputs) if t.requires_grad)
     return gm
 
 
@@ -670,6 +688,8 @@ class _Paused:
 
 # GraphModule.meta key: the positions of the outputs the recording run made contiguous.
 CONTIGUOUS_OUTPUTS = "magpy_contiguous_outputs"
+# GraphModule.meta key: the positions of the outputs that needed grad in the recording run.
+GRAD_OUTPUTS = "magpy_grad_outputs"
 
 
 def updated_in_place(sn) -> bool:

@@ -28,6 +28,7 @@ import types
 import torch
 from torch.optim import optimizer as _optimizer
 
+from magpy import joint
 from magpy.monitor.policy import CallPolicy
 from magpy.refgraph.graph import ATTR
 
@@ -118,24 +119,33 @@ def number_arguments(gm: torch.fx.GraphModule) -> None:
 
 # --------------------------------------------------------------------------- backward
 def backward_intrinsic(recorder):
-    """``loss.backward(gradient, retain_graph)`` in a recording: an eager step of the record
-    that gives back the ``.grad`` tensors it wrote (module docstring).  Other forms
-    (``create_graph``, ``inputs``) are ordinary dynamic operations."""
+    """``loss.backward(gradient, retain_graph)`` in a recording: recorded into the graph where
+    ``magpy.joint`` can, else an eager step of the record that gives back the ``.grad``
+    tensors it wrote (module docstring).  Other forms (``create_graph``, ``inputs``) are
+    ordinary dynamic operations."""
     def intrinsic(monitor, args, kwargs):
         loss, gradient, retain_graph, other = _backward_arguments(*args, **(kwargs or {}))
         breaker = recorder.dynamic
         with recorder.paused():   # (reading the autograd graph is not the program's read)
-            leaves = None if other or breaker.brk is not None else _leaves(loss)
-        if leaves is None or not all(map(_known(recorder), leaves)):
+            found = None if other or breaker.brk is not None else joint.reach(loss)
+        if found is None or not all(map(recorder.knows, found.leaves)):
             # An ordinary dynamic operation: an eager step whose effects are not tracked.
             breaker("Tensor.backward reads tensor data into Python", step=True)
             return torch.Tensor.backward(*args, **(kwargs or {}))
+        leaves = found.leaves
         with recorder.paused():
             before = tuple(_grad_read(recorder.refgraph, leaf) for leaf in leaves)
-        if not all(map(_known(recorder), (g for g in before if g is not None))):
+        if not all(map(recorder.knows, (g for g in before if g is not None))):
             breaker("Tensor.backward into a .grad of unknown origin", step=True)
             return torch.Tensor.backward(*args, **(kwargs or {}))
-        brk = breaker.where("loss.backward() runs eagerly between graphs (it fills .grad)")
+        with recorder.paused():
+            why = joint.refusal(recorder, loss, gradient, retain_graph, found)
+            if why is None:
+                _guard_leaf_hooks(recorder.refgraph, leaves)
+        if why is None:
+            joint.record(recorder, loss, gradient, leaves)
+            return None
+        brk = breaker.where(f"loss.backward() runs eagerly between graphs ({why})")
         step = (loss, gradient, retain_graph, tuple(leaves), before)
         var = breaker.segmenter.effect_step(gradients, step, brk)
         with recorder.paused():
@@ -171,32 +181,14 @@ def _grad_read(refgraph, leaf):
     return grad
 
 
+def _guard_leaf_hooks(refgraph, leaves) -> None:
+    """A backward in the graph runs no hooks: the guard checks that each leaf still has none
+    (a hook registered later makes the call record again, with the backward eager)."""
+    for leaf in leaves:
+        node = refgraph.node_of(leaf)
+        for name in joint.LEAF_HOOKS:
+            refgraph.child(node, ATTR, name, getattr(leaf, name))
+
+
 def _backward_arguments(loss, gradient=None, retain_graph=None, create_graph=False, inputs=None):
     return loss, gradient, retain_graph, (create_graph or inputs is not None)
-
-
-def _leaves(loss) -> list | None:
-    """The tensors whose ``.grad`` backward from ``loss`` accumulates into, in a fixed order
-    (the autograd graph's depth-first order from ``loss.grad_fn``); None if it has none."""
-    if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
-        return None
-    leaves, seen, todo = [], {}, [loss.grad_fn]
-    while todo:
-        fn = todo.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen[id(fn)] = fn   # (kept alive, so ids stay unique)
-        variable = getattr(fn, "variable", None)   # an AccumulateGrad node
-        if variable is not None:
-            leaves.append(variable)
-        todo.extend(reversed([f for f, _ in fn.next_functions]))
-    return leaves
-
-
-def _known(recorder):
-    """Can the mock name this tensor (read from outside, or made by a graph or a step)?"""
-    def known(t) -> bool:
-        return (recorder.refgraph.node_of(t) is not None or recorder.produced(t) is not None
-                or id(t) in recorder.eager)
-    return known
-
