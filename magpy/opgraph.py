@@ -268,6 +268,10 @@ class OpRecorder(TorchFunctionMode):
         name = ann.torch_name(func)
         if name in ann.TORCH_GRAD_MODE or name in ann.TORCH_METADATA or name in ann.TORCH_REFERENCES:
             return None   # graph state (_sync_modes records it where it matters), metadata, a .grad
+        if name in _GRAD_METADATA and self._needs_no_grad(args[0]) and not _GRAD_METADATA[name](*args[1:]):
+            # ``zero_grad(set_to_none=False)`` on each .grad: ``grad_fn`` is None, and
+            # ``requires_grad_(False)`` changes nothing, for a tensor that needs no grad.
+            return None
         if name in ann.TORCH_DYNAMIC:
             if name in ann.TORCH_TRUTH and self._assertion() is not None:
                 return name   # recorded as an assertion if the truth lets the assertion pass
@@ -276,6 +280,12 @@ class OpRecorder(TorchFunctionMode):
             self.dynamic(f"{_qualname(func)} reads tensor data into Python", step=True)
             return None
         return name
+
+    def _needs_no_grad(self, t) -> bool:
+        """Is ``t`` a tensor the record knows needs no grad (one from outside, whose
+        ``requires_grad`` the guard checks, or one a graph made)?"""
+        known = self.refgraph.node_of(t) is not None or id(t) in self.made
+        return known and not t.requires_grad
 
     def _assertion(self) -> tuple[bool, str] | None:
         """``(truth that passes, message)`` when the program reads a tensor's truth only to
@@ -744,6 +754,11 @@ _INPLACE_DUNDERS = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__",
 _LIFTABLE = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__",
                        "__rmul__", "__imul__", "__truediv__", "__rdiv__", "__rtruediv__", "__itruediv__",
                        "add", "sub", "mul", "div", "true_divide", "add_", "sub_", "mul_", "div_"})
+
+
+# Autograd metadata reads and writes that are constants or no-ops on a tensor that needs no
+# grad, given their other arguments: name -> (*arguments) -> whether it is not one.
+_GRAD_METADATA = {"grad_fn": lambda: False, "requires_grad_": lambda requires_grad=True: requires_grad}
 
 
 class _Unsupported(Exception):
