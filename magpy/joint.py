@@ -100,7 +100,8 @@ def refusal(recorder, loss, gradient, retain_graph, found: Reach) -> str | None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return "a process group is initialized: DDP's reducer hooks the gradients in the engine"
     if found.python:
-        return f"autograd runs Python of its own ({found.python[0]}: a custom autograd.Function or a module backward hook)"
+        return (f"autograd runs Python of its own ({found.python[0]}: a custom autograd.Function "
+                "or a module backward hook)")
     hooked = next((name for leaf in found.leaves for name in LEAF_HOOKS if getattr(leaf, name, None)), None)
     if hooked is not None:
         return f"a parameter has a gradient hook ({hooked})"

@@ -69,13 +69,16 @@ def _build(make_opt=_sgd, make_model=_mlp, step=None, **kw):
     return build
 
 
-def _plain_step(state, loss_fn=nn.functional.mse_loss, clip=None, zero_to_none=True):
-    model, opt = state["model"], state["opt"]
+def _plain_step(state, loss_fn=nn.functional.mse_loss, clip=None, zero_to_none=True, log_loss=False,
+                **backward):
+    model, opt, log = state["model"], state["opt"], state["log"]
 
     def train_step(x, y):
         opt.zero_grad(set_to_none=zero_to_none)
         loss = loss_fn(model(x), y)
-        loss.backward()
+        if log_loss:
+            log.append(loss.item())
+        loss.backward(**backward)
         if clip is not None:
             nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
@@ -118,6 +121,7 @@ def test_the_loss_keeps_its_autograd_look_inductor():
     step = magpy.compile(fn, backend="inductor")
     for i in range(3):
         loss = step(*_batch(state))
+    assert magpy.stats(step).graphs_per_call == 1
     assert loss.requires_grad and loss.grad_fn is not None
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
         loss.backward()
@@ -256,14 +260,16 @@ def test_grad_read_between_backward_and_step():
 
     trace = check_compiled(_build(step=step), _steps(), fullgraph=False, observe=_observe)
     st = magpy.stats(trace.compiled)
-    assert st.graphs_per_call == 2 and list(st.breaks) == ["Tensor.__float__ reads tensor data into Python"], st
+    assert st.graphs_per_call == 2, st   # the forward and backward, then the update
+    assert list(st.breaks) == ["Tensor.__float__ reads tensor data into Python"], st
 
 
 def test_train_eval_switch():
     # Dropout and BatchNorm behave differently in train and eval mode: one record per mode
     # (plus the first step's), each a single graph.
     def make_model():
-        return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.25), nn.Linear(16, 4))
+        return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.25),
+                             nn.Linear(16, 4))
 
     def to_eval(state):
         state["model"].eval()
@@ -271,8 +277,8 @@ def test_train_eval_switch():
     def to_train(state):
         state["model"].train()
 
-    steps = _steps(3) + [after(to_eval, _batch, expect=MONITOR), Step("eval again", _batch, seed=7, expect=MOCK),
-                         after(to_train, _batch, expect=MOCK)]
+    again = Step("eval again", _batch, seed=7, expect=MOCK)
+    steps = _steps(3) + [after(to_eval, _batch, expect=MONITOR), again, after(to_train, _batch, expect=MOCK)]
     trace = check_compiled(_build(make_model=make_model), steps, fullgraph=True, observe=_observe,
                            expect_records=3)
     assert magpy.stats(trace.compiled).graphs_per_call == 1
@@ -302,7 +308,8 @@ def _observe_hooks(state):
 
 
 HOOKS = {
-    "tensor hook": (lambda m, c: m[0].weight.register_hook(c), "a parameter has a gradient hook (_backward_hooks)"),
+    "tensor hook": (lambda m, c: m[0].weight.register_hook(c),
+                    "a parameter has a gradient hook (_backward_hooks)"),
     "post-accumulate hook": (lambda m, c: m[2].bias.register_post_accumulate_grad_hook(c),
                              "a parameter has a gradient hook (_post_accumulate_grad_hooks)"),
 }
@@ -347,41 +354,17 @@ def test_custom_function_keeps_the_backward_eager():
         return nn.functional.mse_loss(_Scale.apply(out), y)
 
     trace = check_compiled(_build(loss_fn=loss_fn), _steps(), fullgraph=False, observe=_observe)
-    _eager_backward(trace, "autograd runs Python of its own (_ScaleBackward: a custom autograd.Function or a "
-                           "module backward hook)")
+    _eager_backward(trace, "autograd runs Python of its own (_ScaleBackward: a custom autograd.Function "
+                           "or a module backward hook)")
 
 
-def test_retain_graph_keeps_the_backward_eager():
-    def step(state):
-        model, opt = state["model"], state["opt"]
-
-        def train_step(x, y):
-            opt.zero_grad()
-            loss = nn.functional.mse_loss(model(x), y)
-            loss.backward(retain_graph=True)
-            opt.step()
-            return loss
-        return train_step
-
-    trace = check_compiled(_build(step=step), _steps(), fullgraph=False, observe=_observe)
-    _eager_backward(trace, "retain_graph=True keeps the autograd graph for another backward")
-
-
-def test_loss_before_a_break_keeps_the_backward_eager():
-    def step(state):
-        model, opt, log = state["model"], state["opt"], state["log"]
-
-        def train_step(x, y):
-            opt.zero_grad()
-            loss = nn.functional.mse_loss(model(x), y)
-            log.append(loss.item())
-            loss.backward()
-            opt.step()
-            return loss
-        return train_step
-
-    trace = check_compiled(_build(step=step), _steps(), fullgraph=False, observe=_observe)
-    _eager_backward(trace, "the loss was computed before an eager step")
+@pytest.mark.parametrize("options, why", [
+    ({"retain_graph": True}, "retain_graph=True keeps the autograd graph for another backward"),
+    ({"log_loss": True}, "the loss was computed before an eager step"),   # loss.item() before it
+], ids=["retain_graph", "loss before a break"])
+def test_step_keeps_the_backward_eager(options, why):
+    trace = check_compiled(_build(**options), _steps(), fullgraph=False, observe=_observe)
+    _eager_backward(trace, why)
 
 
 def test_backend_without_backward_keeps_it_eager():
@@ -403,5 +386,6 @@ def test_switched_off():
 
 def test_fullgraph_names_why_the_backward_is_eager():
     fn, state = _build(make_model=_hooked(HOOKS["tensor hook"][0]))()
-    with pytest.raises(magpy.GraphBreakError, match=r"runs eagerly between graphs \(a parameter has a gradient hook"):
+    why = r"runs eagerly between graphs \(a parameter has a gradient hook"
+    with pytest.raises(magpy.GraphBreakError, match=why):
         magpy.compile(fn, backend="eager", fullgraph=True)(*_batch(state))

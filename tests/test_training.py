@@ -27,6 +27,7 @@ from tests.compile_harness import (
     fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
 )
 
+
 def _mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
 
@@ -268,29 +269,3 @@ def test_inductor_step():
     trace = check_compiled(_build(_adamw), _steps(4), backend="inductor", fullgraph=False, observe=_observe,
                            rtol=1e-5, atol=1e-6)
     assert magpy.stats(trace.compiled).eager_runs == 0
-
-
-@pytest.mark.parametrize("name", ["resnet50", "bert"])
-def test_zoo_model_trains(name):
-    # The zoo's ResNet-50 (BatchNorm statistics updated in training mode) and BERT (dropout),
-    # test size, SGD with momentum: bit-exact, and steady-state steps are mock runs.
-    from benchmarks.models import MODELS
-
-    def build():
-        model, args, kwargs = MODELS[name]("test")
-        model.train()
-        opt = _sgd(model.parameters())
-
-        def train_step(*args, **kwargs):
-            opt.zero_grad()
-            out = model(*args, **kwargs)
-            loss = (out if isinstance(out, torch.Tensor) else out[0]).pow(2).mean()
-            loss.backward()
-            opt.step()
-            return loss
-        return train_step, {"model": model, "opt": opt, "inputs": (args, kwargs)}
-
-    steps = [Step(f"train step {i + 1}", lambda s: s["inputs"][0], lambda s: s["inputs"][1], seed=i, expect=e)
-             for i, e in enumerate([MONITOR, MONITOR, MOCK, MOCK, MOCK])]
-    trace = check_compiled(build, steps, fullgraph=False, observe=_observe, expect_records=2)
-    assert magpy.stats(trace.compiled).graphs_per_call == 1
