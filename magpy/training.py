@@ -1,19 +1,22 @@
 """Training steps: ``loss.backward()`` and ``optimizer.step()`` inside a compiled call.
 
 A step ``opt.zero_grad(); loss = f(model(x), y); loss.backward(); opt.step()`` is recorded as
-graph, eager step, graph:
+one graph where ``magpy.joint`` can put the backward into it, else as graph, eager step, graph:
 
-- the forward and the loss are the first graph (a backend compiling it through AOTAutograd,
-  as Inductor does, compiles its backward too);
-- ``loss.backward()`` is an eager step (:func:`backward_intrinsic`): it runs the real autograd
-  engine, so gradient hooks, custom ``autograd.Function`` backwards and accumulation into
-  existing ``.grad`` tensors happen exactly as in eager.  It gives back the ``.grad`` of every
-  leaf it reached; the later graphs take those tensors as inputs, and the mock leaves them in
-  ``.grad`` (the RefGraph tracks a leaf's ``.grad`` as its state, ``refgraph.tensor_state``);
+- the forward and the loss are recorded into the graph as any tensor operations;
+- ``loss.backward()`` (:func:`backward_intrinsic`) is recorded into the same graph as the
+  gradients of the leaves it reaches and their ``.grad`` accumulation (``magpy.joint``), or,
+  where the engine must run it (hooks, custom ``autograd.Function`` backwards, DDP's
+  reducer, ...: ``joint.refusal``), it is an eager step: the real autograd engine, so those
+  run exactly as in eager.  The step gives back the ``.grad`` of every leaf it reached; the
+  later graphs take those tensors as inputs (a backend compiling the forward graph through
+  AOTAutograd, as Inductor does, compiles its backward too);
+- either way the mock leaves the new tensors in ``.grad`` (the RefGraph tracks a leaf's
+  ``.grad`` as its state, ``refgraph.tensor_state``);
 - the optimizer's Python code (param_groups loops, its ``state`` dicts, lazily created
   momentum buffers and step counters) is monitored like the program's own
-  (:data:`MONITORED_TORCH`), so its tensor updates become the last graph and its state is
-  guarded and written back by the mock.
+  (:data:`MONITORED_TORCH`), so its tensor updates are recorded after the backward and its
+  state is guarded and written back by the mock.
 
 The table entries here keep the optimizer's eager semantics under the monitor: wrappers that
 only hide a function from Dynamo are looked through, profiler ranges of torch's own code are
