@@ -28,6 +28,7 @@ compile no backward, and ``magpy.config.joint_backward = False``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import torch
 import torch.fx as fx
@@ -116,18 +117,33 @@ def _graph_refusal(recorder, loss, gradient, leaves) -> str | None:
     if recorder.shapes is not None and recorder.shapes.active:
         return "the graph has symbolic sizes"
     if recorder.produced(loss) is not piece:
-        return "the loss was computed before an eager step"
+        return "the loss was computed before an eager step or outside the call"
     if gradient is not None and not recorder.knows(gradient):
         return "the gradient argument is of unknown origin"
     for t in recorder.piece_inputs():
         if isinstance(t, torch.Tensor) and t.requires_grad and not t.is_leaf:
-            return "gradients flow through a tensor computed before an eager step"
+            return "gradients flow through a tensor computed before an eager step or outside the call"
     inputs = {id(t) for t in recorder.piece_inputs()}
     if not all(id(leaf) in inputs and recorder.refgraph.node_of(leaf) is not None for leaf in leaves):
         return "a tensor needing grad was made inside the call"
-    if any(n.kwargs.get("sparse") is True for n in piece.graph.nodes if n.op != "placeholder"):
+    if any(map(_sparse_gradient, piece.graph.nodes)):
         return "an embedding with sparse gradients"
     return None
+
+
+def _sparse_gradient(node: fx.Node) -> bool:
+    """Does operation ``node`` give its weight a sparse gradient (``nn.Embedding(sparse=True)``)?"""
+    if node.target not in _SPARSE_GRADIENTS:
+        return node.kwargs.get("sparse") is True
+    try:
+        bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
+    except TypeError:
+        return True   # (in doubt, the engine)
+    return bound.arguments.get("sparse") is True
+
+
+# Operations whose ``sparse`` argument a module passes by position.
+_SPARSE_GRADIENTS = (torch.nn.functional.embedding, torch.nn.functional.embedding_bag)
 
 
 def record(recorder, loss, gradient, leaves: list) -> None:

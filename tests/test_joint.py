@@ -360,11 +360,31 @@ def test_custom_function_keeps_the_backward_eager():
 
 @pytest.mark.parametrize("options, why", [
     ({"retain_graph": True}, "retain_graph=True keeps the autograd graph for another backward"),
-    ({"log_loss": True}, "the loss was computed before an eager step"),   # loss.item() before it
+    # loss.item() before the backward
+    ({"log_loss": True}, "the loss was computed before an eager step or outside the call"),
 ], ids=["retain_graph", "loss before a break"])
 def test_step_keeps_the_backward_eager(options, why):
     trace = check_compiled(_build(**options), _steps(), fullgraph=False, observe=_observe)
     _eager_backward(trace, why)
+
+
+def test_sparse_embedding_keeps_the_backward_eager():
+    class Bag(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(10, 4, sparse=True)
+
+        def forward(self, x):
+            return self.embedding((x.abs() * 3).long().clamp(max=9)[:, :4]).sum(1)
+
+    def observe(state):
+        weight = state["model"].embedding.weight
+        return weight, weight.grad.is_sparse, weight.grad.to_dense()
+
+    trace = check_compiled(_build(lambda p: torch.optim.SGD(p, lr=0.1), make_model=Bag), _steps(),
+                           fullgraph=False, observe=observe)
+    _eager_backward(trace, "an embedding with sparse gradients")
+    assert trace.compiled_state["model"].embedding.weight.grad.is_sparse
 
 
 def test_backend_without_backward_keeps_it_eager():
