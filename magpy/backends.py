@@ -37,9 +37,11 @@ _CONTROL_FLOW = (torch.ops.higher_order.cond, torch.ops.higher_order.while_loop)
 def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     if not joint.has_backward(gm):
         return _compile_inductor(gm, example_inputs)
-    # A whole train step (magpy.joint): compiled as one inference graph.
+    # A whole train step (magpy.joint): compiled as one inference graph, traced with grad
+    # on (its forward must record the autograd graph its backward differentiates).
     needing_grad = gm.meta[GRAD_OUTPUTS]
-    compiled = _compile_inductor(gm, joint.inference_form(gm, example_inputs))
+    with torch.enable_grad():
+        compiled = _compile_inductor(gm, joint.inference_form(gm, example_inputs))
     return joint.BackwardDone(compiled, needing_grad) if needing_grad else compiled
 
 
