@@ -642,6 +642,11 @@ class OpRecorder(TorchFunctionMode):
         """Can the mock name tensor ``t`` (read from outside, made by a graph or a step)?"""
         return self.refgraph.node_of(t) is not None or id(t) in self.made or id(t) in self.eager
 
+    def eager_tensor(self, t, expr: str) -> None:
+        """``t`` was made by an eager step: later graphs take it as an input, the mock's ``expr``."""
+        self.eager[id(t)] = expr
+        self._keep.append(t)
+
     def piece_inputs(self) -> list:
         """The values the current piece takes as inputs (tensors, numbers as 0-d tensors)."""
         return [ph.meta["example_value"] for _, ph in self.piece.inputs]

@@ -157,8 +157,7 @@ def backward_intrinsic(recorder):
             for i, g in enumerate(grads):
                 # A .grad an earlier step made and this one accumulated into keeps its name.
                 if g is not None and id(g) not in recorder.eager:
-                    recorder.eager[id(g)] = f"{var}[{i}]"
-                    recorder._keep.append(g)
+                    recorder.eager_tensor(g, f"{var}[{i}]")
         return None
     return intrinsic
 
