@@ -41,8 +41,9 @@ variant                what is called
 ``torch.compile+ca``   the same with compiled autograd (``torch._dynamo.config.compiled_autograd``
                        set while the variant runs; ``--ddp``: with ``optimize_ddp="python_reducer"``,
                        which compiled autograd needs): the backward pass is one more graph
-``magpy``              ``magpy.compile(step)`` (Inductor; ``backward()`` is an eager step between the
-                       forward graph, compiled with its backward, and the optimizer-update graph)
+``magpy``              ``magpy.compile(step)`` (Inductor; the whole step, ``backward()`` included, is one
+                       graph (``magpy.joint``); ``--ddp``: ``backward()`` is an eager step between
+                       graphs, so that DDP's reducer hooks run)
 =====================  ===============================================================================
 
 The ``-eager`` variants run the captured graphs as plain Python: what they cost over eager is

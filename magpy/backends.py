@@ -20,7 +20,9 @@ from torch._guards import TracingContext, detect_fake_mode, tracing
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from magpy import joint
 from magpy.errors import BackendError
+from magpy.opgraph import GRAD_OUTPUTS
 
 Backend = Callable[[torch.fx.GraphModule, list], Callable]
 
@@ -33,6 +35,17 @@ _CONTROL_FLOW = (torch.ops.higher_order.cond, torch.ops.higher_order.while_loop)
 
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    if not joint.has_backward(gm):
+        return _compile_inductor(gm, example_inputs)
+    # A whole train step (magpy.joint): compiled as one inference graph, traced with grad
+    # on (its forward must record the autograd graph its backward differentiates).
+    needing_grad = gm.meta[GRAD_OUTPUTS]
+    with torch.enable_grad():
+        compiled = _compile_inductor(gm, joint.inference_form(gm, example_inputs))
+    return joint.BackwardDone(compiled, needing_grad) if needing_grad else compiled
+
+
+def _compile_inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     with _quiet(categories=(DeprecationWarning,)):   # inductor's imports use deprecated torch.jit APIs
         from torch._inductor import config as inductor_config
         from torch._inductor.compile_fx import compile_fx

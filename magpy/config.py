@@ -32,6 +32,10 @@ class Config:
     one length, and compiling it unrolled cost the LSTM benchmark 4x its total time.)
     ``autopilot``: time each compiled graph against the same graph run eagerly over its first
     calls and keep the faster (``magpy.autopilot``); applies to graphs compiled after it is set.
+    ``joint_backward``: record ``loss.backward()`` into the graph, so a whole train step is one
+    graph (``magpy.joint``), where nothing but gradient arithmetic runs in the backward; False
+    keeps it an eager step between graphs (the real autograd engine) everywhere.  Applies to
+    records made after it is set.
     ``verify_fast_guard``: debugging aid (magpy's tests turn it on): whenever the full guard
     passes and stamps a fast guard, check that the fast guard passes too with the same values.
     """
@@ -45,6 +49,7 @@ class Config:
     control_flow: bool = True
     max_unroll: int = 16
     autopilot: bool = True
+    joint_backward: bool = True
 
     def __setattr__(self, name, value):
         if name not in {f.name for f in dataclasses.fields(self)}:
@@ -55,8 +60,8 @@ class Config:
             raise ValueError(f"magpy.config.dynamic must be None (automatic), True or False, not {value!r}")
         if name == "dynamic_after" and (type(value) is not int or value < 2):
             raise ValueError(f"magpy.config.dynamic_after must be an int >= 2, not {value!r}")
-        if name == "autopilot" and type(value) is not bool:
-            raise ValueError(f"magpy.config.autopilot must be True or False, not {value!r}")
+        if name in ("autopilot", "joint_backward") and type(value) is not bool:
+            raise ValueError(f"magpy.config.{name} must be True or False, not {value!r}")
         if name == "max_unroll" and (type(value) is not int or value < 0):
             raise ValueError(f"magpy.config.max_unroll must be an int >= 0, not {value!r}")
         if name == "cache_size_limit" and (not isinstance(value, int) or value < 1):

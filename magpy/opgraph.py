@@ -239,6 +239,7 @@ class OpRecorder(TorchFunctionMode):
         # id(tensor a control flow operator gave) -> the tensors from before it that the
         # program has instead on some runs (see cond).
         self.passes: dict[int, Passes] = {}
+        self.joint_backend = False   # the backend compiles graphs holding a backward (magpy.joint)
 
     @property
     def piece(self) -> Piece:
@@ -323,6 +324,10 @@ class OpRecorder(TorchFunctionMode):
         if name == "unbind" and args[1:] == (0,) and self.forks_allowed() and \
                 self.branches.wants_iteration(args[0]):
             return None   # iter(x) of a for loop recorded as a while_loop (magpy.controlflow)
+        if name in _GRAD_METADATA and self._needs_no_grad(args[0]) and not _GRAD_METADATA[name](*args[1:]):
+            # ``zero_grad(set_to_none=False)`` on each .grad: ``grad_fn`` is None, and
+            # ``requires_grad_(False)`` changes nothing, for a tensor that needs no grad.
+            return None
         if name in ann.TORCH_DYNAMIC:
             if name in ann.TORCH_TRUTH and self._assertion() is not None:
                 return name   # recorded as an assertion if the truth lets the assertion pass
@@ -338,6 +343,11 @@ class OpRecorder(TorchFunctionMode):
         """May control flow run forks of the program now?  (Not while it holds an array
         magpy.arrays follows: the forks run unfollowed.)"""
         return self.branches is not None and not (self.arrays is not None and self.arrays.holding())
+    def _needs_no_grad(self, t) -> bool:
+        """Is ``t`` a tensor the record knows needs no grad (one from outside, whose
+        ``requires_grad`` the guard checks, or one a graph made)?"""
+        known = self.refgraph.node_of(t) is not None or id(t) in self.made
+        return known and not t.requires_grad
 
     def _assertion(self) -> tuple[bool, str] | None:
         """``(truth that passes, message)`` when the program reads a tensor's truth only to
@@ -793,6 +803,27 @@ class OpRecorder(TorchFunctionMode):
         """The piece whose operations made ``t`` (not an input), if any."""
         return self.made.get(id(t))
 
+    def knows(self, t) -> bool:
+        """Can the mock name tensor ``t`` (read from outside, made by a graph or a step)?"""
+        return self.refgraph.node_of(t) is not None or id(t) in self.made or id(t) in self.eager
+
+    def eager_tensor(self, t, expr: str) -> None:
+        """``t`` was made by an eager step: later graphs take it as an input, the mock's ``expr``."""
+        self.eager[id(t)] = expr
+        self._keep.append(t)
+
+    def piece_inputs(self) -> list:
+        """The values the current piece takes as inputs (tensors, numbers as 0-d tensors)."""
+        return [ph.meta["example_value"] for _, ph in self.piece.inputs]
+
+    def record_call(self, fn, args: tuple, out) -> None:
+        """Record ``out = fn(*args)``, which magpy computed itself (paused), as an operation of
+        the current piece (``magpy.joint``'s backward); a failure ends recording."""
+        try:
+            self._record(fn, fn.__name__, args, {}, out)
+        except Exception as e:  # noqa: BLE001 - magpy's failure, never the program's
+            self.dynamic.fail(e)
+
     def finish(self) -> list[fx.GraphModule | None]:
         """Close every piece's graph with its outputs, leaving grad and inference mode as the
         run did; None for a piece without operations."""
@@ -839,6 +870,7 @@ def _close(piece: Piece) -> fx.GraphModule:
     gm = fx.GraphModule(root, piece.graph)
     # The layout eager gave (backends.EagerLayout keeps it).
     gm.meta[CONTIGUOUS_OUTPUTS] = tuple(i for i, t in enumerate(piece.outputs) if t.is_contiguous())
+    gm.meta[GRAD_OUTPUTS] = tuple(i for i, t in enumerate(piece.outputs) if t.requires_grad)
     return gm
 
 
@@ -855,6 +887,8 @@ class _Paused:
 
 # GraphModule.meta key: the positions of the outputs the recording run made contiguous.
 CONTIGUOUS_OUTPUTS = "magpy_contiguous_outputs"
+# GraphModule.meta key: the positions of the outputs that needed grad in the recording run.
+GRAD_OUTPUTS = "magpy_grad_outputs"
 
 
 def updated_in_place(sn) -> bool:
@@ -909,6 +943,11 @@ _INPLACE_DUNDERS = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__",
 _LIFTABLE = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__",
                        "__rmul__", "__imul__", "__truediv__", "__rdiv__", "__rtruediv__", "__itruediv__",
                        "add", "sub", "mul", "div", "true_divide", "add_", "sub_", "mul_", "div_"})
+
+
+# Autograd metadata reads and writes that are constants or no-ops on a tensor that needs no
+# grad, given their other arguments: name -> (*arguments) -> whether it is not one.
+_GRAD_METADATA = {"grad_fn": lambda: False, "requires_grad_": lambda requires_grad=True: requires_grad}
 
 
 class _Unsupported(Exception):

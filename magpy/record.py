@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from magpy import annotations, autopilot, backends, continuations, logs, scripted, standins, training
+from magpy import annotations, autopilot, backends, continuations, joint, logs, scripted, standins, training
 from magpy.codegen import compile_source, generate
 from magpy.codegen.guard import inputs_in_words, path_in_words, write_shape_check
 from magpy.config import config
@@ -235,6 +235,7 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | Non
         with _stage("setting up the recording"):
             cap = _recording(fn, args, kwargs, roots, lifting)
             cap.branches.enabled = backend[0] not in backends.NO_CONDS
+            cap.recorder.joint_backend = backend[0] in joint.BACKENDS
     except CaptureError as e:
         _capture_failed(e, errors)
         return fn(*args, **kwargs), None   # the program has not run yet: run it eagerly
@@ -273,6 +274,7 @@ def capture_continuation(resume: Resume, backend, errors: list | None = None) ->
     try:
         with _stage("setting up the recording"):
             cap = Capture(_policy)
+            cap.recorder.joint_backend = backend[0] in joint.BACKENDS
             for i, v in enumerate(values):
                 # Plain values (a loop counter, a step's small int) are constants of the record.
                 cap.refgraph.root(ARG, i, v, read=is_immutable(v), anew=True)

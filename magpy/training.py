@@ -1,19 +1,22 @@
 """Training steps: ``loss.backward()`` and ``optimizer.step()`` inside a compiled call.
 
 A step ``opt.zero_grad(); loss = f(model(x), y); loss.backward(); opt.step()`` is recorded as
-graph, eager step, graph:
+one graph where ``magpy.joint`` can put the backward into it, else as graph, eager step, graph:
 
-- the forward and the loss are the first graph (a backend compiling it through AOTAutograd,
-  as Inductor does, compiles its backward too);
-- ``loss.backward()`` is an eager step (:func:`backward_intrinsic`): it runs the real autograd
-  engine, so gradient hooks, custom ``autograd.Function`` backwards and accumulation into
-  existing ``.grad`` tensors happen exactly as in eager.  It gives back the ``.grad`` of every
-  leaf it reached; the later graphs take those tensors as inputs, and the mock leaves them in
-  ``.grad`` (the RefGraph tracks a leaf's ``.grad`` as its state, ``refgraph.tensor_state``);
+- the forward and the loss are recorded into the graph as any tensor operations;
+- ``loss.backward()`` (:func:`backward_intrinsic`) is recorded into the same graph as the
+  gradients of the leaves it reaches and their ``.grad`` accumulation (``magpy.joint``), or,
+  where the engine must run it (hooks, custom ``autograd.Function`` backwards, DDP's
+  reducer, ...: ``joint.refusal``), it is an eager step: the real autograd engine, so those
+  run exactly as in eager.  The step gives back the ``.grad`` of every leaf it reached; the
+  later graphs take those tensors as inputs (a backend compiling the forward graph through
+  AOTAutograd, as Inductor does, compiles its backward too);
+- either way the mock leaves the new tensors in ``.grad`` (the RefGraph tracks a leaf's
+  ``.grad`` as its state, ``refgraph.tensor_state``);
 - the optimizer's Python code (param_groups loops, its ``state`` dicts, lazily created
   momentum buffers and step counters) is monitored like the program's own
-  (:data:`MONITORED_TORCH`), so its tensor updates become the last graph and its state is
-  guarded and written back by the mock.
+  (:data:`MONITORED_TORCH`), so its tensor updates are recorded after the backward and its
+  state is guarded and written back by the mock.
 
 The table entries here keep the optimizer's eager semantics under the monitor: wrappers that
 only hide a function from Dynamo are looked through, profiler ranges of torch's own code are
@@ -28,6 +31,7 @@ import types
 import torch
 from torch.optim import optimizer as _optimizer
 
+from magpy import joint
 from magpy.monitor.policy import CallPolicy
 from magpy.refgraph.graph import ATTR
 
@@ -118,24 +122,33 @@ def number_arguments(gm: torch.fx.GraphModule) -> None:
 
 # --------------------------------------------------------------------------- backward
 def backward_intrinsic(recorder):
-    """``loss.backward(gradient, retain_graph)`` in a recording: an eager step of the record
-    that gives back the ``.grad`` tensors it wrote (module docstring).  Other forms
-    (``create_graph``, ``inputs``) are ordinary dynamic operations."""
+    """``loss.backward(gradient, retain_graph)`` in a recording: recorded into the graph where
+    ``magpy.joint`` can, else an eager step of the record that gives back the ``.grad``
+    tensors it wrote (module docstring).  Other forms (``create_graph``, ``inputs``) are
+    ordinary dynamic operations."""
     def intrinsic(monitor, args, kwargs):
         loss, gradient, retain_graph, other = _backward_arguments(*args, **(kwargs or {}))
         breaker = recorder.dynamic
         with recorder.paused():   # (reading the autograd graph is not the program's read)
-            leaves = None if other or breaker.brk is not None else _leaves(loss)
-        if leaves is None or not all(map(_known(recorder), leaves)):
+            found = None if other or breaker.brk is not None else joint.reach(loss)
+        if found is None or not all(map(recorder.knows, found.leaves)):
             # An ordinary dynamic operation: an eager step whose effects are not tracked.
             breaker("Tensor.backward reads tensor data into Python", step=True)
             return torch.Tensor.backward(*args, **(kwargs or {}))
+        leaves = found.leaves
         with recorder.paused():
             before = tuple(_grad_read(recorder.refgraph, leaf) for leaf in leaves)
-        if not all(map(_known(recorder), (g for g in before if g is not None))):
+        if not all(map(recorder.knows, (g for g in before if g is not None))):
             breaker("Tensor.backward into a .grad of unknown origin", step=True)
             return torch.Tensor.backward(*args, **(kwargs or {}))
-        brk = breaker.where("loss.backward() runs eagerly between graphs (it fills .grad)")
+        with recorder.paused():
+            why = joint.refusal(recorder, loss, gradient, retain_graph, found)
+            if why is None:
+                _guard_leaf_hooks(recorder.refgraph, leaves)
+        if why is None:
+            joint.record(recorder, loss, gradient, leaves)
+            return None
+        brk = breaker.where(f"loss.backward() runs eagerly between graphs ({why})")
         step = (loss, gradient, retain_graph, tuple(leaves), before)
         var = breaker.segmenter.effect_step(gradients, step, brk)
         with recorder.paused():
@@ -144,8 +157,7 @@ def backward_intrinsic(recorder):
             for i, g in enumerate(grads):
                 # A .grad an earlier step made and this one accumulated into keeps its name.
                 if g is not None and id(g) not in recorder.eager:
-                    recorder.eager[id(g)] = f"{var}[{i}]"
-                    recorder._keep.append(g)
+                    recorder.eager_tensor(g, f"{var}[{i}]")
         return None
     return intrinsic
 
@@ -171,32 +183,14 @@ def _grad_read(refgraph, leaf):
     return grad
 
 
+def _guard_leaf_hooks(refgraph, leaves) -> None:
+    """A backward in the graph runs no hooks: the guard checks that each leaf still has none
+    (a hook registered later makes the call record again, with the backward eager)."""
+    for leaf in leaves:
+        node = refgraph.node_of(leaf)
+        for name in joint.LEAF_HOOKS:
+            refgraph.child(node, ATTR, name, getattr(leaf, name))
+
+
 def _backward_arguments(loss, gradient=None, retain_graph=None, create_graph=False, inputs=None):
     return loss, gradient, retain_graph, (create_graph or inputs is not None)
-
-
-def _leaves(loss) -> list | None:
-    """The tensors whose ``.grad`` backward from ``loss`` accumulates into, in a fixed order
-    (the autograd graph's depth-first order from ``loss.grad_fn``); None if it has none."""
-    if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
-        return None
-    leaves, seen, todo = [], {}, [loss.grad_fn]
-    while todo:
-        fn = todo.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen[id(fn)] = fn   # (kept alive, so ids stay unique)
-        variable = getattr(fn, "variable", None)   # an AccumulateGrad node
-        if variable is not None:
-            leaves.append(variable)
-        todo.extend(reversed([f for f, _ in fn.next_functions]))
-    return leaves
-
-
-def _known(recorder):
-    """Can the mock name this tensor (read from outside, or made by a graph or a step)?"""
-    def known(t) -> bool:
-        return (recorder.refgraph.node_of(t) is not None or recorder.produced(t) is not None
-                or id(t) in recorder.eager)
-    return known
-

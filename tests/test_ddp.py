@@ -54,7 +54,8 @@ RECORD, CONTINUATION, MOCK = "record", "continuation", "mock"
 REDUCER_STEPS = {f"call to impure native torch._C._distributed_c10d.{name}"
                  for name in ("set_runtime_stats_and_log", "prepare_for_forward", "_rebuild_buckets",
                               "prepare_for_backward")}
-BACKWARD = "loss.backward() runs eagerly between graphs (it fills .grad)"
+BACKWARD = ("loss.backward() runs eagerly between graphs (a process group is initialized: DDP's reducer "
+            "hooks the gradients in the engine)")
 
 
 # ----------------------------------------------------------------------------- the ranks

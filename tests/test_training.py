@@ -5,10 +5,12 @@ built twice from the same seed) and compares, after every step, the loss, every 
 and its ``.grad``, and the optimizer's state (momentum buffers, Adam moments, step counters)
 bit-exactly with backend "eager", with ``allclose`` under Inductor.
 
-A step records as graph (forward and loss), eager step (``loss.backward()``, which fills
-``.grad``), graph (the optimizer update).  The first step finds no ``.grad`` and no optimizer
-state, the second finds both: each records once; from the third on every step is a mock run
-(no monitor run, no eager run).
+A step records as one graph: forward, loss, ``loss.backward()`` (``magpy.joint``: the
+gradients and the ``.grad`` accumulation are graph operations) and the optimizer update
+(``tests/test_joint.py`` tests the eager backward step that remains where the backward cannot
+be in the graph).  The first step finds no ``.grad`` and no optimizer state, the second finds
+both: each records once; from the third on every step is a mock run (no monitor run, no
+eager run).
 """
 import pytest
 import torch
@@ -24,8 +26,6 @@ from tests.compile_harness import (
     check_compiled,
     fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
 )
-
-BACKWARD = "loss.backward() runs eagerly between graphs (it fills .grad)"
 
 
 def _mlp() -> nn.Module:
@@ -82,11 +82,11 @@ def _adamw(params):
 @pytest.mark.parametrize("make_opt", [_sgd, _adamw], ids=["sgd-momentum", "adamw"])
 def test_step_compiled_whole(make_opt):
     trace = check_compiled(_build(make_opt), _steps(), fullgraph=False, observe=_observe,
-                           expect_graphs=4, expect_records=2)
+                           expect_graphs=2, expect_records=2)
     stats = magpy.stats(trace.compiled)
     assert stats.eager_runs == 0 and stats.break_reasons == []
-    assert stats.breaks == {BACKWARD: 2}
-    assert stats.graphs_per_call == 2   # forward + loss, optimizer update
+    assert stats.breaks == {}
+    assert stats.graphs_per_call == 1   # forward, loss, backward, optimizer update
 
 
 def test_optimizer_state_equal_after_steps():
@@ -97,18 +97,16 @@ def test_optimizer_state_equal_after_steps():
     assert set(state) == {"step", "exp_avg", "exp_avg_sq"} and state["step"].item() == 3.0
 
 
-def test_fullgraph_names_the_backward_break():
-    # backward is an eager step between graphs: fullgraph=True says so, as for any break.
-    build = _build(_sgd)
-    fn, state = build()
-    with pytest.raises(magpy.GraphBreakError, match="runs eagerly between graphs"):
-        magpy.compile(fn, backend="eager", fullgraph=True)(*_batch(state))
+def test_fullgraph_takes_the_whole_step():
+    # The backward is in the graph: fullgraph=True has no break to report.
+    check_compiled(_build(_sgd), _steps(), fullgraph=True, observe=_observe, expect_records=2)
 
 
-def test_explain_shows_graph_step_graph():
+def test_explain_shows_one_graph():
     fn, state = _build(_sgd)()
-    text = str(magpy.explain(fn, *_batch(state)))
-    assert "2 graphs" in text and "gradients(...)" in text and "loss.backward()" in text
+    explanation = magpy.explain(fn, *_batch(state))
+    assert "1 graph," in str(explanation) and "0 graph breaks" in str(explanation)
+    assert "magpy_joint_gradients(" in explanation.graphs[0].code
 
 
 def test_gradient_accumulation_two_micro_batches():
@@ -126,9 +124,9 @@ def test_gradient_accumulation_two_micro_batches():
         return train_step, {"model": model, "opt": opt}
 
     trace = check_compiled(build, _steps(), fullgraph=False, observe=_observe, expect_records=2)
-    # Two forward graphs, two backward steps, one update: three graphs per step.
-    assert magpy.stats(trace.compiled).breaks == {BACKWARD: 4}
-    assert magpy.stats(trace.compiled).graphs_per_call == 3
+    # Both forwards and backwards (the second adds into the first's .grad) and the update.
+    assert magpy.stats(trace.compiled).breaks == {}
+    assert magpy.stats(trace.compiled).graphs_per_call == 1
 
 
 def test_accumulation_across_calls_without_zero_grad():
@@ -216,7 +214,7 @@ def test_bf16_autocast_step():
         return train_step, {"model": model, "opt": opt}
 
     trace = check_compiled(build, _steps(), fullgraph=False, observe=_observe, expect_records=2)
-    assert magpy.stats(trace.compiled).graphs_per_call == 2
+    assert magpy.stats(trace.compiled).graphs_per_call == 1
 
 
 @pytest.mark.parametrize("make_opt", [lambda p: torch.optim.SGD(p, lr=torch.tensor(0.05), momentum=0.9),
@@ -271,29 +269,3 @@ def test_inductor_step():
     trace = check_compiled(_build(_adamw), _steps(4), backend="inductor", fullgraph=False, observe=_observe,
                            rtol=1e-5, atol=1e-6)
     assert magpy.stats(trace.compiled).eager_runs == 0
-
-
-@pytest.mark.parametrize("name", ["resnet50", "bert"])
-def test_zoo_model_trains(name):
-    # The zoo's ResNet-50 (BatchNorm statistics updated in training mode) and BERT (dropout),
-    # test size, SGD with momentum: bit-exact, and steady-state steps are mock runs.
-    from benchmarks.models import MODELS
-
-    def build():
-        model, args, kwargs = MODELS[name]("test")
-        model.train()
-        opt = _sgd(model.parameters())
-
-        def train_step(*args, **kwargs):
-            opt.zero_grad()
-            out = model(*args, **kwargs)
-            loss = (out if isinstance(out, torch.Tensor) else out[0]).pow(2).mean()
-            loss.backward()
-            opt.step()
-            return loss
-        return train_step, {"model": model, "opt": opt, "inputs": (args, kwargs)}
-
-    steps = [Step(f"train step {i + 1}", lambda s: s["inputs"][0], lambda s: s["inputs"][1], seed=i, expect=e)
-             for i, e in enumerate([MONITOR, MONITOR, MOCK, MOCK, MOCK])]
-    trace = check_compiled(build, steps, fullgraph=False, observe=_observe, expect_records=2)
-    assert magpy.stats(trace.compiled).graphs_per_call == 2

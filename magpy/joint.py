@@ -1,0 +1,235 @@
+"""Backward inside the graph: ``loss.backward()`` recorded as graph operations (issue 13).
+
+Where it is safe, a recording run does not make ``loss.backward()`` an eager step between
+graphs (``magpy.training``): it records it into the graph the forward is in, so a whole train
+step (forward, loss, backward, ``.grad`` accumulation, ``clip_grad_norm_``, optimizer update)
+is one graph the mock runs.  Three operations stand for what the autograd engine does:
+
+- :func:`gradients`: ``torch.autograd.grad(loss, leaves, gradient)`` of the leaves the
+  backward reaches (the parameters, graph inputs), in a fixed order;
+- :func:`new_grad` for a leaf whose ``.grad`` is None (after ``zero_grad()``): a fresh tensor
+  laid out as ``AccumulateGrad`` lays it out (the leaf's strides where it is dense);
+- ``Tensor.add_`` into an existing ``.grad`` (accumulation over micro-batches, or across
+  calls without ``zero_grad``): ``AccumulateGrad`` adds in place too, so the ``.grad`` object
+  the program holds stays the same.
+
+The recording run computes exactly these, eagerly (the monitor run is the eager run), and
+the mock leaves the new tensors in ``.grad``.  With the "eager" backend the graph runs them
+as they are; a backend compiling through AOTAutograd gets the graph in
+:func:`inference_form`: its leaf inputs are made leaves of the graph's own, so the whole
+step, backward included, is traced and compiled as one inference graph.
+
+:func:`refusal` says where the backward must stay the real engine's (an eager step): what
+runs in the engine besides the gradient arithmetic (tensor hooks, module backward hooks,
+custom ``autograd.Function`` backwards, DDP's reducer), gradients flowing through tensors
+from outside the graph, ``retain_graph``, sparse gradients, symbolic sizes, backends that
+compile no backward, and ``magpy.config.joint_backward = False``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import torch
+import torch.fx as fx
+
+from magpy.config import config
+from magpy.opgraph import Arm
+
+# Backends whose compiled graphs may hold a backward: "eager" runs it with the autograd
+# engine, "inductor" compiles :func:`inference_form`.
+BACKENDS = frozenset({"eager", "inductor"})
+
+# Leaf attributes holding hooks that run inside the engine's backward: the guard checks that
+# each leaf of a joint graph still has none.
+LEAF_HOOKS = ("_backward_hooks", "_post_accumulate_grad_hooks")
+
+
+def gradients(loss, leaves: tuple, gradient):
+    """The graph operation of ``loss.backward(gradient)``: the gradients of ``leaves`` (None
+    for a leaf none flows to, which the engine leaves alone too)."""
+    return torch.autograd.grad(loss, leaves, gradient, allow_unused=True)
+
+
+def new_grad(grad, leaf):
+    """The ``.grad`` ``AccumulateGrad`` makes of a leaf's first gradient: a tensor of its own
+    (two leaves may get one gradient tensor), with the leaf's strides if the leaf is dense,
+    else contiguous (``clone_obey_contract``)."""
+    dense = torch._prims_common.is_non_overlapping_and_dense_or_false(leaf)
+    fmt = torch.preserve_format if dense else torch.contiguous_format
+    return torch.empty_like(leaf, dtype=grad.dtype, memory_format=fmt).copy_(grad)
+
+
+@dataclasses.dataclass
+class Reach:
+    """What backward from a loss runs into: the leaves whose ``.grad`` it accumulates into (the
+    autograd graph's depth-first order from ``loss.grad_fn``), and the names of the nodes
+    that run Python of their own (custom ``autograd.Function``s, module backward hooks)."""
+
+    leaves: list
+    python: list
+
+
+def reach(loss) -> Reach | None:
+    """The :class:`Reach` of backward from ``loss``; None if it has no autograd graph."""
+    if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
+        return None
+    found, seen, todo = Reach([], []), {}, [loss.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen[id(fn)] = fn   # (kept alive, so ids stay unique)
+        variable = getattr(fn, "variable", None)   # an AccumulateGrad node
+        if variable is not None:
+            found.leaves.append(variable)
+        if isinstance(fn, torch.autograd.function.BackwardCFunction):
+            found.python.append(type(fn).__name__)
+        todo.extend(reversed([f for f, _ in fn.next_functions]))
+    return found
+
+
+def refusal(recorder, loss, gradient, retain_graph, found: Reach) -> str | None:
+    """Why this ``loss.backward()`` cannot be recorded into the graph (the real engine must
+    run it, as an eager step), or None if it can."""
+    if not config.joint_backward:
+        return "magpy.config.joint_backward is False"
+    if not recorder.joint_backend:
+        return "the backend compiles no backward"
+    if retain_graph:
+        return "retain_graph=True keeps the autograd graph for another backward"
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return "a process group is initialized: DDP's reducer hooks the gradients in the engine"
+    if found.python:
+        return (f"autograd runs Python of its own ({found.python[0]}: a custom autograd.Function "
+                "or a module backward hook)")
+    hooked = next((name for leaf in found.leaves for name in LEAF_HOOKS if getattr(leaf, name, None)), None)
+    if hooked is not None:
+        return f"a parameter has a gradient hook ({hooked})"
+    return _graph_refusal(recorder, loss, gradient, found.leaves)
+
+
+def _graph_refusal(recorder, loss, gradient, leaves) -> str | None:
+    """Why the operations the backward differentiates are not all in the current graph."""
+    piece = recorder.piece
+    if isinstance(piece, Arm):
+        return "inside a branch recorded as torch.cond"
+    if recorder.shapes is not None and recorder.shapes.active:
+        return "the graph has symbolic sizes"
+    if recorder.produced(loss) is not piece:
+        return "the loss was computed before an eager step or outside the call"
+    if gradient is not None and not recorder.knows(gradient):
+        return "the gradient argument is of unknown origin"
+    for t in recorder.piece_inputs():
+        if isinstance(t, torch.Tensor) and t.requires_grad and not t.is_leaf:
+            return "gradients flow through a tensor computed before an eager step or outside the call"
+    inputs = {id(t) for t in recorder.piece_inputs()}
+    if not all(id(leaf) in inputs and recorder.refgraph.node_of(leaf) is not None for leaf in leaves):
+        return "a tensor needing grad was made inside the call"
+    if any(map(_sparse_gradient, piece.graph.nodes)):
+        return "an embedding with sparse gradients"
+    return None
+
+
+def _sparse_gradient(node: fx.Node) -> bool:
+    """Does operation ``node`` give its weight a sparse gradient (``nn.Embedding(sparse=True)``)?"""
+    if node.target not in _SPARSE_GRADIENTS:
+        return node.kwargs.get("sparse") is True
+    try:
+        bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
+    except TypeError:
+        return True   # (in doubt, the engine)
+    return bound.arguments.get("sparse") is True
+
+
+# Operations whose ``sparse`` argument a module passes by position.
+_SPARSE_GRADIENTS = (torch.nn.functional.embedding, torch.nn.functional.embedding_bag)
+
+
+def record(recorder, loss, gradient, leaves: list) -> None:
+    """Run ``loss.backward(gradient)`` as the graph will (module docstring) and record it into
+    the current graph: the leaves' ``.grad`` end up as eager leaves them."""
+    with recorder.paused():
+        grads = gradients(loss, tuple(leaves), gradient)
+    recorder.record_call(gradients, (loss, tuple(leaves), gradient), grads)
+    for leaf, grad in zip(leaves, grads):
+        if grad is None:
+            continue
+        old = leaf.grad
+        with recorder.paused():
+            if old is None:
+                leaf.grad = new = new_grad(grad, leaf)
+            else:
+                new = old.add_(grad)
+        if old is None:
+            recorder.record_call(new_grad, (grad, leaf), new)
+        else:
+            recorder.record_call(torch.Tensor.add_, (old, grad), new)
+
+
+def has_backward(gm: fx.GraphModule) -> bool:
+    """Does ``gm`` hold a recorded backward (:func:`gradients`)?"""
+    return any(n.target is gradients for n in gm.graph.nodes)
+
+
+def inference_form(gm: fx.GraphModule, example_inputs: list) -> list:
+    """Make ``gm``, a graph holding a backward, one that AOTAutograd compiles as an inference
+    graph (no backward of its own), in place; the example inputs to compile it for.
+
+    Each input that is a leaf needing grad (a parameter) is used through
+    ``x.detach().requires_grad_()``: a leaf of the graph's own sharing the parameter's data,
+    so the forward records autograd onto it, :func:`gradients` differentiates (AOTAutograd
+    traces ``torch.autograd.grad`` into ATen operations, as it traces a joint graph), and the
+    optimizer's in-place updates reach the parameter.  Compiled for inputs that need no grad,
+    the graph's outputs need none either: the backward already ran inside it."""
+    examples = list(example_inputs)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, (node, x) in enumerate(zip(placeholders, example_inputs)):
+        if not (isinstance(x, torch.Tensor) and x.requires_grad and x.is_leaf):
+            continue
+        with gm.graph.inserting_after(node):
+            alias = gm.graph.call_method("detach", (node,))
+        with gm.graph.inserting_after(alias):
+            leaf = gm.graph.call_method("requires_grad_", (alias,))
+        node.replace_all_uses_with(leaf, delete_user_cb=lambda user, alias=alias: user is not alias)
+        examples[i] = x.detach()
+    gm.recompile()
+    return examples
+
+
+class BackwardDone:
+    """A compiled :func:`inference_form` graph whose outputs ``needing_grad`` come back as
+    eager's do after ``backward()``: tensors needing grad with a ``grad_fn`` whose graph is
+    freed (another backward through them raises eager's error), not plain tensors.  Each is
+    a view of the compiled output (no copy)."""
+
+    __slots__ = ("fn", "needing_grad")
+
+    def __init__(self, fn, needing_grad: tuple[int, ...]):
+        self.fn, self.needing_grad = fn, needing_grad
+
+    def __call__(self, *args):
+        out = list(self.fn(*args))
+        for i in self.needing_grad:
+            out[i] = _Freed.apply(out[i], _ANCHOR)
+        return out
+
+
+# What a _Freed output's grad_fn hangs on: the output needs grad, as eager's did.
+_ANCHOR = torch.zeros((), requires_grad=True)
+
+
+class _Freed(torch.autograd.Function):
+    """The identity, whose backward fails as eager's does through a graph already run."""
+
+    @staticmethod
+    def forward(ctx, x, anchor):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError(
+            "Trying to backward through the graph a second time (or directly access saved tensors after "
+            "they have already been freed). Saved intermediate values of the graph are freed when you call "
+            ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
+            "graph a second time or if you need to access saved tensors after calling backward.")
