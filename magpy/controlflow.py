@@ -317,7 +317,9 @@ class Branches(Observer):
         self._cells: dict[int, tuple] = {}   # id(cell) -> (cell, its content, the content's Passed)
         self.loop_locals = False             # has a loop left a LoopLocal shadow in this run?
         self.accs: dict[int, Accumulated] = {}   # the Accumulated shadows of the run
-        self._index: LoopIndex | None = None    # the index shadow of the range loop being recorded
+        # Recording a range loop's body: its index has the shadow LOOP_INDEX (opgraph), which a
+        # tensor operation taking it reads as the step count; any other use stops the fork.
+        self._counting = False
 
     def wants(self, t: torch.Tensor) -> bool:
         """Is the truth of ``t`` being read by a jump this can record as a cond?"""
@@ -391,10 +393,10 @@ class Branches(Observer):
             self.consumed = set()
         if self.accs:
             self._accumulator_use(frame, ins, consumed)
-        if self._index is not None:
+        if self._counting:
             self._index_use(frame, ins, consumed)
         elif ins.opname == bytecode.ITER_MAKE:
-            self._ranged(frame, ins)
+            self._ranged(frame)
         if self.loop_locals and ins.opname in _LOCAL_READS:
             mark = frame.shadow_locals[ins.arg]
             if type(mark) is LoopLocal:
@@ -412,7 +414,7 @@ class Branches(Observer):
         """``args``/``kwargs`` of the tensor operation being recorded, with each tensor that
         arrives through a :class:`Passed` slot replaced by the stand-in of the cond's output;
         None if there is none."""
-        if not self.live and self._index is None:
+        if not self.live and not self._counting:
             return None
         f = self.monitor.current
         found = argument_shadows(f, args, kwargs) if hasattr(f, "info") else None
@@ -428,7 +430,7 @@ class Branches(Observer):
             if type(sh) is Passed and id(sh) in self.live and sh.value is v:
                 self.consumed.add(id(sh))
                 return sh.out
-            if sh is not None and sh is self._index and type(v) is int:
+            if sh is LOOP_INDEX and self._counting and type(v) is int:
                 self.consumed.add(id(sh))
                 return LOOP_INDEX
             if type(sh) is Items and type(v) is tuple and len(sh) == len(v):
@@ -526,7 +528,7 @@ class Branches(Observer):
     def _index_use(self, frame, ins, consumed: set) -> None:
         """In a fork of a range loop's body the index goes only into tensor operations (which
         took it: ``consumed``), moves between slots and is put in tuples of their arguments."""
-        mark = self._index
+        mark = LOOP_INDEX
         if not any(sh is mark or (type(sh) is Items and mark in sh) for sh in frame.ins_shadows):
             return
         if ins.opname in _MOVES or id(mark) in consumed:
@@ -617,11 +619,11 @@ class Branches(Observer):
         (module docstring); if not, the loop runs on, unrolled (``iter(range(n))`` was no
         tensor operation: nothing is lost)."""
         where = _where(frame)
-        self._index = LoopIndex()
+        self._counting = True
         try:
             why = self._for_operator(frame, n, found, (0, 1))
         finally:
-            self._index = None
+            self._counting = False
         if why is not None:
             self._note(f"for at {where}: unrolled ({why})")
             return
@@ -631,7 +633,7 @@ class Branches(Observer):
             "a symbolic n)" if span is not None
             else f"{n}), more steps than config.max_unroll={config.max_unroll}"))
 
-    def _ranged(self, frame, ins) -> None:
+    def _ranged(self, frame) -> None:
         """At ``iter(range(n))`` of a ``for`` loop: record it as a ``while_loop`` where ``n`` is
         symbolic or more than ``config.max_unroll`` (and the program is not inside a fork)."""
         found = for_loop(frame.info, frame.lasti)
@@ -692,7 +694,7 @@ class Branches(Observer):
         read = [steps[0]] * (not counted) + firsts + extra
         if torch.is_grad_enabled() and any(t.requires_grad for t in read if t is not NULL):
             return "the loop runs under autograd (torch.while_loop has no backward)"
-        real, why = self._run_loop(frame, head, exit, frozenset(id(lst) for lst, _, _ in filled))
+        real, why = self._run_real(frame, head, exit, [lst for lst, _, _ in filled])
         held = slots.flat(real.locals + real.stack) if why is None else None
         if held is None:
             return why or "the loop leaves a different kind of value in a variable"
@@ -710,16 +712,28 @@ class Branches(Observer):
                         [(lst, out) for (lst, _, _), out in zip(filled, stacks)])
         return None
 
+    def _run_real(self, frame, head, exit, lists: list):
+        """:meth:`_run_loop` for a ``for`` loop, on an iterator of its own (the program's is
+        shared with the frame): a run that stops midway (a later step raises) leaves the
+        program's iterator, and the ``lists`` it appends to, as they were before the loop."""
+        it = frame.stack[-1]
+        frame.stack[-1] = iter(it.__reduce__()[1][0])   # (a range or tuple iterator not started)
+        try:
+            real, why = self._run_loop(frame, head, exit, frozenset(map(id, lists)))
+        finally:
+            frame.stack[-1] = it
+        if why is not None:
+            for lst in lists:
+                lst.clear()   # (empty before the loop)
+        return real, why
+
     def _after_for(self, frame, carried: set, var: set, filled: list) -> None:
         """The shadows of the slots after a ``for`` loop recorded as a ``while_loop``: none for
         the ``carried`` (the run went on unobserved: new tensors), :class:`LoopLocal` for the
         loop variable's, :class:`Accumulated` for the lists the loop ``filled``."""
-        site, n = _site(frame), len(frame.locals)
+        site = _site(frame)
         for i in carried:
-            if i >= n:
-                frame.shadow_stack[i - n] = None
-            else:
-                frame.shadow_locals[i] = None
+            _set_shadow(frame, i, None)
         for i in var:
             frame.shadow_locals[i] = LoopLocal(site)
             self.loop_locals = True
@@ -733,11 +747,11 @@ class Branches(Observer):
         iterator gives), in a fork that stops back at the loop's head: ``(arm, fork, why not,
         the tensors it appended to each of the lists accs)``; the lists are left as they were.
         ``counted``: ``value`` is the index of a ``range`` loop, which tensor operations read
-        as the operator's step count (:class:`LoopIndex`)."""
+        as the operator's step count (``LOOP_INDEX``)."""
         head, body, exit = found
         sizes = [len(lst) for lst in accs]
         frame.stack.append(value)
-        frame.shadow_stack.append(self._index if counted else None)
+        frame.shadow_stack.append(LOOP_INDEX if counted else None)
         try:
             arm, fork, why = self._fork(frame, (body, exit), head, appendable=frozenset(map(id, accs)),
                                         counted=counted)
@@ -804,17 +818,12 @@ class Branches(Observer):
             return "the loop leaves a tensor from before it"
         self.recorder.while_loop(goes_on, entering, arm2, state, extra, outputs, finals, unbound)
         self._adopt(frame, real, exit)
-        n = len(frame.locals)
         for i in (i for g in groups for i in g):   # (the run went on unobserved: new tensors)
-            if i >= n:
-                frame.shadow_stack[i - n] = None
-            elif before[i] is NULL:
-                # Unbound if the loop does not run, which the mock cannot reproduce: a read
-                # after the loop ends the recording (on_instruction).
-                frame.shadow_locals[i] = LoopLocal(_site(frame))
-                self.loop_locals = True
-            else:
-                frame.shadow_locals[i] = None
+            # Unbound if the loop does not run, which the mock cannot reproduce: a read after
+            # the loop ends the recording (on_instruction).
+            unbound = before[i] is NULL and i < len(frame.locals)
+            _set_shadow(frame, i, LoopLocal(_site(frame)) if unbound else None)
+            self.loop_locals |= unbound
         return None
 
     def _loop_not_run(self, frame, groups, firsts) -> list:
@@ -823,7 +832,7 @@ class Branches(Observer):
         as it was); an unbound variable stays unbound (its stand-in only fills the place).
         ``firsts`` are the tensors as the graph knows them (an earlier if's output where that
         if passed the slot's tensor through), the shadows hold the slots' own."""
-        finals, n, held = [], len(frame.locals), frame.locals + frame.stack
+        finals, held = [], frame.locals + frame.stack
         for g, first in zip(groups, firsts):
             with self.recorder.paused():
                 out = torch.zeros(()) if first is NULL else first.detach()   # (a key, never the program's)
@@ -833,10 +842,7 @@ class Branches(Observer):
             mark = Passed(out, held[g[0]], _site(frame))
             self.live[id(mark)] = mark
             for i in g:
-                if i < n:
-                    frame.shadow_locals[i] = mark
-                else:
-                    frame.shadow_stack[i - n] = mark
+                _set_shadow(frame, i, mark)
         return finals
 
     def _run_loop(self, frame, body, exit, appendable: frozenset = frozenset()):
@@ -965,12 +971,8 @@ class Branches(Observer):
             stand_ins.append(out)
         self.recorder.cond(t, truth, (arm_t, [a for a, _, _ in outputs.values()]),
                            (arm_o, [b for _, b, _ in outputs.values()]), stand_ins)
-        n = len(fork_t.locals)
         for i, mark in marks:
-            if i < n:
-                fork_t.shadow_locals[i] = mark
-            else:
-                fork_t.shadow_stack[i - n] = mark
+            _set_shadow(fork_t, i, mark)
             self.live[id(mark)] = mark
         return None
 
@@ -1004,6 +1006,16 @@ class Branches(Observer):
 def forget_refusals() -> None:
     """Forget which jumps and loops recordings found cannot be operators (``magpy.reset``)."""
     _REFUSED.clear()
+
+
+def _set_shadow(frame, i: int, shadow) -> None:
+    """Give slot ``i`` of ``frame`` (its locals, then its stack, as ``_graph_values`` lists
+    them) ``shadow``."""
+    n = len(frame.locals)
+    if i < n:
+        frame.shadow_locals[i] = shadow
+    else:
+        frame.shadow_stack[i - n] = shadow
 
 
 def _where(frame) -> str:
@@ -1095,14 +1107,6 @@ def _equal(a, b) -> bool:
 
 
 _RANGE_ITERATOR = type(iter(range(0)))
-
-
-class LoopIndex:
-    """The shadow of the index of a ``for i in range(n)`` loop in the forks that record its
-    body: a tensor operation taking it reads the operator's step count instead
-    (``opgraph.LOOP_INDEX``); any other use in Python stops the fork."""
-
-    __slots__ = ()
 
 
 def _iterated(it) -> tuple | None:

@@ -40,7 +40,8 @@ _LITERALS = frozenset({int, float, bool, str, bytes, type(None), type(Ellipsis),
 
 class LoopIndex:
     """An operation argument standing for the index of a ``for i in range(n)`` loop recorded
-    as a ``while_loop`` (magpy.controlflow): the body graph's step count."""
+    as a ``while_loop`` (magpy.controlflow): the body graph's step count.  The one instance,
+    ``LOOP_INDEX``, is also that index's shadow in the forks recording the body."""
 
     __slots__ = ()
 
@@ -449,7 +450,11 @@ class OpRecorder(TorchFunctionMode):
             self._fold(out)
             return
         owner = getattr(func, "__self__", None)
-        if any(a is LOOP_INDEX for a in pytree.tree_leaves((args, kwargs))):   # (in a range loop's body)
+        # (Only a range loop's body that read its index has a count: the check stays off the
+        # recording's common path.)
+        indexed = getattr(self.piece, "count", None) is not None and any(
+            a is LOOP_INDEX for a in pytree.tree_leaves((args, kwargs)))
+        if indexed:
             node = self._row(name, args, kwargs, fargs)
         elif type(owner).__name__ == "getset_descriptor":
             node = self.graph.call_function(getattr, (fargs[0], name))
@@ -468,8 +473,8 @@ class OpRecorder(TorchFunctionMode):
         elif out is not None:
             raise _Unsupported(f"{_qualname(func)} returned {type(out).__name__}")
         if shapes is not None and shapes.symbols:
-            # (Every step of a loop gives its index's operations results of one kind: step 0's.)
-            args, kwargs = pytree.tree_map(lambda a: 0 if a is LOOP_INDEX else a, (args, kwargs))
+            if indexed:   # (every step gives its index's operations results of one kind: step 0's)
+                args, kwargs = pytree.tree_map(lambda a: 0 if a is LOOP_INDEX else a, (args, kwargs))
             shapes.propagate(func, args, kwargs, out)
 
     def _row(self, name, args, kwargs, fargs) -> fx.Node:
@@ -742,13 +747,12 @@ class OpRecorder(TorchFunctionMode):
         with self.paused():   # (magpy's own metadata reads: no size reads of the program)
             rows = [((*t.shape,), {"dtype": t.dtype, "device": t.device}) for t in items]
             device = next((t.device for t in (over, *carried, *items) if isinstance(t, torch.Tensor)), None)
+        ints = {"dtype": torch.int64, "device": device}
         if sliced:
             last = self.tensor_node(over)
             length = graph.call_method("size", (last, 0))
         else:
             length = self._arg(over)
-        ints = {"dtype": torch.int64, "device": device}
-        if not sliced:
             last = graph.call_function(torch.scalar_tensor, (length,), ints)
         count = graph.call_function(torch.zeros, ((),), ints)
         buffers = [graph.call_function(torch.empty, ((length, *shape),), kw) for shape, kw in rows]

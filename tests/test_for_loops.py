@@ -184,6 +184,31 @@ def test_a_size_of_the_loops_output_stays_symbolic():
     assert magpy.stats(trace.compiled).records == 2
 
 
+def _asserts_each_row(x, h):
+    outs = []
+    for xt in x:
+        torch._assert(xt.sum() < 100, "a big row")   # (pytest does not rewrite it as it does assert)
+        h = torch.tanh(xt + h)
+        outs.append(h)
+    return torch.stack(outs)
+
+
+def test_a_step_that_raises_in_the_real_run_raises_as_in_eager():
+    # The forks pass (steps 0 and 1); the loop's real run raises at step 3.  The program's
+    # iterator must not have moved: the call goes on and raises there, as eager does (it
+    # skipped the step and returned 4 rows).
+    magpy.config.max_unroll = 0
+    compiled = magpy.compile(_asserts_each_row, backend="eager")
+    x, h = _seq(5)
+    x[3] += 1000
+    with pytest.raises(AssertionError, match="a big row"):
+        _asserts_each_row(x, h)
+    with pytest.raises(AssertionError, match="a big row"):
+        compiled(x, h)
+    x, h = _seq(5)
+    assert torch.equal(compiled(x, h), _asserts_each_row(x, h))
+
+
 def test_the_loop_really_is_the_operator():
     # With control flow operators off, each length records (the test above would fail).
     magpy.config.control_flow = False

@@ -224,7 +224,6 @@ class Shapes(Observer):
         recorded): its twin is a row of ``x``'s twin."""
         with self.fake_mode:
             fake = self.fake(x)[0]
-        self.fakes.pop(id(t), None)
         self._bind(t, fake)
 
     def twin_like(self, t: torch.Tensor, like: torch.Tensor) -> None:
@@ -233,7 +232,6 @@ class Shapes(Observer):
         f = self.fake(like)
         with self.fake_mode:
             fake = torch.empty_strided(f.shape, f.stride(), dtype=f.dtype, device=f.device)
-        self.fakes.pop(id(t), None)
         self._bind(t, fake)
 
     def stacked(self, t: torch.Tensor, over) -> None:
@@ -242,7 +240,6 @@ class Shapes(Observer):
         n = self.fake(over).shape[0] if isinstance(over, torch.Tensor) else over
         with self.fake_mode:
             fake = torch.empty((n, *t.shape[1:]), dtype=t.dtype, device=t.device)
-        self.fakes.pop(id(t), None)
         self._bind(t, fake)
 
     def specialise_all(self) -> None:
