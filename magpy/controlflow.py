@@ -384,8 +384,12 @@ class Branches(Observer):
                 self._passed.setdefault(id(self.monitor.current), set()).update(id(m) for m in bound)
 
     def on_instruction(self, frame, ins, inputs, outputs):
-        if self.monitor.sandbox is not None and self._symbolic_use(frame, ins):
-            self.monitor.sandbox.stop(f"a symbolic size used in Python ({ins.opname})")
+        sandbox = self.monitor.sandbox
+        if sandbox is not None:
+            if self._symbolic_use(frame, ins):
+                sandbox.stop(f"a symbolic size used in Python ({ins.opname})")
+            if self.segmenter.unfollowed(ins.opname, inputs, outputs):
+                sandbox.stop(f"a value computed eagerly used in a branch ({ins.opname})")
         consumed = self.consumed
         if self.live:
             self._follow(frame, ins)
@@ -497,6 +501,11 @@ class Branches(Observer):
                 return
 
     def on_call(self, frame, callee, args, kwargs, result, entered):
+        sandbox = self.monitor.sandbox
+        unfollowed = sandbox is not None and not entered
+        if unfollowed and self.segmenter.unfollowed_call(callee, args, kwargs, result):
+            sandbox.stop(f"a value computed eagerly given to {getattr(callee, '__qualname__', callee)!s}"
+                         " in a branch")
         if (self.live or self.loop_locals) and any(callee is f for f in ann.FRAME_READERS):
             how = getattr(callee, "__name__", "a frame reader")
             if self.live:
@@ -917,10 +926,11 @@ class Branches(Observer):
         mon, brk, rec = self.monitor, self.breaker, self.recorder
         # (A fork inside a fork, for a nested if, puts the outer one's rules back after it.)
         saved = (mon.observers, brk.segmenter, rec.fixed, rec.lifted, mon.sandbox, torch.is_grad_enabled())
+        self.segmenter.keep_deferred_checks()
         mon.observers = [self.builder, self]
         mon.sandbox = brk.sandbox = sandbox
         brk.segmenter = None
-        rec.lifted = None
+        rec.lifted = self.segmenter.read_in_graph
         rec.fixed = self._constant(sandbox)
         try:
             yield

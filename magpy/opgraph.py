@@ -325,9 +325,10 @@ class OpRecorder(TorchFunctionMode):
         if name == "unbind" and args[1:] == (0,) and self.forks_allowed() and \
                 self.branches.wants_iteration(args[0]):
             return None   # iter(x) of a for loop recorded as a while_loop (magpy.controlflow)
-        if name in _GRAD_METADATA and self._needs_no_grad(args[0]) and not _GRAD_METADATA[name](*args[1:]):
-            # ``zero_grad(set_to_none=False)`` on each .grad: ``grad_fn`` is None, and
-            # ``requires_grad_(False)`` changes nothing, for a tensor that needs no grad.
+        if name in _GRAD_METADATA and self._grad_known(args[0]) and not _GRAD_METADATA[name](*args):
+            # ``zero_grad(set_to_none=False)`` on each .grad: ``grad_fn`` is None for a tensor
+            # that needs no grad; ``requires_grad_(flag)`` changes nothing where it is ``flag``
+            # (an embedding's output made to require grad by a hook, as transformers does).
             return None
         if name in ann.TORCH_DYNAMIC:
             if name in ann.TORCH_TRUTH and self._assertion() is not None:
@@ -344,16 +345,17 @@ class OpRecorder(TorchFunctionMode):
         """May control flow run forks of the program now?  (Not while it holds an array
         magpy.arrays follows: the forks run unfollowed.)"""
         return self.branches is not None and not (self.arrays is not None and self.arrays.holding())
-    def _needs_no_grad(self, t) -> bool:
-        """Is ``t`` a tensor the record knows needs no grad (one from outside, whose
+    def _grad_known(self, t) -> bool:
+        """Does the record know whether ``t`` needs grad (a tensor from outside, whose
         ``requires_grad`` the guard checks, or one a graph made)?"""
-        known = self.refgraph.node_of(t) is not None or id(t) in self.made
-        return known and not t.requires_grad
+        return self.refgraph.node_of(t) is not None or id(t) in self.made
 
     def _assertion(self) -> tuple[bool, str] | None:
         """``(truth that passes, message)`` when the program reads a tensor's truth only to
-        raise AssertionError if it is wrong: ``assert c, msg`` or ``if not c: raise
-        AssertionError(msg)``, that is a conditional jump whose other path just raises."""
+        raise if it is wrong: ``assert c, msg``, ``if not c: raise ValueError(f"...")``, that
+        is a conditional jump whose other path goes straight to a raise.  Only before anything
+        observable happened: where the graph's check fails, the call runs again eagerly and
+        the program raises its own exception (``magpy.cache``)."""
         mon = self.dynamic.monitor
         f = mon.current if mon is not None else None
         if f is None or not hasattr(f, "info"):
@@ -363,20 +365,19 @@ class OpRecorder(TorchFunctionMode):
         passing = _ASSERT_JUMPS.get(jump.opname) if jump is not None else None
         if passing is None:
             return None
-        path = [ins for ins in code[f.lasti + 1:f.lasti + 1 + _ASSERT_PATH_UNITS] if ins is not None]
+        path = _raising_path(code, f.lasti + 1)
+        segmenter = self.dynamic.segmenter
+        if path is None or (segmenter is not None and not segmenter.undoable()):
+            return None
+        # The graph's message tells a failed check from other errors (failed_assertion).
+        where = f"check failed at {f.code.co_filename}:{f.f_lineno}"
         ops = [ins.opname for ins in path]
-        if not path or not _raises_assertion_error(f, path[0]):
-            return None
-        # The graph's message tells a failed assertion from other errors (failed_assertion).
-        where = f"assertion failed at {f.code.co_filename}:{f.f_lineno}"
-        if ops[1:2] == ["RAISE_VARARGS"]:
+        if not _raises_assertion_error(f, path[0]) or ops[2:5] != ["PRECALL", "CALL", "RAISE_VARARGS"]:
             return passing, where
-        if ops[2:5] != ["PRECALL", "CALL", "RAISE_VARARGS"]:
-            return None
-        load = path[1]
+        load = path[1]   # ``assert c, msg``: AssertionError's own message, where it is a string
         message = (load.argval if load.opname == "LOAD_CONST"
                    else f.locals[load.arg] if load.opname == "LOAD_FAST" else None)
-        return (passing, message or where) if type(message) is str else None
+        return passing, message if type(message) is str and message else where
 
     def _record_assertion(self, func, t, truth) -> None:
         passing, message = self._assertion()
@@ -434,6 +435,7 @@ class OpRecorder(TorchFunctionMode):
         # it is an operand of floating tensor arithmetic.
         self._operands = _scalar_operands(name, args)
         steps = self.lifted(args, kwargs) if self._operands is not False and self.lifted is not None else ()
+        self._fix_constants(args, kwargs, steps)
         # A tensor an if passed through, reached through a slot the if left it in, is the
         # cond's output there (magpy.controlflow).
         nodes = self.branches.standing_in(args, kwargs) if self.branches is not None else None
@@ -526,6 +528,16 @@ class OpRecorder(TorchFunctionMode):
         piece.nodes[id(t)] = node
         self.made[id(t)] = piece
 
+    def _fix_constants(self, args: tuple, kwargs: dict, steps: tuple) -> None:
+        """The Python values the operation takes as constants are fixed before any of its
+        nodes is made: fixing one may end the piece (a check of a value computed eagerly)."""
+        if self.fixed is None:
+            return
+        constants = tuple(a for a, var in zip(args, steps or (None,) * len(args)) if var is None)
+        for a in pytree.tree_leaves((constants, kwargs)):
+            if not isinstance(a, (torch.Tensor, torch.SymInt, Scalar)) and a is not LOOP_INDEX:
+                self.fixed(a)
+
     def _arg(self, a):
         if isinstance(a, torch.Tensor):
             return self.tensor_node(a)
@@ -557,13 +569,17 @@ class OpRecorder(TorchFunctionMode):
         return self._scalar_input(a.node.value, ScalarInput(a.node))
 
     def _scalar_input(self, value: float | int, source) -> fx.Node:
-        """A number as a 0-d tensor input (a float as float64, an int as int64): one the mock
-        has in a variable (``source`` its name), or a lifted argument (a :class:`ScalarInput`);
-        cast to the operation's dtype where ``_scalar_operands`` says."""
-        real = type(value) is float
-        if type(source) is str:
-            source = InputSource(f"{'SCALAR' if real else 'INT_SCALAR'}({source})")
-        node = self._placeholder(source, source, scalar_tensor(value) if real else int_tensor(value))
+        """A number as a 0-d tensor (a float as float64, an int as int64): an input the mock
+        has in a variable (``source`` its name), a lifted argument (a :class:`ScalarInput`),
+        or the graph's own tensor (``source`` a tensor: a float read from graph data, see
+        :meth:`record_number`); cast to the operation's dtype where ``_scalar_operands`` says."""
+        if isinstance(source, torch.Tensor):
+            node = self.tensor_node(source)
+        else:
+            real = type(value) is float
+            if type(source) is str:
+                source = InputSource(f"{'SCALAR' if real else 'INT_SCALAR'}({source})")
+            node = self._placeholder(source, source, scalar_tensor(value) if real else int_tensor(value))
         cast = self._operands
         return node if cast is None else self.graph.call_method("to", (node, cast))
 
@@ -704,6 +720,25 @@ class OpRecorder(TorchFunctionMode):
             elif not made[1]:
                 self.passes[id(out)] = Passes(pred_t, not truth, b)
 
+    def checkpoint(self, body: Arm, outputs: list) -> None:
+        """Record ``torch.utils.checkpoint``'s function, whose operations ``body`` recorded
+        and which gave the tensors ``outputs``, as one ``tag_activation_checkpoint``
+        operation (magpy.checkpoint)."""
+        if not all(body.made(t) or any(t is c for c in body.captures) for t in outputs):
+            self.dynamic.stop("a checkpointed function returns a tensor it did not read or make")
+            return
+        self._sync_modes()
+        graph, piece = self.graph, self.piece
+        name = f"_checkpointed{len(piece.submodules)}"
+        piece.submodules[name] = body.module(outputs, body.captures)
+        node = graph.call_function(torch.ops.higher_order.tag_activation_checkpoint,
+                                   (graph.get_attr(name), *map(self.tensor_node, body.captures)),
+                                   {"use_reentrant": False})
+        piece.op_count += 1
+        for i, t in enumerate(outputs):
+            self._keep.append(t)
+            self._made(t, graph.call_function(operator.getitem, (node, i)))
+
     def while_loop(self, goes_on, carried: list, body: Arm, state: list, extra: list, outputs: list,
                    finals: list, unbound: list) -> None:
         """Record ``torch.while_loop`` (magpy.controlflow): ``goes_on`` (a 0-d bool tensor)
@@ -828,6 +863,16 @@ class OpRecorder(TorchFunctionMode):
         except Exception as e:  # noqa: BLE001 - magpy's failure, never the program's
             self.dynamic.fail(e)
 
+    def record_number(self, t: torch.Tensor) -> torch.Tensor:
+        """``float(t)`` kept in the graph (magpy.segments): its operations recorded, and the
+        tensor standing for the number in the graph returned."""
+        with self.paused():
+            for fn, rest in _NUMBER_READ:
+                out = fn(t, *rest)
+                self.record_call(fn, (t, *rest), out)
+                t = out
+        return t
+
     def finish(self) -> list[fx.GraphModule | None]:
         """Close every piece's graph with its outputs, leaving grad and inference mode as the
         run did; None for a piece without operations."""
@@ -905,6 +950,14 @@ def scalar_tensor(value: float) -> torch.Tensor:
     return torch.tensor(value, dtype=torch.float64)
 
 
+# ``float(t)`` as a graph computes it: the 0-d float64 tensor a graph takes that float as
+# (scalar_tensor), without autograd history (a Python number has none) and copied (an
+# in-place update of ``t`` after the read must not reach it).  Torch's own operations, so
+# the graph stays cacheable (AOTAutograd's cache bypasses graphs calling Python functions).
+_NUMBER_READ = ((torch.Tensor.detach, ()), (torch.Tensor.to, (torch.float64, False, True)),
+                (torch.Tensor.reshape, ((),)))
+
+
 def int_tensor(value: int) -> torch.Tensor:
     """An int as the 0-d tensor a graph takes it as."""
     return torch.tensor(value, dtype=torch.int64)
@@ -949,9 +1002,10 @@ _LIFTABLE = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__",
                        "add", "sub", "mul", "div", "true_divide", "add_", "sub_", "mul_", "div_"})
 
 
-# Autograd metadata reads and writes that are constants or no-ops on a tensor that needs no
-# grad, given their other arguments: name -> (*arguments) -> whether it is not one.
-_GRAD_METADATA = {"grad_fn": lambda: False, "requires_grad_": lambda requires_grad=True: requires_grad}
+# Autograd metadata reads and writes that are constants or no-ops, given the tensor's known
+# requires_grad and the other arguments: name -> (tensor, *arguments) -> whether it is not one.
+_GRAD_METADATA = {"grad_fn": lambda t: t.requires_grad,
+                  "requires_grad_": lambda t, requires_grad=True: requires_grad != t.requires_grad}
 
 
 class _Unsupported(Exception):
@@ -991,7 +1045,9 @@ def _constant(value):
 _ASSERT = torch.ops.aten._assert_async.msg
 # Conditional jumps of an ``assert`` (or ``if not c: raise``) -> the truth that skips the raise.
 _ASSERT_JUMPS = {"POP_JUMP_FORWARD_IF_TRUE": True, "POP_JUMP_FORWARD_IF_FALSE": False}
-_ASSERT_PATH_UNITS = 16   # code units of the raising path: loader, message, PRECALL, CALL (+ caches), RAISE
+_RAISING_PATH = 200   # code units a raising path may take (building an f-string message)
+# Instructions that leave a straight-line path (it might not reach its raise).
+_LEAVES_PATH = ("JUMP", "RETURN", "YIELD", "FOR_ITER", "SEND", "RERAISE")
 
 
 def failed_assertion(gm: fx.GraphModule | None, exc: BaseException) -> bool:
@@ -1001,6 +1057,21 @@ def failed_assertion(gm: fx.GraphModule | None, exc: BaseException) -> bool:
         return False
     text = str(exc)
     return any(n.target is _ASSERT and n.args[1] in text for n in gm.graph.nodes)
+
+
+def _raising_path(code: list, start: int) -> list | None:
+    """The instructions from ``start`` up to a ``raise`` (its last), if the code goes there
+    straight, else None."""
+    path = []
+    for ins in code[start:start + _RAISING_PATH]:
+        if ins is None:
+            continue
+        if any(part in ins.opname for part in _LEAVES_PATH):
+            return None
+        path.append(ins)
+        if ins.opname == "RAISE_VARARGS":
+            return path if ins.arg else None   # (a bare ``raise`` re-raises what is handled)
+    return None
 
 
 def _raises_assertion_error(frame, ins) -> bool:

@@ -121,7 +121,10 @@ def _native_module(name: str) -> bool:
 
 # DistributedDataParallel's forward is the program's too: what it reads of the module is
 # guarded, and each call it makes to its reducer (torch.distributed natives) is an eager step.
+# torch.distributions' argument validation (``if not valid: raise ValueError``) becomes a
+# check in the graph only where the monitor sees the jump.
 _MONITORED_TORCH = ("torch.nn.modules", "torch.nn.utils.parametriz", "torch.nn.parallel.distributed",
+                    "torch.distributions",
                     "torch.distributed.algorithms.join", *training.MONITORED_TORCH)
 
 

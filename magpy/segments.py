@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import sys
 import types
 import weakref
 
@@ -50,7 +51,7 @@ import torch.fx as fx
 from torch._C._dynamo.guards import GlobalStateGuard
 
 from magpy import annotations as ann
-from magpy import continuations, warns
+from magpy import checkpoint, continuations, warns
 from magpy.arrays import Arrays
 from magpy.config import config
 from magpy.continuations import Resume, ResumePoint
@@ -200,6 +201,8 @@ class Segmenter(Observer):
         self._unchecked = None   # (frame, lasti, var, value, slot, Deferred) of a result not tracked yet
         self._ints: set[str] = set()        # step variables that always hold ints (graph inputs)
         self.deferred: dict[int, Deferred] = {}   # id -> small int whose check waits for a use
+        self.lazy: dict[str, InGraph] = {}  # variable -> float read in the graph, not needed in Python yet
+        self._vars = 0                      # step variables named so far
         self._lifted_now: set[int] = set()  # ids of those the operation just recorded took as inputs
         self._passed: dict[int, set] = {}   # id(frame) -> ids of those its call bound to parameters
         self._levels: dict[int, int] = {}   # id(frame) -> intrinsics under way when it was entered
@@ -231,7 +234,11 @@ class Segmenter(Observer):
         """Record ``result = fn(*args, **kwargs)`` as a step.  A dynamic operation, or one on
         tensors, ends the current piece; a pure computation on dynamic values alone runs before
         it (it needs nothing the piece computes)."""
-        var = f"e{len(self.steps)}"
+        if self.lazy:
+            self._realize_in(fn, getattr(fn, "__self__", None), args, kwargs)
+        var = self._new_var()
+        if brk is not None and pure and self._read_in_graph(var, fn, args, result, brk):
+            return
         named = _tensor_parts(result, var)
         if any(self._graph_knows(t) for t, _ in named):
             # (``max(a, b)`` gives ``a`` itself: one tensor, two names)
@@ -269,6 +276,53 @@ class Segmenter(Observer):
                 self._keep.append(t)
         self._result(result, var, call, type(result) is int and _int_result(fn))
 
+    def _new_var(self) -> str:
+        self._vars += 1
+        return f"e{self._vars - 1}"
+
+    # ------------------------------------------------------------------ floats read in the graph
+    # ``n = t.item()`` (``float(t)``) of a tensor a graph has need not end the graph: the graph
+    # computes the float itself, as the 0-d float64 tensor it would take it as
+    # (``OpRecorder.record_number``), and floating tensor arithmetic on ``n`` uses that tensor.
+    # The step ``n = float(<that tensor>)`` is made only where the program needs the number
+    # in Python (a check, a step, a resume point, the final state): there the piece ends.
+    def _read_in_graph(self, var: str, fn, args: tuple, value, brk: GraphBreak) -> bool:
+        """Keep the float ``value = fn(*args)`` read from tensor data in the graph, if it is one."""
+        src = _number_source(fn, args, value)
+        if src is None or self.recorder._opaque or not self._graph_knows(src):
+            return False
+        standin = self.recorder.record_number(src)
+        if self.breaker.brk is None:
+            self.lazy[var] = InGraph(Step("call", -1, var, float, (standin,), None, brk, True, self._at()),
+                                     standin, value)
+            self.dynamic[id(value)] = var
+        return True
+
+    def _realize_in(self, *values) -> None:
+        """The program hands ``values`` to Python: the floats among them get their steps."""
+        for v in _leaves(values):
+            var = self.dynamic.get(id(v)) if type(v) is float else None
+            if var in self.lazy:
+                self._realize(var, mid_run=True)
+
+    def _realize(self, var: str, mid_run: bool) -> None:
+        """Float ``var`` read in the graph is needed in Python: its step, after the piece that
+        computes it (ended here if it is the current one: a graph break, ``mid_run``)."""
+        lazy = self.lazy.pop(var)
+        rec = self.recorder
+        if rec.produced(lazy.standin) is rec.piece:
+            try:
+                rec.cut()
+            except Exception as e:  # noqa: BLE001 - the recorder's refusal (opgraph._Unsupported)
+                why = f"{lazy.step.where.reason} (no eager step there: {e})"
+                self.breaker.stop(dataclasses.replace(lazy.step.where, reason=why))
+                return
+            if mid_run:
+                self.breaks.append(lazy.step.where)
+        lazy.step.before, lazy.step.undoable = self._before(), self.undoable()
+        self.steps.append(lazy.step)
+        self._keep.append(lazy.value)
+
     def _graph_knows(self, t) -> bool:
         """Is tensor ``t`` one a graph has (read from outside or made by a piece)?"""
         return self.recorder.produced(t) is not None or self.recorder.refgraph.node_of(t) is not None
@@ -277,6 +331,8 @@ class Segmenter(Observer):
         """``var = fn(*args)`` as a step whose effects and tensor results the caller tracks
         itself (``loss.backward()``, magpy.training): the current piece ends here.  Its
         variable, or None when the run gives up on segments."""
+        if self.lazy:
+            self._realize_in(args)
         try:
             self.recorder.cut()
         except Exception as e:  # noqa: BLE001 - the recorder's refusal (opgraph._Unsupported)
@@ -284,7 +340,7 @@ class Segmenter(Observer):
             return None
         self.breaks.append(brk)
         self.effects = True
-        var = f"e{len(self.steps)}"
+        var = self._new_var()
         self.steps.append(Step("call", self._before(), var, fn, args, None, brk, False, self._at()))
         return var
 
@@ -296,7 +352,9 @@ class Segmenter(Observer):
         frame = self.breaker.monitor.current
         if self._pending is not None or frame in self._callbacks or not hasattr(frame, "info"):
             return False
-        var = f"e{len(self.steps)}"
+        if self.lazy:
+            self._realize_in(args, kwargs)
+        var = self._new_var()
         where = self.breaker.where(f"{what}, made again by every replay (not a graph break)")
         self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
                                self._freeze(kwargs) if kwargs else None, where, self.undoable(), self._at()))
@@ -353,8 +411,39 @@ class Segmenter(Observer):
             if var is None and type(mark) is Deferred and id(mark) in self.deferred and mark.value is a:
                 var = mark.var
                 self._lifted_now.add(id(mark))
-            names.append(var)
+            lazy = self.lazy.get(var) if var is not None else None
+            names.append(lazy.standin if lazy is not None else var)
         return tuple(names)
+
+    def read_in_graph(self, args: tuple, kwargs: dict) -> tuple:
+        """:meth:`lifted` for an operation in a fork of control flow (magpy.controlflow): only
+        the floats the graph computes itself (their tensors, which an arm captures)."""
+        names = []
+        for a in args:
+            var = self.dynamic.get(id(a)) if type(a) is float else None
+            lazy = self.lazy.get(var) if var is not None else None
+            names.append(lazy.standin if lazy is not None else None)
+        return tuple(names)
+
+    def keep_deferred_checks(self) -> None:
+        """The small ints whose checks wait for a use keep them: a fork of control flow
+        (magpy.controlflow) does not follow their shadows, an arm would hold one as a constant."""
+        self.deferred.clear()
+
+    def unfollowed(self, name: str, inputs, outputs) -> bool:
+        """Does instruction ``name`` compute from a value computed eagerly (other than a tensor
+        operation the graph recorded)?  A fork of control flow (magpy.controlflow) makes no
+        steps: its result would be a constant of the arm."""
+        return (bool(self.dynamic) and name not in _MOVES and any(map(self.is_dynamic, inputs))
+                and not self._graph_made(outputs))
+
+    def unfollowed_call(self, callee, args: tuple, kwargs: dict | None, result) -> bool:
+        """:meth:`unfollowed` for a native call (a tensor operation the graph recorded with a
+        float it computes itself is followed)."""
+        if not self.dynamic or self._graph_made((result,)):
+            return False
+        values = (callee, getattr(callee, "__self__", None), *args, *(kwargs or {}).values())
+        return any(map(self.is_dynamic, values))
 
     def fix(self, v) -> None:
         """``v`` becomes a constant of a graph: if it is dynamic (or holds dynamic values),
@@ -378,6 +467,8 @@ class Segmenter(Observer):
         return step
 
     def _check(self, kind: str, args: tuple, completed: bool, slot=None) -> Step | None:
+        if args[0] in self.lazy:
+            self._realize(args[0], mid_run=True)
         if self.undoable():
             step = Step(kind, self._before(), None, None, args)
             self.steps.append(step)
@@ -387,8 +478,11 @@ class Segmenter(Observer):
                               f"{self.arrays.unresumable}")
             return
         # A resume point holds the frames' values as they are: a small int whose check was
-        # deferred would be baked into it, so those are checked after all.
+        # deferred would be baked into it, so those are checked after all; floats read in the
+        # graph are variables of the mock there.
         self.deferred.clear()
+        for var in list(self.lazy):
+            self._realize(var, mid_run=True)
         try:   # the state at the check must be the graphs' work so far: end the piece here
             self.recorder.cut()
             point = continuations.take(len(self.points), self.breaker.monitor, self.breaker.graph,
@@ -472,10 +566,17 @@ class Segmenter(Observer):
                 self.deferred.pop(id(m), None)
 
     def finish(self) -> None:
-        """The recording ended: the deferred checks never needed are dropped (graph inputs)."""
+        """The recording ended: the deferred checks never needed are dropped (graph inputs),
+        and the floats read in the graph that the program still holds get their steps (the
+        mock's final state names them)."""
         dropped = {id(m.step) for m in self.deferred.values()}
         self.steps[:] = [s for s in self.steps if id(s) not in dropped]
         self.deferred.clear()
+        for var, lazy in list(self.lazy.items()):
+            if self.breaker.brk is None and lazy.held():
+                self._realize(var, mid_run=False)
+            else:   # (no longer tracked: its id may be another object's once it is freed)
+                self.dynamic.pop(id(self.lazy.pop(var).value), None)
 
     def on_call(self, frame, callee, args, kwargs, result, entered):
         if self.breaker.brk is not None:
@@ -671,6 +772,39 @@ class Deferred:
         return f"<deferred check {self.var} == {self.value}>"
 
 
+class InGraph:
+    """A float read from tensor data that the graph computes itself (``standin``, see
+    ``Segmenter._read_in_graph``); ``step`` makes it in Python once the program needs it."""
+
+    __slots__ = ("step", "standin", "value")
+
+    def __init__(self, step: Step, standin: torch.Tensor, value: float):
+        self.step, self.standin, self.value = step, standin, value
+
+    def held(self) -> bool:
+        """Does anything but this record still hold the float (the program's state, its
+        result)?  Then the mock must make it.  (References: ``self.value`` and the call's.)"""
+        return sys.getrefcount(self.value) > 2
+
+
+def _number_source(fn, args: tuple, value) -> torch.Tensor | None:
+    """The floating tensor whose one element ``value = fn(*args)`` read (``t.item()``,
+    ``float(t)``), if that is what the call was."""
+    if type(value) is not float:
+        return None
+    if any(fn is f for f in _NUMBER_READS):
+        t = args[0] if len(args) == 1 else None
+    elif type(fn) is types.BuiltinMethodType and fn.__name__ in ("item", "__float__") and not args:
+        t = fn.__self__
+    else:
+        return None
+    # (A subclass may define what its number is in Python.)
+    return t if type(t) in (torch.Tensor, torch.nn.Parameter) and t.is_floating_point() else None
+
+
+_NUMBER_READS = (float, torch.Tensor.item, torch.Tensor.__float__)
+
+
 def _int_result(fn) -> bool:
     """Does native ``fn`` always give an int when it gives one (``t.item()`` of an integer
     tensor, ``int(t)``): its result can be a graph input of a fixed dtype."""
@@ -745,7 +879,7 @@ class Capture:
             self.shapes = self.recorder.shapes = Shapes(lifting, config.dynamic, self.refgraph)
             observers.append(self.shapes)
         self.monitor = Monitor(observers, policy=policy_for(self.recorder))
-        for callee, handler in warns.intrinsics_for(self):
+        for callee, handler in (*warns.intrinsics_for(self), *checkpoint.intrinsics_for(self)):
             self.monitor.policy.add_intrinsic(callee, handler)
         self.breaker.monitor = self.branches.monitor = self.arrays.monitor = self.monitor
         if self.shapes is not None:

@@ -19,7 +19,11 @@ from tests.compile_harness import (
     MOCK,
     MONITOR,
     Step,
+    after,
+    again,
     check_compiled,
+    first,
+    fresh,
     fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset(), magpy.config restored
 )
 
@@ -453,3 +457,42 @@ def test_an_if_else_that_ends_a_loop_body_is_a_cond():
     trace = check_compiled(lambda: (_if_else_ends_the_body, None), steps)
     assert magpy.stats(trace.compiled).records == 1
     assert sum("torch.cond" in c for c in magpy.explain(trace.compiled, torch.randn(2, 4)).control_flow) == 4
+
+
+# ---------------------------------------------------------------------------- eager values in arms
+# An arm computing with a value an eager step gave (or a small int whose check waits for a
+# use) would hold what it computed as a constant: the fork stops there (wrong results before).
+
+def _eager_float_in_arm(x):
+    n = x.sum().tolist()          # an eager step
+    if x.mean() > 0:
+        y = x * (n * 2)           # Python arithmetic on it inside the arm
+    else:
+        y = x - 1
+    return y
+
+
+def _small_int_in_arm(x):
+    k = (x > 0.5).sum().item()    # a small int, followed by its shadow outside forks
+    if x.mean() > 0:
+        y = x * k
+    else:
+        y = x - 1
+    return y
+
+
+def _varying(s):
+    return (torch.rand(6) + s["n"],)
+
+
+@pytest.mark.parametrize("program", [_eager_float_in_arm, _small_int_in_arm], ids=lambda f: f.__name__)
+def test_values_computed_eagerly_are_never_constants_of_an_arm(program):
+    def build():
+        return program, {"n": 0.0}
+
+    def shift(s):
+        s["n"] += 0.3
+
+    check_compiled(build, [first(_varying), again(), fresh(_varying, seed=2, expect=None),
+                           after(shift, args=_varying, expect=None), fresh(_varying, seed=3, expect=None)],
+                   fullgraph=False)

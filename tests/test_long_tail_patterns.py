@@ -234,6 +234,81 @@ def test_failed_assertion_message_and_type_are_eagers():
     assert (st.monitor_runs, st.eager_runs, st.records) == (1, 1, 1)
 
 
+class Validated(torch.nn.Module):
+    """torch.distributions with argument validation, eager's default: each parameter and the
+    value are checked (``if not valid: raise ValueError(...)`` in torch's own code)."""
+
+    def __init__(self):
+        super().__init__()
+        self.log_scale = torch.nn.Parameter(torch.zeros(4))
+
+    def forward(self, x, value):
+        d = torch.distributions.Normal(x, self.log_scale.exp(), validate_args=True)
+        return d.log_prob(value), d.entropy()
+
+
+def _loc_and_value(s):
+    return torch.randn(3, 4), torch.randn(3, 4)
+
+
+def _zero_scale(m):
+    with torch.no_grad():
+        m.log_scale.fill_(float("-inf"))   # scale 0: not a valid Normal
+
+
+def _unit_scale(m):
+    with torch.no_grad():
+        m.log_scale.zero_()
+
+
+def test_distribution_argument_validation_is_checked_in_the_graph():
+    # torch.compile switches validation off for the whole process instead
+    # (Distribution.set_default_validate_args(False)); with validate_args=True it breaks.
+    def build():
+        m = Validated()
+        return m, m
+
+    trace = check_compiled(build, standard(_loc_and_value) + [
+        after(_zero_scale, name="scale 0: eager's ValueError", expect=EAGER),
+        after(_unit_scale, name="valid again (the record stays)", expect=MOCK),
+    ], expect_graphs=1)
+    nodes = trace.compiled._magpy_cache.records[0].graphs[0].graph.nodes
+    assert sum(n.target is torch.ops.aten._assert_async.msg for n in nodes) == 3   # loc, scale, value
+
+
+_RAISES = {"__name__": "user_raises", "torch": torch}
+exec(compile(
+    "def positive_or_raise(x):\n"
+    "    y = x.log()\n"
+    "    if not (x > 0).all():\n"
+    "        raise ValueError(f'expected positive values, got shape {tuple(x.shape)} min {x.min()}')\n"
+    "    return y * 2\n", "user_raises.py", "exec"), _RAISES)
+
+
+def test_if_not_valid_raise_is_a_check_in_the_graph():
+    # Any exception, with a message computed from the data: the check only tells that the
+    # program raises there; the call then runs eagerly and raises the program's own error.
+    trace = check_compiled(lambda: (_RAISES["positive_or_raise"], None), standard(_positive) + [
+        Step("bad data: eager's ValueError", _negative, expect=EAGER), again(_positive),
+    ], expect_graphs=1, expect_records=1)
+    nodes = trace.compiled._magpy_cache.records[0].graphs[0].graph.nodes
+    assert any(n.target is torch.ops.aten._assert_async.msg for n in nodes)
+
+
+def _print_then_check(x):
+    print("checking")
+    if not (x > 0).all():
+        raise ValueError("not positive")
+    return x * 2
+
+
+def test_a_check_after_an_effect_stays_a_break():
+    # After the print a failed check could not run the call again: it stays an eager step.
+    trace = check_compiled(lambda: (_print_then_check, None), [
+        first(_positive), again(), Step("bad data", _negative, expect=None)], fullgraph=False)
+    assert "Tensor.__bool__" in str(trace.compiled._magpy_cache.records[0].breaks)
+
+
 # ============================================================================ 4. set algebra
 # A set of objects read from outside is guarded by identity: the same members, in the same
 # iteration order (a set's order follows its members' hashes, ids for tensors and modules).

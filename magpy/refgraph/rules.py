@@ -132,7 +132,13 @@ class RefGraphBuilder(Observer):
         self.new_cells: set[int] = set()
         self.new_functions: set[int] = set()   # functions the run created (closures, lambdas)
         self.fixed_ids: set[int] = set()   # objects the guard fixes by identity as set members
+        self._recorded = None   # a native whose next call an intrinsic recorded itself
         self._keep = []
+
+    def recorded_by_intrinsic(self, callee) -> None:
+        """The call of native ``callee`` about to be reported was followed by its intrinsic
+        (``torch.utils.checkpoint``'s function monitored, magpy.checkpoint): no native rule."""
+        self._recorded = callee
 
     # ------------------------------------------------------------------ events
     # Observer events run inside the monitored program: an error here must never surface as
@@ -154,6 +160,9 @@ class RefGraphBuilder(Observer):
                     self.dynamic.fail(e)
 
     def on_call(self, frame, callee, args, kwargs, result, entered):
+        if self._recorded is not None and callee is self._recorded:
+            self._recorded = None
+            return
         if not entered and self.dynamic.brk is None:
             try:
                 self._native_call(callee, args, kwargs, result)
