@@ -35,6 +35,7 @@ import enum
 import functools
 import inspect
 import itertools
+import logging
 import math
 import operator
 import sys
@@ -254,9 +255,26 @@ WARNINGS_EFFECTS = (warnings.warn, warnings.simplefilter, warnings.filterwarning
                     warnings.catch_warnings.__exit__)
 
 
+# The logging machinery, the same way: a ``Logger`` method's record goes to the logger's
+# handlers, changing none of the program's objects.  Method -> its level (None: ``log``'s
+# first argument).  ``exception`` (it reads the exception being handled) is not one.
+LOGGING_EFFECTS = {logging.Logger.debug: logging.DEBUG, logging.Logger.info: logging.INFO,
+                   logging.Logger.warning: logging.WARNING, logging.Logger.error: logging.ERROR,
+                   logging.Logger.critical: logging.CRITICAL, logging.Logger.log: None}
+# Methods libraries add to Logger that log once per message (transformers' ``warning_once``,
+# a functools.lru_cache): the mock calls them again, and they log nothing after the first.
+_ONCE = ("warning_once", "info_once")
+
+
+def once_logging_methods() -> list:
+    """The log-once methods on ``logging.Logger`` now (a library may add them at any time)."""
+    return [m for m in (getattr(logging.Logger, name, None) for name in _ONCE) if m is not None]
+
+
 def records_itself(callee) -> bool:
-    """Is ``callee`` one of :data:`WARNINGS_EFFECTS`?"""
-    return any(callee is f for f in WARNINGS_EFFECTS)
+    """Is ``callee`` one of :data:`WARNINGS_EFFECTS`, :data:`LOGGING_EFFECTS` or the
+    log-once methods?"""
+    return any(callee is f for f in (*WARNINGS_EFFECTS, *LOGGING_EFFECTS, *once_logging_methods()))
 
 
 # Natives that read the program's frames (their locals), where shadow slots cannot follow.

@@ -1,5 +1,5 @@
-"""The warnings machinery in a recording run: effects of the record, made again by every
-replay.
+"""The warnings and logging machinery in a recording run: effects of the record, made again
+by every replay.
 
 A warning changes none of the program's objects: it goes to the warnings machinery (the
 filters, the ``__warningregistry__`` in the globals of the warning's module, the
@@ -25,10 +25,23 @@ and line are the caller's, which differ from call to call) or whose message is n
 one of these calls that raises while recording, an exception leaving a ``catch_warnings``
 block, any of them inside a native's callback; inside a tensor ``if``'s arm they make the
 ``if`` a break.
+
+A ``logging.Logger`` call (``debug`` ... ``critical``, ``log``) is such an effect too: the
+recording run works out the site ``findCaller`` would find (the program's frame, file, line
+and function) and the mock hands the logger a record made there (:func:`log_at`), if the
+logger is enabled for the level then, as ``Logger._log`` does.  A message that is not a
+string, arguments holding tensors (formatting reads their data), ``exc_info``/``stack_info``
+or a ``stacklevel`` past the compiled call leave the call to the monitor, as before.  A
+library's log-once method (transformers' ``logger.warning_once``) is called again by the
+mock: its cache makes it log the first time only, as in eager.
 """
 from __future__ import annotations
 
+import logging
 import warnings
+
+import torch
+from torch.utils import _pytree as pytree
 
 from magpy import annotations as ann
 from magpy.monitor import intrinsics
@@ -40,7 +53,9 @@ _FILTERS = tuple(fn for fn in ann.WARNINGS_EFFECTS if fn is not warnings.warn)
 def intrinsics_for(capture) -> list:
     """``(callee, handler)`` for the recording run's call policy (``add_intrinsic``): every
     call in :data:`magpy.annotations.WARNINGS_EFFECTS`."""
-    return [(warnings.warn, _warn(capture)), *((fn, _effect(capture, fn)) for fn in _FILTERS)]
+    return [(warnings.warn, _warn(capture)), *((fn, _effect(capture, fn)) for fn in _FILTERS),
+            *((fn, _log(capture, fn, level)) for fn, level in ann.LOGGING_EFFECTS.items()),
+            *((fn, _log_once(capture, fn)) for fn in ann.once_logging_methods())]
 
 
 def _warn(capture):
@@ -77,6 +92,55 @@ def _record(capture, mon, fn, args, kwargs, run, unreplayable, what: str):
         except Exception as e:  # noqa: BLE001 - magpy's own failure: the call runs eagerly
             capture.breaker.fail(e)
     return result
+
+
+def _log(capture, method, level):
+    def handler(mon, args, kwargs):
+        kwargs = kwargs or {}
+        logger, *rest = args
+        if level is None:   # Logger.log(level, msg, *args)
+            rest = rest or [None]
+            at, rest = rest[0], rest[1:]
+        else:
+            at = level
+        site = intrinsics.log_site(mon, kwargs.get("stacklevel", 1)) if type(at) is int else None
+        if site is None or not rest or _unloggable(rest[0], rest[1:], kwargs):
+            return mon.enter(method, args, kwargs)
+        made = (logger, at, site, rest[0], tuple(rest[1:]), kwargs.get("extra"))
+        return _record(capture, mon, log_at, made, None, lambda: log_at(*made), lambda: None,
+                       f"logging.Logger.{method.__name__}")
+    return handler
+
+
+def _log_once(capture, method):
+    def handler(mon, args, kwargs):
+        return _record(capture, mon, method, args, kwargs, lambda: method(*args, **(kwargs or {})),
+                       lambda: _holds_tensors((args, kwargs)), f"logging.Logger.{method.__name__}")
+    return handler
+
+
+_LOG_KEYWORDS = frozenset({"extra", "stacklevel"})
+
+
+def _unloggable(msg, args, kwargs) -> bool:
+    """Must the monitor run this call as it is (what the mock would log could differ)?"""
+    return (type(msg) is not str or not _LOG_KEYWORDS.issuperset(kwargs)
+            or _holds_tensors((args, kwargs)) is not None)
+
+
+def _holds_tensors(values) -> str | None:
+    if any(isinstance(v, torch.Tensor) for v in pytree.tree_leaves(values)):
+        return "with tensor arguments (formatting reads their data)"
+    return None
+
+
+def log_at(logger: logging.Logger, level: int, site: tuple, msg: str, args: tuple, extra) -> None:
+    """``logger.log(level, msg, *args, extra=extra)`` made at ``site`` (file, line, function):
+    the record ``Logger._log`` makes where ``findCaller`` finds that site."""
+    if not logger.isEnabledFor(level):
+        return
+    filename, lineno, func = site if logging._srcfile else ("(unknown file)", 0, "(unknown function)")
+    logger.handle(logger.makeRecord(logger.name, level, filename, lineno, msg, args, None, func, extra, None))
 
 
 def emitter(module_globals: dict):

@@ -6,6 +6,8 @@ Where torch.compile gets one graph, magpy must too, equal to eager on the first 
 run), the identical call again (mock) and fresh inputs.  Where torch.compile refuses, magpy
 still must agree with eager (in pieces where it breaks).  ``python -m tests.test_corpus_vs_dynamo``
 prints the counts.
+
+PYTEST_DONT_REWRITE -- programs below use ``assert``; keep their real bytecode.
 """
 from __future__ import annotations
 

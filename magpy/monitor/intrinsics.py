@@ -13,6 +13,7 @@ import __future__
 import builtins
 import functools
 import itertools
+import logging
 import operator
 import os
 import sys
@@ -172,6 +173,20 @@ def warning_site(mon, args, kwargs) -> tuple:
     if not (module is None or isinstance(module, str)):
         module = "<string>"
     return message, category, filename, lineno, module, g, source, f
+
+
+def log_site(mon, stacklevel: int) -> tuple | None:
+    """Where a ``logging.Logger`` call from the monitored frame is made, as
+    ``Logger.findCaller`` works it out (the ``stacklevel``-th frame up that is not logging's
+    own): ``(filename, lineno, function name)``, or None past the monitored call."""
+    f = mon.current
+    while type(f) is Frame:
+        if f.f_code.co_filename != logging.__file__:
+            stacklevel -= 1
+            if stacklevel <= 0:
+                return f.f_code.co_filename, f.f_lineno, f.f_code.co_name
+        f = f.f_back
+    return None
 
 
 def emit_warning(message, category, filename, lineno, module, module_globals, source) -> None:

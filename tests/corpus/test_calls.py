@@ -1,5 +1,7 @@
 """Differential corpus: calls and everything around them.
 
+PYTEST_DONT_REWRITE -- programs below use ``assert``; keep their real bytecode.
+
 Each case is a module-level user function run natively and under ``magpy.monitor.run``;
 ``tests.differential.check`` compares results / exceptions, stdout, argument state after the
 call and (where given) an ``observe()`` snapshot of module globals or class attributes.

@@ -1,5 +1,7 @@
 """Differential corpus: Python special methods that CPython's operators and protocol builtins call.
 
+PYTEST_DONT_REWRITE -- programs below use ``assert``; keep their real bytecode.
+
 ``a + b``, ``a == b``, ``x in c``, ``if obj:``, ``len(obj)``, ``-obj``, ``abs(obj)``, ``hash(obj)`` and
 the ``operator`` module run the operand type's Python special method.  CPython's dispatch rules
 decide *which* methods run, in which order and how often (reflected operands, subclass
