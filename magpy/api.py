@@ -278,8 +278,8 @@ def _step_line(step) -> str:
         name = getattr(step.fn, "__qualname__", None) or type(step.fn).__qualname__
         why = f"  <- {step.where}" if step.where is not None else "  (computed from an eager value)"
         return f"step {step.var} = {name}(...){why}".replace("\n", " ")
-    what = f"check {step.args[0]} == {step.args[1]!r}" if step.kind == "check" else \
-        f"check bool({step.args[0]}) is {step.args[1]}"
+    what = {"check": f"check {step.args[0]} == {step.args[1]!r}", "truth": f"check bool({step.args[0]}) is "
+            f"{step.args[1]}", "same": f"check {step.args[0]} is {step.args[1]}"}[step.kind]
     if step.resume is not None:
         return f"{what}; if not, resume the monitor at {step.resume.where()}"
     return f"{what}; if not, the call misses this record"

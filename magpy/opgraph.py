@@ -391,6 +391,14 @@ class OpRecorder(TorchFunctionMode):
         self.graph.call_function(_ASSERT, (cond, message))
         self.piece.op_count += 1
 
+    def check(self, cond: torch.Tensor, what: str) -> None:
+        """Record a check of the record's own that ``cond``, a bool tensor the graph has,
+        holds (``what`` it means): where it does not, the call misses the record
+        (:func:`failed_own_check`).  Only where nothing observable happened before it."""
+        self._sync_modes()
+        self.graph.call_function(_ASSERT, (self.tensor_node(cond), OWN_CHECK + what))
+        self.piece.op_count += 1
+
     def _size_read(self, func, args, out) -> None:
         if ann.torch_name(func) in ann.TORCH_METADATA:
             shapes = self.shapes
@@ -866,12 +874,17 @@ class OpRecorder(TorchFunctionMode):
     def record_number(self, t: torch.Tensor) -> torch.Tensor:
         """``float(t)`` kept in the graph (magpy.segments): its operations recorded, and the
         tensor standing for the number in the graph returned."""
-        with self.paused():
-            for fn, rest in _NUMBER_READ:
-                out = fn(t, *rest)
-                self.record_call(fn, (t, *rest), out)
-                t = out
+        for fn, rest in _NUMBER_READ:
+            t = self.compute(fn, (t, *rest))
         return t
+
+    def compute(self, fn, args: tuple):
+        """``fn(*args)`` computed for the program by magpy (unrecorded) and recorded as an
+        operation of the current piece; its result."""
+        with self.paused():
+            out = fn(*args)
+            self.record_call(fn, args, out)
+        return out
 
     def finish(self) -> list[fx.GraphModule | None]:
         """Close every piece's graph with its outputs, leaving grad and inference mode as the
@@ -1048,6 +1061,15 @@ _ASSERT_JUMPS = {"POP_JUMP_FORWARD_IF_TRUE": True, "POP_JUMP_FORWARD_IF_FALSE": 
 _RAISING_PATH = 200   # code units a raising path may take (building an f-string message)
 # Instructions that leave a straight-line path (it might not reach its raise).
 _LEAVES_PATH = ("JUMP", "RETURN", "YIELD", "FOR_ITER", "SEND", "RERAISE")
+
+
+# The message of the record's own checks (OpRecorder.check), as opposed to the program's.
+OWN_CHECK = "magpy: this call takes another path than the recorded one: "
+
+
+def failed_own_check(gm: fx.GraphModule | None, exc: BaseException) -> bool:
+    """Did running ``gm`` raise ``exc`` because one of the record's own checks failed?"""
+    return OWN_CHECK in str(exc) and failed_assertion(gm, exc)
 
 
 def failed_assertion(gm: fx.GraphModule | None, exc: BaseException) -> bool:

@@ -41,6 +41,7 @@ recorder, the breaker and the segmenter, and the monitor running the program und
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 import sys
 import types
@@ -166,7 +167,8 @@ class Step:
     """One eager step of a record, in program order, run before piece ``before``'s graph.
 
     ``kind``: "call" (``var = fn(*args, **kwargs)``), "check" (the value bound to ``args[0]``
-    must be ``args[1]``), "truth" (``args[0]``'s truth must be ``args[1]``).
+    must be ``args[1]``), "truth" (``args[0]``'s truth must be ``args[1]``), "same" (the
+    variables ``args`` must hold the same object).
     """
 
     kind: str
@@ -234,9 +236,11 @@ class Segmenter(Observer):
         """Record ``result = fn(*args, **kwargs)`` as a step.  A dynamic operation, or one on
         tensors, ends the current piece; a pure computation on dynamic values alone runs before
         it (it needs nothing the piece computes)."""
+        var = self._new_var()
+        if self.lazy and brk is None and not kwargs and self._arithmetic_in_graph(var, fn, args, result):
+            return
         if self.lazy:
             self._realize_in(fn, getattr(fn, "__self__", None), args, kwargs)
-        var = self._new_var()
         if brk is not None and pure and self._read_in_graph(var, fn, args, result, brk):
             return
         named = _tensor_parts(result, var)
@@ -258,6 +262,11 @@ class Segmenter(Observer):
                 self.breaker.stop(f"{what}, given a mutable object it may change")
                 return
             self.effects = True
+        given_back = not ambiguous(result) and [a for a in args if a is result]
+        picked = given_back and id(result) in self.dynamic and any(fn is f for f in _PICKERS)
+        if picked and not undoable:
+            self.breaker.stop(f"{_describe(fn)} gives back a value computed eagerly it was given")
+            return
         if brk is not None or not pure or any(isinstance(x, torch.Tensor) for x in _leaves((args, kwargs))):
             try:
                 self.recorder.cut()
@@ -268,13 +277,15 @@ class Segmenter(Observer):
                 return
         self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
                                self._freeze(kwargs) if kwargs else None, brk, undoable, self._at()))
+        if picked:   # (max(n, m) is n or m: the same one must come back, it keeps its name)
+            self.steps.append(Step("same", self._before(), None, None, (var, self.dynamic[id(result)])))
         for t, expr in named:
             # A new tensor (``torch.from_numpy(a)``, a ScriptModule's output): later graphs
             # take it as an input, the mock gives it to the program.
             if id(t) not in self.recorder.eager:
                 self.recorder.eager[id(t)] = expr
                 self._keep.append(t)
-        self._result(result, var, call, type(result) is int and _int_result(fn))
+        self._result(result, var, call, type(result) is int and _int_result(fn), fresh=not given_back)
 
     def _new_var(self) -> str:
         self._vars += 1
@@ -296,6 +307,52 @@ class Segmenter(Observer):
             self.lazy[var] = InGraph(Step("call", -1, var, float, (standin,), None, brk, True, self._at()),
                                      standin, value)
             self.dynamic[id(value)] = var
+        return True
+
+    def _arithmetic_in_graph(self, var: str, fn, args: tuple, value) -> bool:
+        """Keep ``value = fn(*args)``, Python arithmetic on floats read in the graph (``n + 1``,
+        ``2 * n``, ``n / 3``, ``max(n, 1e-8)``), in the graph too (float64 tensors compute as
+        Python floats do)."""
+        op = next((g for f, g in _GRAPH_ARITHMETIC if fn is f), None)
+        if op is None or type(value) is not float or (fn is max or fn is min) and len(args) != 2:
+            return False
+        lazies = [self.lazy.get(self.dynamic.get(id(a))) if type(a) is float else None for a in args]
+        if not any(lazies) or not all(lz is not None or _plain_number(a) and id(a) not in self.dynamic
+                                      for a, lz in zip(args, lazies)):
+            return False
+        if any(fn is f for f in _DIVISIONS) and (lazies[1] is not None or not args[1]):
+            return False   # (Python raises for a zero divisor, where the graph gives inf)
+        operands = tuple(a if lz is None else lz.standin for a, lz in zip(args, lazies))
+        if self.recorder._opaque:
+            return False
+        given_back = [i for i, a in enumerate(args) if a is value]
+        if given_back:
+            return self._same_pick(fn, given_back[0], operands)
+        standin = op(self.recorder.compute, *operands)
+        if self.breaker.brk is not None:
+            return True
+        with self.recorder.paused():
+            got = float(standin)
+        if not _same_float(got, value):
+            return False
+        first = next(lz for lz in lazies if lz is not None)
+        self.lazy[var] = InGraph(dataclasses.replace(first.step, var=var, args=(standin,)), standin, value)
+        self.dynamic[id(value)] = var
+        return True
+
+    def _same_pick(self, fn, i: int, operands: tuple) -> bool:
+        """``max``/``min`` gave back its argument ``i`` (a float read in the graph, which keeps
+        its name, or a constant): the graph checks that the same argument comes back on each
+        call (where it does not, the call misses the record and records again), if nothing
+        observable happened yet."""
+        if not self.undoable():
+            return False
+        a, b = operands
+        rec = self.recorder
+        second = rec.compute(operator.gt if fn is max else operator.lt, (b, a))   # CPython: b replaces a
+        cond = second if i == 1 else rec.compute(torch.logical_not, (second,))
+        file, _, line = self._at()
+        rec.check(cond, f"{fn.__name__}() at {file}:{line} gives back its argument {i}")
         return True
 
     def _realize_in(self, *values) -> None:
@@ -369,14 +426,15 @@ class Segmenter(Observer):
     def _before(self) -> int:
         return len(self.recorder.pieces) - 1
 
-    def _result(self, v, var: str, call: bool, int_result: bool) -> None:
+    def _result(self, v, var: str, call: bool, int_result: bool, fresh: bool = True) -> None:
         """Track step result ``v`` (``int_result``: from a callee that always gives an int, so
-        it may become a graph input)."""
+        it may become a graph input; not ``fresh``: an object the step was given, such as a
+        constant ``min(n, 1.5)`` gave back, which has no identity of its own: checked)."""
         if int_result:
             self._ints.add(var)
         if id(v) in self.dynamic:
             return   # an eager value given back (``__enter__`` returns self): it keeps its name
-        if ambiguous(v):
+        if ambiguous(v) or not fresh:
             frame = self.breaker.monitor.current
             if not call:   # an instruction's result: checked where the instruction ran
                 self.check(v, var, completed=True)
@@ -610,9 +668,10 @@ class Segmenter(Observer):
         a, bound = ann.lookup(callee)
         if a is not None and not self.is_dynamic(callee):
             full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
-            # (a method the table does not list as bound, ``ndarray.sum``, reads its object)
+            # (a method the table does not list as bound, ``ndarray.sum``, reads its object;
+            # max and min compare the values they are given)
             owner_read = not bound and self.is_dynamic(getattr(callee, "__self__", None))
-            if not (owner_read or self._reads_value(a, full, kwargs)):
+            if not (owner_read or callee is max or callee is min or self._reads_value(a, full, kwargs)):
                 return   # stores the value (list.append): a move
             if a.inplace or not a.pure:
                 self.breaker.stop(f"{_describe(callee)} changes or keeps a value computed eagerly")
@@ -803,6 +862,34 @@ def _number_source(fn, args: tuple, value) -> torch.Tensor | None:
 
 
 _NUMBER_READS = (float, torch.Tensor.item, torch.Tensor.__float__)
+# Natives that give back one of their arguments, which one depending on the values.
+_PICKERS = (max, min)
+# Python arithmetic on floats the graph computes, as graph operations: (function, how the
+# graph computes it with ``compute(op, args)``).  In place on a float is not in place on its
+# tensor; max and min keep the first item unless the second compares greater (less), as
+# CPython's do.
+def _operation(op):
+    return lambda compute, *xs: compute(op, xs)
+
+
+def _pick(compare):
+    return lambda compute, a, b: compute(torch.where, (compute(compare, (b, a)), b, a))
+
+
+_GRAPH_ARITHMETIC = (*((getattr(operator, prefix + name), _operation(getattr(operator, name)))
+                       for name in ("add", "sub", "mul", "truediv") for prefix in ("", "i")),
+                     (operator.neg, _operation(operator.neg)),
+                     (max, _pick(operator.gt)), (min, _pick(operator.lt)))
+_DIVISIONS = (operator.truediv, operator.itruediv)
+
+
+def _plain_number(v) -> bool:
+    """A float, or an int a float64 holds exactly, that is no eager step's value."""
+    return type(v) is float or type(v) is int and abs(v) < 2 ** 53
+
+
+def _same_float(a: float, b: float) -> bool:
+    return a == b and math.copysign(1, a) == math.copysign(1, b) or a != a and b != b
 
 
 def _int_result(fn) -> bool:

@@ -238,3 +238,75 @@ def _under_autocast(x):
 def test_a_float_read_inside_autocast_is_computed_there():
     check_compiled(lambda: (_under_autocast, None), standard(lambda s: (torch.randn(4, 4),)),
                    expect_graphs=1, expect_records=1)
+
+
+def _arithmetic(x):
+    n = x.abs().max().item()
+    m = -n * 2 + 1
+    m -= 0.5                   # (in place on a float: a new float)
+    lo = max(min(n, 1.5), 0.5)     # CPython's builtins: the first unless the second compares greater
+    return (x - n) / (m / 3) * lo, m
+
+
+def _large(s):
+    return (torch.rand(3, 4) + 2,)
+
+
+def _middle(s):
+    return (torch.rand(3, 4) * 0.2 + 1.0,)
+
+
+def test_python_arithmetic_on_the_float_stays_in_the_graph():
+    # min(n, 1.5) gives back 1.5 for the large inputs, n for the middle ones: the graph
+    # checks the pick, another pick records again (one graph each).
+    trace = check_compiled(lambda: (_arithmetic, None), [
+        first(_large), again(), fresh(_large, seed=2), Step("the other pick", _middle, expect="monitor"),
+        again(), fresh(_large, seed=3), fresh(_middle, seed=4)], expect_graphs=2, expect_records=2)
+    rec = trace.compiled._magpy_cache.records[0]
+    assert [s.fn for s in rec.steps] == [float]   # m, returned: made after the graph
+
+
+def _one_over(x):
+    n = x.sum().item()
+    return x * (1.0 / n)       # Python raises for n == 0, where a graph would give inf
+
+
+def _zero_sum(s):
+    return (torch.tensor([1.0, -1.0]),)
+
+
+def test_a_division_by_the_float_stays_in_python():
+    check_compiled(lambda: (_one_over, None), [
+        first(lambda s: (torch.tensor([1.0, 2.0]),)), again(),
+        Step("zero: ZeroDivisionError", _zero_sum, expect=None),
+    ], fullgraph=False)
+
+
+def _eager_min(x):
+    n = x.sum().tolist()          # an eager step's float
+    lo = min(n, 1.5)              # min gives back n or the constant: which one depends on n
+    return x * lo
+
+
+def test_min_of_a_value_computed_eagerly_is_never_a_constant():
+    # (It was: the result, the constant 1.5 or n itself, was taken for a move.)
+    check_compiled(lambda: (_eager_min, None), [
+        first(lambda s: (torch.full((2,), 2.0),)), again(),
+        Step("n below 1.5", lambda s: (torch.full((2,), 0.25),), expect=None),
+        Step("above again", lambda s: (torch.full((2,), 3.0),), expect=None)], fullgraph=False)
+
+
+def _eager_max(x):
+    n, m = x.sum().tolist(), x.mean().tolist()   # two eager steps' floats
+    lo = max(n, m)                               # n itself or m itself, by their values
+    return x * lo, lo
+
+
+def test_max_of_two_values_computed_eagerly_checks_which_comes_back():
+    # The record checks that the same one comes back; the other pick records again.
+    trace = check_compiled(lambda: (_eager_max, None), [
+        first(lambda s: (torch.tensor([1.0, 2.0]),)), again(),
+        Step("the other pick", lambda s: (torch.tensor([3.0, -5.0]),), expect="monitor"),
+        Step("the first pick again", lambda s: (torch.tensor([0.5, 2.5]),), expect=MOCK),
+        Step("the other pick again", lambda s: (torch.tensor([3.0, -7.0]),), expect=MOCK)], fullgraph=False)
+    assert magpy.stats(trace.compiled).records == 2

@@ -109,6 +109,8 @@ class MockWriter:
         elif step.kind == "truth":
             name, truth = step.args
             self.lines.append(f"    if {'not ' if truth else ''}{name}: return {miss}")
+        elif step.kind == "same":
+            self.lines.append(f"    if {step.args[0]} is not {self.use(step.args[1])}: return {miss}")
         else:
             args = [self.expr(a) for a in step.args]
             args += [f"{k}={self.expr(x)}" for k, x in (step.kwargs or {}).items()]
