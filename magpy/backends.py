@@ -20,7 +20,7 @@ from torch._guards import TracingContext, detect_fake_mode, tracing
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from magpy import joint
+from magpy import joint, training
 from magpy.errors import BackendError
 from magpy.opgraph import GRAD_OUTPUTS
 
@@ -35,6 +35,7 @@ _CONTROL_FLOW = (torch.ops.higher_order.cond, torch.ops.higher_order.while_loop)
 
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    training.tensor_alphas(gm)
     if not joint.has_backward(gm):
         return _compile_inductor(gm, example_inputs)
     # A whole train step (magpy.joint): compiled as one inference graph, traced with grad
