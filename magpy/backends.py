@@ -41,8 +41,10 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     # A whole train step (magpy.joint): compiled as one inference graph, traced with grad
     # on (its forward must record the autograd graph its backward differentiates).
     needing_grad = gm.meta[GRAD_OUTPUTS]
+    examples = joint.inference_form(gm, example_inputs)
+    joint.channels_last_images(gm, examples)
     with torch.enable_grad():
-        compiled = _compile_inductor(gm, joint.inference_form(gm, example_inputs))
+        compiled = _compile_inductor(gm, examples)
     return joint.BackwardDone(compiled, needing_grad) if needing_grad else compiled
 
 

@@ -16,9 +16,9 @@ class Scalar:
     ``-lr``, a scheduler's ``lr * gamma``): the lifted float's RefGraph node, ``source``
     (the computation as Python source, ``{x}`` standing for the lifted value: the mock
     computes it from each call's value, with the program's own float arithmetic) and
-    ``value``, the float the recording run computed.  ``pinned`` (shared by one recording) holds the nodes the program
-    used other than as a tensor operation's operand or in such arithmetic: those are guarded
-    by value after all."""
+    ``value``, the float the recording run computed.  ``pinned`` (shared by one recording)
+    holds the nodes the program used other than as a tensor operation's operand or in such
+    arithmetic: those are guarded by value after all."""
 
     __slots__ = ("node", "pinned", "source", "value")
 
