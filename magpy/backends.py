@@ -20,7 +20,7 @@ from torch._guards import TracingContext, detect_fake_mode, tracing
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from magpy import joint
+from magpy import joint, training
 from magpy.errors import BackendError
 from magpy.opgraph import GRAD_OUTPUTS
 
@@ -35,13 +35,16 @@ _CONTROL_FLOW = (torch.ops.higher_order.cond, torch.ops.higher_order.while_loop)
 
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    training.tensor_alphas(gm)
     if not joint.has_backward(gm):
         return _compile_inductor(gm, example_inputs)
     # A whole train step (magpy.joint): compiled as one inference graph, traced with grad
     # on (its forward must record the autograd graph its backward differentiates).
     needing_grad = gm.meta[GRAD_OUTPUTS]
+    examples = joint.inference_form(gm, example_inputs)
+    joint.channels_last_images(gm, examples)
     with torch.enable_grad():
-        compiled = _compile_inductor(gm, joint.inference_form(gm, example_inputs))
+        compiled = _compile_inductor(gm, examples)
     return joint.BackwardDone(compiled, needing_grad) if needing_grad else compiled
 
 

@@ -197,6 +197,37 @@ def inference_form(gm: fx.GraphModule, example_inputs: list) -> list:
     return examples
 
 
+def channels_last_images(gm: fx.GraphModule, example_inputs: list) -> None:
+    """Make the batches of images ``gm`` convolves (4-d floating inputs needing no grad, used
+    by ``conv2d``) channels-last at the graph's start, in place, so that the whole step is
+    traced channels-last, as Inductor lays out convolutions.
+
+    Traced in eager's layout, a graph holding a backward ties Inductor to that layout where
+    a ``convolution_backward`` reads an activation (it keeps the traced strides of an input
+    it shares): a block's output was then written once per layout and per reader (five
+    copies of each of ResNet-50's stage outputs), where torch.compile's backward graph
+    receives the forward's channels-last outputs as they are.  The values are the same
+    up to the convolutions' summation order."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    changed = False
+    for node, x in zip(placeholders, example_inputs):
+        if not _image_batch(x) or not any(u.target in _CONVOLUTIONS for u in node.users):
+            continue
+        with gm.graph.inserting_after(node):
+            image = gm.graph.call_method("contiguous", (node,), {"memory_format": torch.channels_last})
+        node.replace_all_uses_with(image, delete_user_cb=lambda user, image=image: user is not image)
+        changed = True
+    if changed:
+        gm.recompile()
+
+
+def _image_batch(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.dim() == 4 and x.is_floating_point() and not x.requires_grad
+
+
+_CONVOLUTIONS = (torch.nn.functional.conv2d, torch.conv2d)
+
+
 class BackwardDone:
     """A compiled :func:`inference_form` graph whose outputs ``needing_grad`` come back as
     eager's do after ``backward()``: tensors needing grad with a ``grad_fn`` whose graph is

@@ -191,18 +191,19 @@ class Passes:
 
 
 class ScalarInput:
-    """A lifted float or int (its RefGraph node): a graph input, a float as a 0-d tensor."""
+    """A lifted float or int (its RefGraph node): a graph input, a float as a 0-d tensor;
+    for a float, ``source`` is what the mock computes from it (``dynamic.Scalar``)."""
 
-    __slots__ = ("node",)
+    __slots__ = ("node", "source")
 
-    def __init__(self, node):
-        self.node = node
+    def __init__(self, node, source: str = "{x}"):
+        self.node, self.source = node, source
 
     def __hash__(self):
-        return hash(("scalar", self.node.id))
+        return hash(("scalar", self.node.id, self.source))
 
     def __eq__(self, other):
-        return type(other) is ScalarInput and other.node is self.node
+        return type(other) is ScalarInput and other.node is self.node and other.source == self.source
 
 
 @dataclasses.dataclass(frozen=True)
@@ -453,7 +454,7 @@ class OpRecorder(TorchFunctionMode):
             fargs = tuple(pytree.tree_map(self._arg, a) if var is None else self._scalar_input(a, var)
                           for a, var in zip(args, steps or (None,) * len(args)))
             self._operands = False
-            fkwargs = pytree.tree_map(self._arg, dict(kwargs))
+            fkwargs = {k: self._keyword(name, args, k, v) for k, v in kwargs.items()}
         except _Unsupported:
             if not _made_from_data(args, kwargs, out):
                 raise
@@ -568,13 +569,25 @@ class OpRecorder(TorchFunctionMode):
             return self.graph.call_function(_constant(a), ())
         raise _Unsupported(f"tensor operation argument of type {type(a).__qualname__}")
 
+    def _keyword(self, name: str, args: tuple, key: str, value):
+        """The graph argument of keyword argument ``key``.  A lifted float ``alpha`` of float
+        tensor arithmetic (an optimizer's ``param.add_(grad, alpha=-lr)``) is an input: a
+        0-d float64 tensor, which eager's kernels read as the float itself."""
+        if key == "alpha" and type(value) is Scalar and name in _ALPHA:
+            self._operands = None if _scalar_operands(name, args) is not False else False
+            try:
+                return self._arg(value)
+            finally:
+                self._operands = False
+        return pytree.tree_map(self._arg, value)
+
     def _scalar_arg(self, a: Scalar):
         """A lifted float argument: a graph input where it is an operand of float tensor
         arithmetic, else its value (which the guard then checks)."""
         if self._operands is False:
             specialise(a)
-            return a.node.value
-        return self._scalar_input(a.node.value, ScalarInput(a.node))
+            return a.value
+        return self._scalar_input(a.value, ScalarInput(a.node, a.source))
 
     def _scalar_input(self, value: float | int, source) -> fx.Node:
         """A number as a 0-d tensor (a float as float64, an int as int64): an input the mock
@@ -1010,6 +1023,8 @@ def _written(name: str, args: tuple, kwargs: dict) -> list:
 _INPLACE_DUNDERS = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
                               "__ifloordiv__", "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__",
                               "__ilshift__", "__irshift__", "__imatmul__"})
+# Operations whose ``alpha`` may be a 0-d tensor: ``self + alpha * other`` (``-`` for sub).
+_ALPHA = frozenset({"add", "add_", "sub", "sub_"})
 _LIFTABLE = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__",
                        "__rmul__", "__imul__", "__truediv__", "__rdiv__", "__rtruediv__", "__itruediv__",
                        "add", "sub", "mul", "div", "true_divide", "add_", "sub_", "mul_", "div_"})

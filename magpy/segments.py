@@ -971,6 +971,7 @@ class Capture:
         self.breaker.monitor = self.branches.monitor = self.arrays.monitor = self.monitor
         if self.shapes is not None:
             self.shapes.monitor = self.monitor
+            self.shapes.eager_value = self.segmenter.is_dynamic
         self.grad_on_entry = torch.is_grad_enabled()
 
     @property

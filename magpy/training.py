@@ -120,6 +120,30 @@ def number_arguments(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
+def tensor_alphas(gm: torch.fx.GraphModule) -> None:
+    """Rewrite, in place, ``x.add_(y, alpha=t)`` (``add``, ``sub``, ``sub_``) given a 0-d
+    tensor ``t`` (a lifted float learning rate, or a tensor one) as ``x.add_(y.mul(t))``:
+    AOTAutograd reads a tensor ``alpha`` into Python (``.item()``), which it cannot trace.
+    For compiling backends only: the kernel fuses the multiply-add, so this rounds
+    differently from the graph as recorded (which the "eager" backend runs)."""
+    changed = False
+    for node in gm.graph.nodes:
+        alpha = node.kwargs.get("alpha") if node.op in ("call_method", "call_function") else None
+        name = node.target if node.op == "call_method" else getattr(node.target, "__name__", None)
+        if not isinstance(alpha, torch.fx.Node) or name not in _ALPHA_METHODS or len(node.args) != 2:
+            continue
+        with gm.graph.inserting_before(node):
+            scaled = gm.graph.call_method("mul", (node.args[1], alpha))
+        node.args = (node.args[0], scaled)
+        node.kwargs = {k: v for k, v in node.kwargs.items() if k != "alpha"}
+        changed = True
+    if changed:
+        gm.recompile()
+
+
+_ALPHA_METHODS = frozenset({"add", "add_", "sub", "sub_"})
+
+
 # --------------------------------------------------------------------------- backward
 def backward_intrinsic(recorder):
     """``loss.backward(gradient, retain_graph)`` in a recording: recorded into the graph where

@@ -716,7 +716,7 @@ def _steering(x, scale):
 
 
 def _python_arithmetic(x, t):
-    return x * (t + 1.0)     # computed in Python first: guarded by value
+    return x * (t + 1.0)     # computed in Python first: the mock computes it from each call's t
 
 
 class _Softmax(nn.Module):
@@ -749,7 +749,7 @@ FLOATS = {   # name: (program, how it is called with float t, recordings for TEM
     "keyword": (_temperature_kw, lambda x, t: ((x,), {"temperature": t}), 2),
     "module_keyword": (_through_modules, lambda x, t: ((x,), {"temperature": t}), 2),
     "steering": (_steering, lambda x, t: ((x, t), {}), None),
-    "python_arithmetic": (_python_arithmetic, lambda x, t: ((x, t), {}), None),
+    "python_arithmetic": (_python_arithmetic, lambda x, t: ((x, t), {}), 2),
 }
 TEMPERATURES = [0.7, 0.9, 1.3, 0.5, 2.0, 0.9, 1.1, -0.0, 0.0, float("inf")]
 
@@ -757,9 +757,9 @@ TEMPERATURES = [0.7, 0.9, 1.3, 0.5, 2.0, 0.9, 1.1, -0.0, 0.0, float("inf")]
 @pytest.mark.parametrize("mode", [None, True, False], ids=["automatic", "dynamic_true", "static"])
 @pytest.mark.parametrize("name", FLOATS)
 def test_float_argument_that_changes_every_call(name, mode):
-    """A float argument that is only an operand of tensor arithmetic becomes a graph input:
-    a new value reuses the record.  One the program computes with or branches on is
-    guarded by value: every result still equals eager's (signed zeros and infinities included,
+    """A float argument that is only an operand of tensor arithmetic, directly or through
+    Python arithmetic with constants, becomes a graph input: a new value reuses the record.
+    One the program branches on is guarded by value: every result still equals eager's (signed zeros and infinities included,
     whose NaNs must match too)."""
     magpy.config.dynamic = mode
     magpy.config.cache_size_limit = 16   # the guarded programs record once per distinct value
@@ -777,6 +777,35 @@ def test_float_argument_that_changes_every_call(name, mode):
         assert stats.monitor_runs == distinct
     else:
         assert stats.monitor_runs == (1 if mode is True else recordings)
+
+
+class _Decay:
+    def __init__(self):
+        self.scales = {"a": 1.0, "b": 2.0}
+        self.last = None
+
+
+def _decayed(decay, x):
+    y = x * decay.scales["a"] - decay.scales["b"]
+    for key, s in zip(list(decay.scales), [decay.scales[k] * 0.5 for k in decay.scales]):
+        decay.scales[key] = s
+    decay.last = [decay.scales[k] for k in decay.scales]
+    return y
+
+
+def test_lifted_floats_written_back_computed_in_python():
+    """Dict items read as floats that change are lifted; what the program computes from them
+    in Python (``s * 0.5``), walks with ``zip`` and stores back (into the dict, into a new
+    list on an attribute) the mock computes from each call's values: one record serves
+    every value, and the state stays eager's bit for bit."""
+    fast = magpy.compile(_decayed, backend="eager")
+    mine, theirs = _Decay(), _Decay()
+    for _ in range(8):
+        x = torch.randn(3)
+        torch.testing.assert_close(fast(mine, x), _decayed(theirs, x), rtol=0, atol=0)
+        assert mine.scales == theirs.scales and mine.last == theirs.last
+    stats = magpy.stats(fast)
+    assert stats.eager_runs == 0 and stats.monitor_runs == 2 and stats.mock_runs == 6, stats
 
 
 def test_backend_without_symbolic_sizes_records_per_size_and_says_so():

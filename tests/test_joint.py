@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 import magpy
+from magpy import joint
 from tests.compile_harness import (
     MOCK,
     MONITOR,
@@ -173,6 +174,34 @@ def test_bert_is_one_graph_inductor():
     # (SGD: AdamW divides each gradient by its running size, which turns Inductor's last-bit
     # differences in near-zero gradients into large ones, with the backward eager as well.)
     _one_graph_per_step(_zoo("bert", _sgd, backend="inductor"))
+
+
+def _convnet() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 1),
+                         nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+
+
+def _images(state):
+    return torch.randn(4, 3, 12, 12), torch.randn(4, 4)
+
+
+def test_convnet_step_inductor_channels_last():
+    # Inductor lays out convolutions channels-last; the step's images are made channels-last
+    # at the graph's start (joint.channels_last_images), so the backward's convolutions read
+    # the activations in that layout too.  Results as eager's, one graph per step.
+    steps = [Step(f"train step {i + 1}", _images, seed=i, expect=MONITOR if i < 2 else MOCK) for i in range(4)]
+    trace = check_compiled(_build(make_model=_convnet), steps, fullgraph=False, observe=_observe, **INDUCTOR)
+    _one_graph_per_step(trace, steps=4)
+
+
+def test_channels_last_images_only_where_convolved():
+    gm = torch.fx.symbolic_trace(lambda x, y, w: (nn.functional.conv2d(x, w), y * 2))
+    x, y, w = torch.randn(2, 3, 8, 8), torch.randn(2, 3, 8, 8), torch.randn(4, 3, 1, 1, requires_grad=True)
+    joint.channels_last_images(gm, [x, y, w])
+    conversions = [n for n in gm.graph.nodes if n.kwargs.get("memory_format") is torch.channels_last]
+    assert [n.args[0].name for n in conversions] == ["x"]
+    out, doubled = gm(x, y, w)
+    assert torch.allclose(out, nn.functional.conv2d(x, w), atol=1e-6) and doubled.is_contiguous()
 
 
 @pytest.mark.slow

@@ -12,6 +12,8 @@ be in the graph).  The first step finds no ``.grad`` and no optimizer state, the
 both: each records once; from the third on every step is a mock run (no monitor run, no
 eager run).
 """
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -169,17 +171,17 @@ def test_clip_grad_norm():
     check_compiled(_build(_sgd, clip=0.5), _steps(), fullgraph=False, observe=_observe, expect_records=2)
 
 
-def _scheduled_run():
-    # The learning rate is a new float on each step; the results must still be eager's.
+def _scheduled_run(n: int = 6, make_opt=_sgd, **options):
+    # The learning rate is a new float every other step; the results must still be eager's.
     def build():
         model = _mlp()
-        opt = _sgd(model.parameters())
+        opt = make_opt(model.parameters())
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
         return _trainer(model, opt, scheduler=sched), {"model": model, "opt": opt, "sched": sched}
 
-    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=ANY) for i in range(6)]
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=ANY) for i in range(n)]
     trace = check_compiled(build, steps, fullgraph=False,
-                           observe=lambda s: (_observe(s), s["sched"].state_dict()))
+                           observe=lambda s: (_observe(s), s["sched"].state_dict()), **options)
     assert magpy.stats(trace.compiled).eager_runs == 0
     return trace
 
@@ -188,12 +190,37 @@ def test_lr_scheduler_step():
     _scheduled_run()
 
 
-@pytest.mark.xfail(strict=True, reason="the learning rate is a Python float the update graph holds as a "
-                   "constant (SGD's add_(grad, alpha=-lr)): each new lr records again, until "
-                   "cache_size_limit makes the step run eagerly")
 def test_lr_scheduler_steady_state():
-    trace = _scheduled_run()
-    assert magpy.stats(trace.compiled).monitor_runs <= 3
+    # A float lr is lifted (a graph input; the scheduler's ``lr * gamma`` and its stores into
+    # param_groups and _last_lr are computed by the mock) once it has changed: 4 records (no
+    # optimizer state; lr not seen to change yet; each outcome of StepLR's
+    # ``last_epoch % step_size``), then every step is a mock run, whatever its lr (5 values).
+    st = magpy.stats(_scheduled_run(10).compiled)
+    assert st.monitor_runs == 4 and st.mock_runs == 6, st
+
+
+@pytest.mark.parametrize("make_opt", [_sgd, _adamw], ids=["sgd-momentum", "adamw"])
+def test_float_lr_changed_between_steps(make_opt):
+    # The program sets the lr between compiled steps (a scheduler outside the step, or by
+    # hand): the first new lr records once more (it is lifted from then on), then every lr
+    # is a mock run of one graph.
+    def new_lr(state):
+        for group in state["opt"].param_groups:
+            group["lr"] = group["lr"] * 0.75
+
+    steps = _steps(2) + [after(new_lr, _batch, expect=MONITOR)] + [after(new_lr, _batch, expect=MOCK)] * 4
+    trace = check_compiled(_build(make_opt), steps, fullgraph=False, observe=_observe, expect_records=3)
+    assert magpy.stats(trace.compiled).graphs_per_call == 1
+
+
+@pytest.mark.parametrize("make_opt", [_sgd, _adamw], ids=["sgd-momentum", "adamw"])
+def test_lr_scheduler_float_lr_inductor(make_opt):
+    # Inductor takes the lifted lr as a 0-d tensor; SGD's ``alpha=-lr`` becomes a multiply
+    # (AOTAutograd cannot read a tensor alpha), so the step stays compiled (no fallback warning).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        trace = _scheduled_run(8, make_opt, backend="inductor", rtol=1e-5, atol=1e-6)
+    assert magpy.stats(trace.compiled).mock_runs >= 4
 
 
 def test_bf16_autocast_step():

@@ -22,6 +22,7 @@ import torch
 from magpy import annotations as ann
 from magpy.codegen.source import Names, is_literal, value_checks, var
 from magpy.continuations import Reduced, Resume, Variable
+from magpy.dynamic import Scalar
 from magpy.errors import CaptureError
 from magpy.monitor import NULL, generators
 from magpy.opgraph import InputSource, ScalarInput, int_tensor, scalar_tensor
@@ -95,7 +96,7 @@ class MockWriter:
             return source.expr
         if isinstance(source, ScalarInput):
             value = self.load(source.node)
-            return f"SCALAR({value})" if type(source.node.value) is float else value
+            return f"SCALAR({source.source.format(x=value)})" if type(source.node.value) is float else value
         return self.load(source)
 
     def step(self, step) -> None:
@@ -241,7 +242,7 @@ class MockWriter:
                 if key not in now:
                     self.commit(f"    del {mapping}[{self.key(key)}]")
             for key, val in now.items():
-                size = self.stored_size(node, key)
+                size = self.stored_value(node.value, key)
                 if size is not None:
                     self.commit(f"    {mapping}[{self.key(key)}] = {size}")
                 elif key not in snap or snap[key] is not val:
@@ -251,13 +252,16 @@ class MockWriter:
             items = ", ".join(f"{self.key(key)}: {self.expr(val)}" for key, val in now.items())
             self.commit(f"    {mapping}.clear(); {mapping}.update({{{items}}})")
 
-    def stored_size(self, node, key) -> str | None:
-        """The source of a size the run stored into ``node``'s attribute ``key`` (it is the
-        new call's size, computed from the sizes of its inputs), or None."""
+    def stored_value(self, holder, key) -> str | None:
+        """The source of a size or lifted float the run stored into ``holder``'s attribute or
+        item ``key`` (the new call's size, computed from the sizes of its inputs; the float
+        computed from its lifted value), or None."""
         shapes = self.shapes
-        s = shapes.stored(node, key) if shapes is not None and type(key) is str else None
+        s = shapes.stored(holder, key) if shapes is not None and type(key) in (str, int) else None
         if s is None:
             return None
+        if type(s) is Scalar:
+            return s.source.format(x=self.load(s.node))
         origins, source = shapes.expression(s)
         for name, origin in origins:
             self.commit(f"    {name} = {origin.load(self.load(shapes.holder_node(origin)))}")
@@ -330,7 +334,8 @@ class MockWriter:
         if isinstance(v, torch.nn.Module):
             raise CaptureError(f"the call leaves behind an nn.Module it created ({t.__qualname__})")
         if t is list:
-            return self.bind(v, f"[{', '.join(self.expr(x) for x in v)}]")
+            items = (self.stored_value(v, i) or self.expr(x) for i, x in enumerate(v))
+            return self.bind(v, f"[{', '.join(items)}]")
         if t is tuple:
             items = ", ".join(self.expr(x) for x in v)
             return f"({items}{',' if len(v) == 1 else ''})"

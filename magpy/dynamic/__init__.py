@@ -7,8 +7,10 @@ recordings met at each input (by its path from the call's arguments or from outs
 seen with ``config.dynamic_after`` (2) distinct values is lifted from then on
 (``magpy.config.dynamic``: None, the default; True lifts the dimensions of every tensor
 argument and every int and float argument from the first call; False never lifts).  Int
-arguments become symbols like sizes; a float becomes a 0-d tensor input where it is only an
-operand of float tensor arithmetic, else it is *pinned* (guarded by value).
+arguments become symbols like sizes; a float becomes a 0-d tensor input where it is an
+operand of float tensor arithmetic, directly or through Python arithmetic with constants
+(``-lr``: the mock computes that again from each call's value, ``Scalar.source``, and writes
+such floats where the program stored them), else it is *pinned* (guarded by value).
 
 *How*: a recording that lifts runs :class:`Shapes` beside the operator recorder.  Every
 tensor the graphs see gets a fake twin (``FakeTensorMode`` with a ``ShapeEnv``): inputs get a

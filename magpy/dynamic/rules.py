@@ -7,7 +7,7 @@ import operator
 
 import torch
 
-from magpy.dynamic.shadows import Items, SymInt, items_of, symbolic, value_of
+from magpy.dynamic.shadows import Items, Scalar, SymInt, Walk, items_of, symbolic, value_of
 from magpy.monitor import NULL, operators
 from magpy.monitor.observer import Entries, returns_to_caller
 
@@ -24,6 +24,8 @@ def int_result(out, r):
 def _binary(sh, f, ins, inputs, outputs, in_sh):
     a, b = inputs
     out = outputs[0]
+    if type(out) is float:
+        return _float_arithmetic(sh, f, ins, inputs, out, in_sh)
     if type(a) is int and type(b) is int:
         op = operators.BINARY[ins.arg % len(operators.BINARY)][3]
         r = int_result(out, op(value_of(a, in_sh[0]), value_of(b, in_sh[1])))
@@ -60,6 +62,44 @@ def _unary(op):
     return rule
 
 
+_int_negative = _unary(operator.neg)
+
+
+def _negative(sh, f, ins, inputs, outputs, in_sh):
+    # ``-lr`` of a lifted float (SGD's ``alpha=-lr``): the mock negates each call's value.
+    s = in_sh[0]
+    if type(s) is Scalar and type(outputs[0]) is float:
+        sh.set_output(f, 0, s.derive(f"(-{s.source})", outputs[0]))
+        return True
+    return _int_negative(sh, f, ins, inputs, outputs, in_sh)
+
+
+def _float_arithmetic(sh, f, ins, inputs, out, in_sh) -> bool:
+    """``lr * gamma``: a lifted float and a number the record holds as a constant (no shadow,
+    not computed by an eager step) give a float the mock computes, by the same Python
+    arithmetic, from each call's lifted value."""
+    symbol = operators.BINARY[ins.arg % len(operators.BINARY)][0]
+    if symbol not in _FLOAT_OPS or sum(type(s) is Scalar for s in in_sh) != 1:
+        return False
+    if symbol == "/" and (type(in_sh[0]) is not Scalar or not inputs[1]):
+        return False   # (``c / lr`` would raise in the mock for a zero lr, where eager raises mid-call)
+    parts = []
+    for v, s in zip(inputs, in_sh):
+        if type(s) is Scalar:
+            scalar = s
+            parts.append(s.source)
+        elif s is None and type(v) in (int, float) and math.isfinite(v) and not sh.eager_value(v):
+            parts.append(repr(v))
+        else:
+            return False
+    sh.set_output(f, 0, scalar.derive(f"({parts[0]} {symbol} {parts[1]})", out))
+    return True
+
+
+# Float arithmetic that cannot raise (``**`` may overflow), given a nonzero divisor.
+_FLOAT_OPS = frozenset({"+", "-", "*", "/"})
+
+
 def _truth(sh, f, ins, inputs, outputs, in_sh):
     # ``if b:`` on a size: the guard keeps the outcome (b != 0), not the value.
     if type(inputs[0]) is not int:
@@ -84,6 +124,70 @@ def _unpack(sh, f, ins, inputs, outputs, in_sh):
     for i, s in enumerate(reversed(items)):
         sh.set_output(f, i, s)
     return True
+
+
+def _iter(sh, f, ins, inputs, outputs, in_sh):
+    # ``for x in seq``: a walk over a list or tuple of lifted values (an iterator's iter() is itself).
+    seq, s = inputs[0], in_sh[0]
+    if type(s) is Walk and outputs[0] is seq:
+        sh.set_output(f, 0, s)
+        return True
+    if type(seq) not in (list, tuple) or type(s) is not Items or len(s) != len(seq):
+        return False
+    sh.set_output(f, 0, Walk(tuple(seq), tuple(s)))
+    return True
+
+
+def _next(sh, f, ins, inputs, outputs, in_sh):
+    walk = in_sh[0]
+    if type(walk) is not Walk:
+        return False
+    if len(outputs) < 2:
+        return True   # (exhausted)
+    s = walk.step(outputs[-1])
+    if s is None:
+        return False
+    sh.set_output(f, 0, walk)
+    sh.set_output(f, len(outputs) - 1, s)
+    return True
+
+
+def _contains(sh, f, ins, inputs, outputs, in_sh):
+    # ``"state_steps" in kwargs``: a dict's keys, not its lifted values, decide.
+    return type(inputs[1]) is dict and not symbolic(in_sh[0])
+
+
+def _method(sh, f, ins, inputs, outputs, in_sh):
+    # ``kwargs.get``: the bound method carries the dict's entry shadows to its call (dict_get).
+    if type(inputs[0]) is not dict or type(in_sh[0]) is not Entries or ins.argval != "get":
+        return False
+    sh.set_output(f, 1, in_sh[0])
+    return True
+
+
+def dict_get(callee, args, callee_shadow, shadows):
+    """``d.get(key[, default])`` of a dict whose entry shadows are known: the result's
+    shadow (None if there is none); False for any other call."""
+    if type(callee) is not BUILTIN_METHOD or type(callee.__self__) is not dict or callee.__name__ != "get":
+        return False
+    if type(callee_shadow) is not Entries or not args or type(args[0]) is not str:
+        return False
+    if args[0] in callee.__self__:
+        return callee_shadow.get(args[0])
+    return shadows[-1] if len(args) == 2 else None
+
+
+BUILTIN_METHOD = type({}.get)
+
+
+def zip_walk(args, shadows) -> Walk | None:
+    """The walk of ``zip(*args)`` over lists and tuples (a last bool: ``strict=``), or None."""
+    if args and type(args[-1]) is bool:
+        args, shadows = args[:-1], shadows[:-1]
+    columns = [items_of(a, s) if type(a) in (list, tuple) else None for a, s in zip(args, shadows)]
+    if not args or None in columns:
+        return None
+    return Walk(tuple(zip(*args)), tuple(Items(row) for row in zip(*columns)))
 
 
 def _build(sh, f, ins, inputs, outputs, in_sh):
@@ -141,16 +245,38 @@ def _build_map(sh, f, ins, inputs, outputs, in_sh):
 
 def _store_attr(sh, f, ins, inputs, outputs, in_sh):
     # ``obj.n = b`` (``self.cumulative_length += t``) on an object from outside the call: the
-    # mock writes the value from the new sizes instead of guarding it.
+    # mock writes the value from the new sizes instead of guarding it; so for a lifted float
+    # or a list of them (a scheduler's ``self._last_lr``).
     value, obj = inputs
-    s = in_sh[0]
-    node = sh.refgraph.node_of(obj)
-    if type(s) is not SymInt or type(value) is not int or node is None or in_sh[1] is not None:
+    if sh.refgraph.node_of(obj) is None or in_sh[1] is not None:
         return False
     if getattr(obj, "__dict__", {}).get(ins.argval, None) is not value:
         return False   # (a property, a slot, a __setattr__ that stores elsewhere)
-    sh.stores[(id(obj), ins.argval)] = (obj, value, s)
-    return True
+    return _store(sh, obj, ins.argval, value, in_sh[0])
+
+
+def _store_item(sh, f, ins, inputs, outputs, in_sh):
+    # ``d[key] = lr`` into a dict from outside the call (a scheduler's ``group["lr"] = lr``).
+    value, obj, key = inputs
+    if type(obj) is not dict or type(key) is not str or sh.refgraph.node_of(obj) is None:
+        return False
+    return in_sh[1] is None and in_sh[2] is None and _store(sh, obj, key, value, in_sh[0])
+
+
+def _store(sh, holder, key, value, s) -> bool:
+    """Remember that ``holder`` (an object's attribute, a dict's or list's item ``key``) was
+    given ``value``, whose shadow is ``s``: the mock writes it from the call's own sizes or
+    lifted floats.  False where it cannot (the shadow is specialised)."""
+    if type(s) is SymInt and type(value) is int or type(s) is Scalar and value is s.value:
+        sh.stores[(id(holder), key)] = (holder, value, s)
+        return True
+    if type(s) is not Items or type(value) is not list or len(s) != len(value):
+        return False
+    if sh.refgraph.node_of(value) is not None:
+        return False   # (the mock writes a list from outside as it was left, not from shadows)
+    # A list the call made, of lifted floats (and values the record keeps)
+    return all(not symbolic(x) or type(x) is Scalar and _store(sh, value, i, v, x)
+               for i, (v, x) in enumerate(zip(value, s)))
 
 
 def _kept(sh, f, ins, inputs, outputs, in_sh):
@@ -167,7 +293,7 @@ def _call(sh, f, ins, inputs, outputs, in_sh):
 
 
 RULES = {
-    "BINARY_OP": _binary, "COMPARE_OP": _compare, "UNARY_NEGATIVE": _unary(operator.neg),
+    "BINARY_OP": _binary, "COMPARE_OP": _compare, "UNARY_NEGATIVE": _negative,
     "UNARY_POSITIVE": _unary(operator.pos), "BINARY_SUBSCR": _subscript, "UNPACK_SEQUENCE": _unpack,
     "BUILD_TUPLE": _build, "BUILD_LIST": _build, "LIST_APPEND": _append, "LIST_EXTEND": _append,
     "LIST_TO_TUPLE": _to_tuple, "BUILD_SLICE": _slice, "DICT_MERGE": _dict_merge,
@@ -179,6 +305,8 @@ RULES = {
     "POP_JUMP_BACKWARD_IF_NONE": _kept, "POP_JUMP_BACKWARD_IF_NOT_NONE": _kept,
     "STORE_FAST": _kept, "POP_TOP": _kept, "COPY": _kept, "SWAP": _kept,
     "RETURN_VALUE": _returned, "CALL": _call, "CALL_FUNCTION_EX": _call, "STORE_ATTR": _store_attr,
+    "STORE_SUBSCR": _store_item, "GET_ITER": _iter, "FOR_ITER": _next, "CONTAINS_OP": _contains,
+    "LOAD_METHOD": _method,
 }
 
 CELL_OPS = frozenset({"STORE_DEREF", "LOAD_DEREF", "MAKE_CELL"})

@@ -11,17 +11,27 @@ SymInt = torch.SymInt
 
 
 class Scalar:
-    """The shadow of a lifted float (an argument, attribute or global): its RefGraph node.
-    ``pinned`` (shared by one recording) holds the nodes the program used other than as a
-    tensor operation's operand: those are guarded by value after all."""
+    """The shadow of a lifted float (an argument, attribute, global or dict item), or of a
+    float the program computed from one with Python arithmetic on constants (an optimizer's
+    ``-lr``, a scheduler's ``lr * gamma``): the lifted float's RefGraph node, ``source``
+    (the computation as Python source, ``{x}`` standing for the lifted value: the mock
+    computes it from each call's value, with the program's own float arithmetic) and
+    ``value``, the float the recording run computed.  ``pinned`` (shared by one recording)
+    holds the nodes the program used other than as a tensor operation's operand or in such
+    arithmetic: those are guarded by value after all."""
 
-    __slots__ = ("node", "pinned")
+    __slots__ = ("node", "pinned", "source", "value")
 
-    def __init__(self, node, pinned: set):
-        self.node, self.pinned = node, pinned
+    def __init__(self, node, pinned: set, source: str = "{x}", value=None):
+        self.node, self.pinned, self.source = node, pinned, source
+        self.value = node.value if value is None else value
+
+    def derive(self, source: str, value) -> "Scalar":
+        """The shadow of ``value``, computed from the lifted value as ``source``."""
+        return Scalar(self.node, self.pinned, source, value)
 
     def __repr__(self):
-        return f"<lifted float {self.node.value!r}>"
+        return f"<lifted float {self.value!r}: {self.source}>"
 
 
 class Span:
@@ -38,6 +48,33 @@ class Span:
         return f"<range({self.stop})>"
 
 
+class Walk:
+    """The shadow of an iterator over lists or tuples whose items' shadows are known
+    (``iter(seq)``, ``zip(a, b)``) as a ``for`` loop walks it: ``values``, what each step
+    gives (a row of items for ``zip``), ``shadows``, their shadows, ``pos``, steps taken."""
+
+    __slots__ = ("values", "shadows", "pos")
+
+    def __init__(self, values: tuple, shadows: tuple):
+        self.values, self.shadows, self.pos = values, shadows, 0
+
+    def step(self, v):
+        """The shadow of ``v``, the iterator's next value; None if it is not the one expected
+        (something else advanced the iterator: the walk is lost)."""
+        if self.pos >= len(self.values):
+            return None
+        expected = self.values[self.pos]
+        same = v is expected or (type(v) is tuple and type(expected) is tuple and len(v) == len(expected)
+                                 and all(a is b for a, b in zip(v, expected)))
+        if not same:
+            return None
+        self.pos += 1
+        return self.shadows[self.pos - 1]
+
+    def __repr__(self):
+        return f"<walk {self.pos}/{len(self.values)}>"
+
+
 def _parts(sh):
     """The shadows a container shadow holds (its items, values, slice bounds, range end)."""
     t = type(sh)
@@ -49,6 +86,8 @@ def _parts(sh):
         return sh.values()
     if t is slice:
         return (sh.start, sh.stop, sh.step)
+    if t is Walk:
+        return sh.shadows[sh.pos:]
     return ()
 
 
@@ -86,7 +125,7 @@ def with_shadow(value, sh):
     if t is SymInt:
         return sh if type(value) is int and sh.node.hint == value else value
     if t is Scalar:
-        return sh if value is sh.node.value else value
+        return sh if value is sh.value else value
     if t is Items and isinstance(value, (tuple, list)):
         if len(value) != len(sh):   # out of date: what it held is guarded instead
             specialise(sh)

@@ -24,8 +24,10 @@ from magpy.dynamic.rules import (
     RULES,
     argument_shadows,
     callee_of,
+    dict_get,
     direct_read,
     int_result,
+    zip_walk,
 )
 from magpy.dynamic.shadows import (
     Items,
@@ -44,7 +46,50 @@ from magpy.monitor import Observer
 from magpy.refgraph.graph import ARG, ATTR, ITEM, KWARG
 
 # Instructions that read a number from outside the call: an attribute, a global.
-_READS = frozenset({"LOAD_ATTR", "LOAD_GLOBAL"})
+_READS = frozenset({"LOAD_ATTR", "LOAD_GLOBAL", "BINARY_SUBSCR"})
+
+
+def _held(holder, key):
+    """What ``holder`` holds at ``key`` now (an attribute of an object, an item of a dict or
+    list), or None."""
+    if type(holder) is dict:
+        return holder.get(key)
+    if type(holder) is list:
+        return holder[key] if type(key) is int and key < len(holder) else None
+    return getattr(holder, "__dict__", {}).get(key, None)
+
+
+def _read_back(holder, key, s) -> bool:
+    """Is shadow ``s`` the lifted float read from ``holder``'s ``key`` itself?"""
+    return type(s) is Scalar and s.source == "{x}" and any(
+        holder.children.get((rel, key)) is s.node for rel in (ATTR, ITEM))
+
+
+def _subscript_key(inputs) -> tuple:
+    """The ``stores`` key of ``obj[key]`` written by STORE_SUBSCR (``value, obj, key``) or
+    deleted by DELETE_SUBSCR (``obj, key``)."""
+    obj, key = inputs[-2:]
+    try:
+        hash(key)
+    except TypeError:
+        key = None
+    return id(obj), key
+
+
+def _never(value) -> bool:
+    return False
+
+
+def _number_holder(f, ins, inputs, value) -> tuple | None:
+    """``(object, relation, key)`` of what a number read reads: an attribute, a global, or a
+    float dict item under a string key (None for other subscripts: an int from a dict stays
+    a guarded value)."""
+    if ins.opname == "LOAD_ATTR":
+        return inputs[0], ATTR, ins.argval
+    if ins.opname == "LOAD_GLOBAL":
+        return f.globals, ITEM, ins.argval
+    obj, key = inputs
+    return (obj, ITEM, key) if type(obj) is dict and type(key) is str and type(value) is float else None
 
 
 class _Origin:
@@ -87,6 +132,7 @@ class Shapes(Observer):
         self.stores: dict[tuple, tuple] = {}
         self.lifted_shadows: dict[int, object] = {}   # node id -> shadow of a lifted attribute or global
         self.levels: dict[int, int] = {}         # id(frame) -> intrinsics under way when it was entered
+        self.eager_value = _never                # is a value one an eager step computed (magpy.segments)?
         self._outputs = None                     # the output shadow slots of the instruction observed
         self._matched = False                    # whether a tensor operation took its inputs' shadows
 
@@ -123,13 +169,15 @@ class Shapes(Observer):
         self.ints[sn.id] = sn
         return value
 
-    def stored(self, node, name: str):
-        """The SymInt the mock writes to attribute ``name`` of ``node``'s object, if the last
-        write to it in the run stored a size (None: write the value as recorded)."""
-        entry = self.stores.get((id(node.value), name))
-        if entry is None or entry[0] is not node.value:
+    def stored(self, holder, key):
+        """The shadow (a SymInt, or a lifted float's ``Scalar``) of what the mock writes to
+        attribute ``key`` of object ``holder``, item ``key`` of a dict or a list the call
+        made, if the last write to it in the run stored a size or a lifted float's value
+        (None: write the value as recorded)."""
+        entry = self.stores.get((id(holder), key))
+        if entry is None or entry[0] is not holder:
             return None
-        if getattr(node.value, "__dict__", {}).get(name, None) is not entry[1]:
+        if _held(holder, key) is not entry[1]:
             # Written again where the monitor did not see it: the record keeps the value.
             specialise(entry[2])
             return None
@@ -195,7 +243,7 @@ class Shapes(Observer):
         """Run the operation on the twins: its results' twins."""
         def twin(a):
             if type(a) is Scalar:
-                return a.node.value
+                return a.value
             return self.fake(a) if isinstance(a, torch.Tensor) else a
         fargs, fkwargs = pytree.tree_map(twin, (tuple(args), dict(kwargs)))
         try:
@@ -294,6 +342,8 @@ class Shapes(Observer):
             self._number_read(f, ins, inputs, outputs[-1])
         elif ins.opname in ("STORE_ATTR", "DELETE_ATTR") and self.stores:
             self.stores.pop((id(inputs[-1]), ins.argval), None)   # (the rule may record it again)
+        elif ins.opname in ("STORE_SUBSCR", "DELETE_SUBSCR") and self.stores:
+            self.stores.pop(_subscript_key(inputs), None)
         if not self.active:
             return
         reads, self.reads = self.reads, []
@@ -320,12 +370,15 @@ class Shapes(Observer):
         self.passed.pop(id(f), None)
 
     def _number_read(self, f, ins, inputs, value) -> None:
-        """``obj.name`` or a global read a number: one this call stored from sizes gets its
-        SymInt back; one from outside the call (a RefGraph node) that changed between
-        recordings is lifted (a float's shadow, or an int's symbol)."""
-        name = ins.argval
-        obj, rel = (inputs[0], ATTR) if ins.opname == "LOAD_ATTR" else (f.globals, ITEM)
-        stored = self.stores.get((id(obj), name)) if rel is ATTR else None
+        """``obj.name``, a global or ``d[key]`` of a dict read a number: one this call stored
+        from sizes gets its SymInt back; one from outside the call (a RefGraph node) that
+        changed between recordings is lifted (a float's shadow, or an int's symbol).  An
+        optimizer's ``group["lr"]`` is such a dict item: under an LR scheduler it changes."""
+        where = _number_holder(f, ins, inputs, value)
+        if where is None:
+            return
+        obj, rel, name = where
+        stored = self.stores.get((id(obj), name))
         if stored is not None and stored[1] is value:
             f.shadow_stack[-1] = stored[2]
             return
@@ -383,6 +436,15 @@ class Shapes(Observer):
         callee, args = callee_of(inputs)
         if callee is isinstance or callee is type:
             return True   # they look at the type only
+        got = dict_get(callee, args, in_sh[len(in_sh) - len(args) - 1], in_sh)
+        if got is not False:
+            self.set_output(f, 0, got)
+            return True
+        if callee is zip:
+            walk = zip_walk(args, in_sh[len(in_sh) - len(args):])
+            if walk is not None:
+                self.set_output(f, 0, walk)
+            return walk is not None
         if callee is range and len(args) == 1 and type(in_sh[-1]) is SymInt:
             self.set_output(f, 0, Span(in_sh[-1]))   # (a for loop over it may take it whole)
             return True
@@ -434,9 +496,14 @@ class Shapes(Observer):
         self.reads = []
         for (_, name), (obj, value, s) in self.stores.items():
             # A size stored where the object held that very value already is no change the
-            # mock writes: the record keeps the value instead.
-            snapshot = getattr(self.refgraph.node_of(obj), "snapshot", None)
-            if not isinstance(snapshot, dict) or snapshot.get(name) is value:
+            # mock writes: the record keeps the value instead (a lifted float put back where
+            # it was read needs nothing).  A list the call made has no snapshot: all new.
+            holder = self.refgraph.node_of(obj)
+            snapshot = getattr(holder, "snapshot", None)
+            if type(obj) is list and holder is None:
+                continue
+            unchanged = isinstance(snapshot, dict) and snapshot.get(name) is value
+            if not isinstance(snapshot, dict) or unchanged and not _read_back(holder, name, s):
                 specialise(s)
         floats = {sn.value: sn.id for nid, sn in self.scalars.items() if nid not in self.pinned}
         for graph in graphs if floats else ():
