@@ -30,6 +30,7 @@ from torch.utils import _pytree as pytree
 
 from magpy import annotations as ann
 from magpy.dynamic import Scalar, specialise
+from magpy.monitor import bytecode
 from magpy.refgraph.graph import RefGraph, is_immutable, tensor_version
 
 # Constants fx writes into the graph's code as their repr, which gives them back exactly (fx
@@ -371,7 +372,7 @@ class OpRecorder(TorchFunctionMode):
         where = f"assertion failed at {f.code.co_filename}:{f.f_lineno}"
         if ops[1:2] == ["RAISE_VARARGS"]:
             return passing, where
-        if ops[2:5] != ["PRECALL", "CALL", "RAISE_VARARGS"]:
+        if ops[2:3 + len(bytecode.CALL_SEQUENCE)] != [*bytecode.CALL_SEQUENCE, "RAISE_VARARGS"]:
             return None
         load = path[1]
         message = (load.argval if load.opname == "LOAD_CONST"
@@ -991,7 +992,7 @@ def _constant(value):
 _ASSERT = torch.ops.aten._assert_async.msg
 # Conditional jumps of an ``assert`` (or ``if not c: raise``) -> the truth that skips the raise.
 _ASSERT_JUMPS = {"POP_JUMP_FORWARD_IF_TRUE": True, "POP_JUMP_FORWARD_IF_FALSE": False}
-_ASSERT_PATH_UNITS = 16   # code units of the raising path: loader, message, PRECALL, CALL (+ caches), RAISE
+_ASSERT_PATH_UNITS = 16   # code units of the raising path: loader, message, the call (+ caches), RAISE
 
 
 def failed_assertion(gm: fx.GraphModule | None, exc: BaseException) -> bool:
