@@ -29,11 +29,13 @@ def test_every_opcode_has_a_handler_or_a_reason():
 class OpcodeRecorder(monitor.Observer):
     def __init__(self):
         self.seen = set()
+        self.forms = set()   # observed names: the forms an argument selects (bytecode.FORMS)
 
     def on_instruction(self, frame, instruction, inputs, outputs):
         # Observers see some instructions under another name (bytecode.observed); the opcode
         # is the real one.
         self.seen.add(dis.opname[instruction.opcode])
+        self.forms.add(instruction.opname)
 
     def on_exception(self, frame, exc):
         # The instruction that raised never completes, but it did execute.
@@ -57,3 +59,4 @@ def test_every_handled_opcode_executes():
     # PRINT_EXPR's output goes to sys.displayhook; it ran inside exec_module_code.
     never_ran = sorted(set(bytecode.HANDLERS) - recorder.seen - {"EXTENDED_ARG"})
     assert never_ran == []
+    assert sorted(set(bytecode.FORMS) - recorder.forms) == []

@@ -33,6 +33,7 @@ else:  # pragma: no cover - exercised only on other interpreters
 
 HANDLERS = _version.HANDLERS
 NEVER_EXECUTED = _version.NEVER_EXECUTED
+FORMS = _version.FORMS
 decode = _version.decode
 observed = _version.observed
 BRANCH_JUMPS = _version.BRANCH_JUMPS

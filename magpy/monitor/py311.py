@@ -75,6 +75,9 @@ def observed(ins: dis.Instruction) -> dis.Instruction:
     return ins
 
 
+# The observed names of the forms an argument selects: none in 3.11.
+FORMS = ()
+
 # Control flow operators (magpy.controlflow): the conditional jumps an ``if`` compiles to,
 # with the truth that makes them jump; those that end a ``while`` loop's body (back to its
 # start while the condition holds); the instructions with an effect outside the locals.

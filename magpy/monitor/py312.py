@@ -201,6 +201,12 @@ _INTRINSIC_AS = {"INTRINSIC_UNARY_POSITIVE": "UNARY_POSITIVE", "INTRINSIC_LIST_T
                  "INTRINSIC_PREP_RERAISE_STAR": "PREP_RERAISE_STAR"}
 
 
+def _observed_intrinsic(opname, index):
+    names = _INTRINSIC_1 if opname == "CALL_INTRINSIC_1" else _INTRINSIC_2
+    name = names[index] if index < len(names) else opname
+    return _INTRINSIC_AS.get(name, name)
+
+
 def _intrinsic_handlers():
     own = {"INTRINSIC_PRINT": INTRINSIC_PRINT, "INTRINSIC_IMPORT_STAR": INTRINSIC_IMPORT_STAR,
            "INTRINSIC_STOPITERATION_ERROR": INTRINSIC_STOPITERATION_ERROR,
@@ -273,12 +279,13 @@ def observed(ins: dis.Instruction) -> dis.Instruction:
     if name == "COMPARE_OP":
         return ins._replace(arg=ins.arg >> 4)
     if name in ("CALL_INTRINSIC_1", "CALL_INTRINSIC_2"):
-        names = _INTRINSIC_1 if name == "CALL_INTRINSIC_1" else _INTRINSIC_2
-        intrinsic = names[ins.arg] if ins.arg < len(names) else name
-        return ins._replace(opname=_INTRINSIC_AS.get(intrinsic, intrinsic))
+        return ins._replace(opname=_observed_intrinsic(name, ins.arg))
     renamed = _OBSERVED_AS.get(name)
     return ins if renamed is None else ins._replace(opname=renamed)
 
+
+# The observed names of the forms an argument selects (each has its own handler).
+FORMS = ("LOAD_METHOD", *(_observed_intrinsic(opname, index) for opname, index in _INTRINSICS))
 
 # Control flow (magpy.controlflow): the conditional jumps an ``if`` compiles to, with the
 # truth that makes them jump (observed names); 3.12 ends a ``while`` body with a forward

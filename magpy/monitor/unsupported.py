@@ -3,7 +3,7 @@
 ``magpy.compile`` checks ``bytecode.SUPPORTED`` first and raises ``UnsupportedPythonError``;
 these names only let the modules above the monitor import.
 """
-HANDLERS, NEVER_EXECUTED = {}, {}
+HANDLERS, NEVER_EXECUTED, FORMS = {}, {}, ()
 BRANCH_JUMPS, LOOP_JUMPS, EFFECT_OPS = {}, {}, frozenset()
 CALL_SEQUENCE, THROW_LEAVES_YIELD_FROM, TRUSTS_DICT_VERSION = ("CALL",), False, False
 
