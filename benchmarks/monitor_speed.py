@@ -1,5 +1,7 @@
 """How fast is the monitor?
 
+Run it with each interpreter magpy supports (its own bytecode each time); it prints the version.
+
 1. Instructions per second on a pure-Python workload (no observers, and with one
    observer attached), next to the same workload run natively.
 2. A 12-layer BERT forward (transformers, random weights, batch 1): eager time vs. the time
@@ -8,6 +10,7 @@
     python -m benchmarks.monitor_speed [--repeat 5]
 """
 import argparse
+import platform
 import statistics
 import time
 
@@ -66,7 +69,7 @@ def main():
     native = median_time(lambda: workload(opts.n), opts.repeat)
     plain = median_time(lambda: monitor.run(workload, opts.n), opts.repeat)
     observed = median_time(lambda: monitor.Monitor([Counter()]).run(workload, opts.n), opts.repeat)
-    print(f"pure-Python workload: {instructions} instructions")
+    print(f"CPython {platform.python_version()}: pure-Python workload, {instructions} instructions")
     print(f"{'mode':<26}{'time (ms)':>12}{'instructions/s':>18}{'vs native':>12}")
     for label, t in (("native CPython", native), ("monitor", plain), ("monitor + 1 observer", observed)):
         print(f"{label:<26}{t * 1e3:>12.1f}{instructions / t:>18,.0f}{t / native:>11.1f}x")

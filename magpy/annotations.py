@@ -126,6 +126,10 @@ FUNCTIONS: dict[Callable, Annotation] = {
                                                *operators.COMPARE_OPS, *(b[3] for b in operators.BINARY))},
     **{f: Annotation(reads=OPERAND, inplace=(0,)) for f in operators.INPLACE},
 }
+if hasattr(sys, "_getframemodulename"):
+    # 3.12's namedtuple() finds its module with it: the __module__ of a function running
+    # in the call (the monitor's intrinsic reads the monitored frames).
+    FUNCTIONS[sys._getframemodulename] = Annotation(reads=NONE)
 
 # Whole modules of pure functions of their arguments' values (math.sqrt, operator.add ...).
 PURE_MODULES = frozenset({"math", "cmath", "_operator", "operator", "itertools", "_functools",

@@ -29,7 +29,7 @@ import torch
 
 from magpy import annotations as ann
 from magpy.monitor import Observer
-from magpy.monitor.observer import CALLS, calling, returns_to_caller
+from magpy.monitor.observer import CALLS, RETURNS, calling, returns_to_caller
 
 # numpy function -> torch function taking the same positional arguments.
 FUNCTIONS = {
@@ -58,7 +58,7 @@ DTYPES = {np.dtype(n): t for n, t in (
     ("complex128", torch.complex128))}
 
 _MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP", "PRECALL",
-                    "KW_NAMES"})
+                    "KW_NAMES", "LOAD_FAST_AND_CLEAR"})
 # References to a followed value that are the tracker's own: its Followed, and
 # sys.getrefcount's argument.
 _OWN_REFERENCES = 2
@@ -170,7 +170,7 @@ class Arrays(Observer):
         if name in ("LOAD_ATTR", "LOAD_METHOD") and (ins.argval in METADATA or (
                 name == "LOAD_METHOD" and ins.argval in METHODS)):
             return
-        if name == "RETURN_VALUE" and returns_to_caller(frame, self._levels) and calling(frame.back):
+        if name in RETURNS and returns_to_caller(frame, self._levels) and calling(frame.back):
             return
         try:
             if name == "BINARY_OP" and ins.argrepr in OPERATORS:

@@ -29,7 +29,7 @@ import types
 
 import torch
 
-from magpy.monitor import NULL, Frame, code_info
+from magpy.monitor import NULL, Frame, bytecode, code_info
 from magpy.monitor.protocols import py_method
 from magpy.refgraph.graph import RefGraph, is_immutable
 
@@ -139,12 +139,14 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
 
 def _kwnames_of(f) -> tuple:
     """The keyword names a CALL at ``f.lasti`` was given (its handler has taken them from the
-    frame by now): the ``KW_NAMES`` before its ``PRECALL``."""
+    frame by now): the ``KW_NAMES`` just before its call sequence (3.11: PRECALL, CALL)."""
     ins = f.info.instructions
     if ins[f.lasti].opname != "CALL":
         return f.kwnames
-    before = [i for i in ins[:f.lasti] if i is not None][-2:]
-    if len(before) == 2 and before[1].opname == "PRECALL" and before[0].opname == "KW_NAMES":
+    n = len(bytecode.CALL_SEQUENCE)
+    before = [i for i in ins[:f.lasti] if i is not None][-n:]
+    if (len(before) == n and before[0].opname == "KW_NAMES"
+            and tuple(i.opname for i in before[1:]) == bytecode.CALL_SEQUENCE[:-1]):
         return f.code.co_consts[before[0].arg]   # (dis does not resolve KW_NAMES' constant)
     return ()
 

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import dis
 import gc
 import math
 import operator
@@ -77,7 +78,7 @@ from magpy import annotations as ann
 from magpy.config import config
 from magpy.dynamic import Span, argument_shadows, symbolic
 from magpy.monitor import NULL, Observer, bytecode
-from magpy.monitor.observer import CALLS, Items, calling, returns_to_caller, tracked
+from magpy.monitor.observer import CALLS, RETURNS, Items, calling, returns_to_caller, tracked
 from magpy.opgraph import LOOP_INDEX
 from magpy.refgraph.graph import is_immutable
 
@@ -86,9 +87,10 @@ _REFUSED: set[tuple] = set()
 # Tensor attributes that are metadata (a passed-through tensor and the cond's output agree).
 _METADATA = frozenset({"shape", "dtype", "device", "ndim", "layout", "requires_grad", "is_cuda", "size",
                        "dim"})
-_MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP"})
+_MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP",
+                    "LOAD_FAST_AND_CLEAR"})
 _CELL_OPS = frozenset({"MAKE_CELL", "STORE_DEREF", "LOAD_DEREF"})
-_LOCAL_READS = frozenset({"LOAD_FAST", "DELETE_FAST"})
+_LOCAL_READS = frozenset({"LOAD_FAST", "DELETE_FAST", "LOAD_FAST_AND_CLEAR"})
 
 _STACKS = frozenset({"stack", "cat", "concat"})
 _PLAIN = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device)
@@ -197,15 +199,18 @@ def _forward_jump(info, j: int) -> tuple | None:
     return jumps_if, target, fall, last, info.instructions[last]
 
 
-def arms(info, j: int) -> tuple[tuple[int, int], tuple[int, int], int] | None:
+def arms(info, j: int) -> tuple[tuple[int, int, tuple], tuple[int, int, tuple]] | None:
     """For the conditional jump at code unit ``j``: the arm taken when the condition is
-    true and the one taken when it is false, each ``(start, end)``, and their join; None
-    unless it is a forward ``if``/``else`` (or ``if`` alone) that ends in a join (the head
-    of the loop whose body it ends, where both arms jump back there)."""
+    true and the one taken when it is false, each ``(start, end, joins)``; None unless it is
+    a forward ``if``/``else`` (or ``if`` alone) that ends in a join (the head of the loop
+    whose body it ends, where both arms jump back there), or whose arms both return from
+    the function the same way (their joins are those returns)."""
     jump = _forward_jump(info, j)
     if jump is None:
         return None
     jumps_if, target, fall, last, end = jump
+    if end is not None and end.opname in RETURNS:
+        return _returning_arms(info, jumps_if, fall, target, last)
     join = target
     other = (target, target)
     if end is not None and end.opname == bytecode.BACKWARD_JUMP:
@@ -220,8 +225,30 @@ def arms(info, j: int) -> tuple[tuple[int, int], tuple[int, int], int] | None:
         if join <= target:
             return None
         other = (target, join)
-    through = (fall, target)
-    return (other, through, join) if jumps_if else (through, other, join)
+    through = (fall, target, (join,))
+    other = (*other, (join,))
+    return (other, through) if jumps_if else (through, other)
+
+
+def _returning_arms(info, jumps_if: bool, fall: int, target: int, last: int):
+    """Arms that both end in the same ``return`` statement: 3.12 copies a small block ending
+    in a return (``return y + 1`` after an if/else) into each arm that reaches it.  Every
+    copy of the return ending the fall-through arm -- the same instruction (the value on the
+    stack, or the same constant) of the same source line -- is a join of its arm, where the
+    frame is left by the same code.  (Returns of different statements stay a break.)"""
+    end = len(info.instructions)
+    through = (fall, target, _same_returns(info, last, fall, target))
+    other = (target, end, _same_returns(info, last, target, end))
+    if not other[2]:
+        return None
+    return (other, through) if jumps_if else (through, other)
+
+
+def _same_returns(info, last: int, start: int, end: int) -> tuple:
+    """The code units in ``[start, end)`` of copies of the return instruction at ``last``."""
+    ret, line = info.instructions[last], info.lineno(last)
+    return tuple(k for k in range(start, end) if (ins := info.instructions[k]) is not None
+                 and (ins.opcode, ins.arg) == (ret.opcode, ret.arg) and info.lineno(k) == line)
 
 
 class LoopLocal:
@@ -277,21 +304,65 @@ def loop(info, j: int) -> tuple[int, int, int, bool] | None:
     jump = _forward_jump(info, j)
     if jump is None:
         return None
-    jumps_if, exit, body, test, end = jump
-    back_if = bytecode.LOOP_JUMPS.get(end.opname) if end is not None else None
-    if back_if is None or back_if == jumps_if or info.ops[test][1] != body:
+    jumps_if, exit, body, last, end = jump
+    closing = _closing_test(info, body, exit, last, end)
+    if closing is not None and closing[1] != jumps_if:
+        return body, closing[0], exit, closing[1]
+    return _entered_loop(info, jumps_if, exit, body)
+
+
+def _entered_loop(info, enters_if: bool, body: int, fall: int) -> tuple[int, int, int, bool] | None:
+    """A ``while`` whose test at the top jumps *into* the body (at ``body``) when the
+    condition's truth is ``enters_if`` and else falls to a jump away (3.12, a ``while``
+    nested in another loop): its body ends in the usual closing test, whose way out is
+    the same jump as the one at ``fall``, so leaving from either is the same program."""
+    back = _jump_back(info, body, body)
+    if back is None:
         return None
-    return body, test, exit, back_if
+    exit = info.ops[back][2]
+    closing = _closing_test(info, body, exit, back, info.instructions[back])
+    leave, out = info.instructions[fall], info.instructions[exit] if exit < len(info.instructions) else None
+    if (closing is None or closing[1] != enters_if or leave is None or out is None
+            or leave.opcode != out.opcode or leave.opcode not in _JUMP_OPCODES
+            or info.ops[fall][1] != info.ops[exit][1]):
+        return None
+    return body, closing[0], exit, enters_if
 
 
-def _region_table(ops: list, region: tuple[int, int], join: int, arrive) -> list:
+_JUMP_OPCODES = frozenset(dis.hasjrel + dis.hasjabs)   # (by opcode: observed names may differ)
+
+
+def _closing_test(info, body: int, exit: int, last: int, end) -> tuple[int, bool] | None:
+    """The test ending a ``while`` body whose last instruction ``end`` is at code unit
+    ``last``: ``(its code unit, the truth that goes on)``.  Either a conditional jump back to
+    the body (3.11), or a conditional jump out to ``exit`` followed by a jump back (3.12,
+    whose conditional jumps only go forward); None if ``end`` is neither."""
+    if end is None:
+        return None
+    back_if = bytecode.LOOP_JUMPS.get(end.opname)
+    if back_if is not None:
+        return (last, back_if) if info.ops[last][1] == body else None
+    if end.opname != bytecode.BACKWARD_JUMP or info.ops[last][1] != body:
+        return None
+    test = last - 1
+    while test > body and info.instructions[test] is None:
+        test -= 1
+    ins = info.instructions[test]
+    out_if = bytecode.BRANCH_JUMPS.get(ins.opname) if ins is not None else None
+    if out_if is None or info.ops[test][1] != exit:
+        return None
+    return test, not out_if
+
+
+def _region_table(ops: list, region: tuple[int, int], joins: tuple, arrive) -> list:
     """Dispatch table ``ops`` for running only ``region``: leaving it ends the run, and
-    ``arrive`` runs instead of the instruction at ``join``."""
+    ``arrive`` runs instead of the instruction at each of ``joins``."""
     table = list(ops)
     for i, e in enumerate(table):
         if e is not None and not region[0] <= i < region[1]:
             table[i] = (_leave, None, i)
-    table[join] = (arrive, None, join)
+    for join in joins:
+        table[join] = (arrive, None, join)
     return table
 
 
@@ -492,7 +563,7 @@ class Branches(Observer):
         if name == "LOAD_METHOD" and getattr(frame.stack[-1], "__self__", None) is marks[0].value:
             frame.shadow_stack[-1] = marks[0]   # the bound method: its self is still the slot's
             return
-        if name == "RETURN_VALUE" and (frame.back is self.monitor.host_frame and len(marks) == 1
+        if name in RETURNS and (frame.back is self.monitor.host_frame and len(marks) == 1
                                        or returns_to_caller(frame, self._levels) and calling(frame.back)):
             return   # to the calling instruction, or the call's result (see result)
         for m in marks:
@@ -577,19 +648,19 @@ class Branches(Observer):
 
     def _record(self, frame, t, found) -> str | None:
         """Run both arms and record the cond; the reason it cannot be, or None."""
-        if_true, if_false, join = found
+        if_true, if_false = found
         truth = frame.pc == if_true[0]
         taken, other = (if_true, if_false) if truth else (if_false, if_true)
         with self._same_random_numbers() as drew:
-            arm_o, fork_o, why = self._fork(frame, other, join)
+            arm_o, fork_o, why = self._fork(frame, other[:2], other[2])
             if why is None:
-                arm_t, fork_t, why = self._fork(frame, taken, join)
+                arm_t, fork_t, why = self._fork(frame, taken[:2], taken[2])
         if why is None and drew:
             why = "an arm draws random numbers"
         if why is None:
             why = self._merge(frame, t, truth, (arm_t, fork_t), (arm_o, fork_o))
         if why is None:
-            self._adopt(frame, fork_t, join)
+            self._adopt(frame, fork_t, fork_t.lasti)   # (the join it reached)
             self.conds.append(f"if at {_where(frame)}: torch.cond, the run took the "
                               f"{'true' if truth else 'false'} arm")
         return why
@@ -762,7 +833,7 @@ class Branches(Observer):
         frame.stack.append(value)
         frame.shadow_stack.append(LOOP_INDEX if counted else None)
         try:
-            arm, fork, why = self._fork(frame, (body, exit), head, appendable=frozenset(map(id, accs)),
+            arm, fork, why = self._fork(frame, (body, exit), (head,), appendable=frozenset(map(id, accs)),
                                         counted=counted)
         finally:
             frame.stack.pop()
@@ -785,7 +856,7 @@ class Branches(Observer):
                 self.monitor.sandbox.stop("the loop's test is not on a tensor")
             goes_on.append(_goes_on(c, back_if))
             return _arrive(f, arg)
-        arm, fork, why = self._fork(frame, (body, test), test, at_test)
+        arm, fork, why = self._fork(frame, (body, test), (test,), at_test)
         if why is None:
             arm.goes_on = goes_on[0]
         return arm, fork, why
@@ -866,7 +937,7 @@ class Branches(Observer):
         mon.observers, mon.sandbox = [], sandbox
         try:
             with self.recorder.paused():
-                real.ops = _region_table(mon.ops_for(frame.info), (body, exit), exit, _arrive)
+                real.ops = _region_table(mon.ops_for(frame.info), (body, exit), (exit,), _arrive)
                 result = mon.execute(real)
         except ForkStopped:
             result = None
@@ -896,17 +967,17 @@ class Branches(Observer):
                     drew.append(True)
                 torch.default_generator.set_state(rng)
 
-    def _fork(self, frame, region, join, arrive=_arrive, appendable: frozenset = frozenset(),
+    def _fork(self, frame, region, joins, arrive=_arrive, appendable: frozenset = frozenset(),
               counted: bool = False):
-        """Run the arm ``region`` of ``frame`` on a copy of it, to the join: ``(arm, fork,
-        None)``, or ``(None, None, why not)``.  ``arrive`` runs instead of the join's
+        """Run the arm ``region`` of ``frame`` on a copy of it, to one of the ``joins``: ``(arm,
+        fork, None)``, or ``(None, None, why not)``.  ``arrive`` runs instead of a join's
         instruction; the arm may append to the lists ``appendable``; ``counted``: it is a
         range loop's body, whose tensor operations may read the step count."""
         sandbox = Sandbox(appendable)
         fork = frame.copy(back=frame.back)
         fork.pc = region[0]
         with self._forking(sandbox):
-            fork.ops = _region_table(self.monitor.ops_for(frame.info), region, join, arrive)
+            fork.ops = _region_table(self.monitor.ops_for(frame.info), region, joins, arrive)
             with self.recorder.arm(sandbox, counted) as arm:
                 try:
                     result = self.monitor.execute(fork)

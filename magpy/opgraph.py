@@ -30,6 +30,7 @@ from torch.utils import _pytree as pytree
 
 from magpy import annotations as ann
 from magpy.dynamic import Scalar, specialise
+from magpy.monitor import bytecode
 from magpy.refgraph.graph import RefGraph, is_immutable, tensor_version
 
 # Constants fx writes into the graph's code as their repr, which gives them back exactly (fx
@@ -373,7 +374,8 @@ class OpRecorder(TorchFunctionMode):
         # The graph's message tells a failed check from other errors (failed_assertion).
         where = f"check failed at {f.code.co_filename}:{f.f_lineno}"
         ops = [ins.opname for ins in path]
-        if not _raises_assertion_error(f, path[0]) or ops[2:5] != ["PRECALL", "CALL", "RAISE_VARARGS"]:
+        if not _raises_assertion_error(f, path[0]) or \
+                ops[2:3 + len(bytecode.CALL_SEQUENCE)] != [*bytecode.CALL_SEQUENCE, "RAISE_VARARGS"]:
             return passing, where
         load = path[1]   # ``assert c, msg``: AssertionError's own message, where it is a string
         message = (load.argval if load.opname == "LOAD_CONST"

@@ -60,7 +60,7 @@ from magpy.controlflow import Branches
 from magpy.dynamic import Lifting, Shapes, argument_shadows
 from magpy.errors import GraphBreak
 from magpy.monitor import Monitor, Observer, operators
-from magpy.monitor.observer import CALLS, calling, returns_to_caller, tracked
+from magpy.monitor.observer import CALLS, RETURNS, calling, returns_to_caller, tracked
 from magpy.opgraph import OpRecorder
 from magpy.refgraph import Breaker, RefGraph, RefGraphBuilder
 from magpy.refgraph.graph import is_immutable
@@ -104,6 +104,11 @@ _IN = _contains(False)
 _IN.__name__ = _IN.__qualname__ = "contains"
 
 
+def _slice_of(container, start, stop):
+    # BINARY_SLICE's inputs are (container, start, stop).
+    return container[start:stop]
+
+
 def _swapped_contains(fn):
     # CONTAINS_OP's inputs are (item, container).
     def op(item, container):
@@ -121,6 +126,7 @@ _COMPUTES = {
     "UNARY_NEGATIVE": lambda ins: operator.neg, "UNARY_POSITIVE": lambda ins: operator.pos,
     "UNARY_INVERT": lambda ins: operator.invert,
     "BINARY_SUBSCR": lambda ins: operator.getitem,
+    "BINARY_SLICE": lambda ins: _slice_of,
     "CONTAINS_OP": lambda ins: _swapped_contains(_NOT_IN if ins.arg else _IN),
     "IS_OP": lambda ins: operator.is_not if ins.arg else operator.is_,
     "FORMAT_VALUE": lambda ins: format_value(ins.arg & 3),
@@ -131,7 +137,7 @@ _COMPUTES = {
 # Of those, the ones that look at an input only if it is itself dynamic (an attribute or an
 # item of a container that merely holds dynamic values is that value, by identity): input
 # positions that count whenever they hold a dynamic value anywhere, the others only directly.
-_DEEP_INPUTS = {"LOAD_ATTR": (), "BINARY_SUBSCR": (1,), "BUILD_SLICE": ()}
+_DEEP_INPUTS = {"LOAD_ATTR": (), "BINARY_SUBSCR": (1,), "BUILD_SLICE": (), "BINARY_SLICE": (1, 2)}
 # Conditional jumps: the truth of their input (the first) steers the program.
 _TRUTH = {"POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE",
           "POP_JUMP_BACKWARD_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP", "UNARY_NOT"}
@@ -152,6 +158,10 @@ _MOVES = {
     "LOAD_METHOD",
     # Dicts: dynamic values are fine, dynamic keys are not (_key_inputs).
     "BUILD_MAP", "BUILD_CONST_KEY_MAP", "MAP_ADD",
+    # Instructions 3.12 adds (observed names, see magpy.monitor.bytecode).
+    "LOAD_FAST_AND_CLEAR", "RETURN_CONST", "END_SEND", "STORE_SLICE", "LOAD_SUPER_ATTR", "CLEANUP_THROW",
+    "INTRINSIC_PRINT", "INTRINSIC_IMPORT_STAR", "INTRINSIC_STOPITERATION_ERROR", "LOAD_LOCALS",
+    "LOAD_FROM_DICT_OR_DEREF", "LOAD_FROM_DICT_OR_GLOBALS",
 }
 # Of those, the ones that look inside their input's own value (its length, its items):
 # fine for a container that holds dynamic values, not for a dynamic container itself.
@@ -159,6 +169,7 @@ _STRUCTURAL = {"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX", "LIST_EXT
                "DICT_UPDATE", "DICT_MERGE", "CALL_FUNCTION_EX"}
 # The inputs of an instruction that are keys (a dynamic key decides where a value goes).
 _KEY_INPUTS = {"STORE_SUBSCR": lambda n: (2,), "DELETE_SUBSCR": lambda n: (1,), "MAP_ADD": lambda n: (0,),
+               "STORE_SLICE": lambda n: (2, 3),
                "BUILD_MAP": lambda n: range(0, n, 2), "BUILD_CONST_KEY_MAP": lambda n: (n - 1,)}
 
 
@@ -616,7 +627,7 @@ class Segmenter(Observer):
         if name in _SHADOW_MOVES:
             return
         marks = tracked(frame.ins_shadows, Deferred, self.deferred)
-        if not marks or (name == "RETURN_VALUE" and returns_to_caller(frame, self._levels)
+        if not marks or (name in RETURNS and returns_to_caller(frame, self._levels)
                          and calling(frame.back)):
             return
         for m in marks:
@@ -815,7 +826,8 @@ def _monitored_consumer(frame) -> bool:
 
 
 # Instructions that only move a value with its shadow (the monitor's SHADOW_MOVES) or drop it.
-_SHADOW_MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP"})
+_SHADOW_MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP",
+                           "LOAD_FAST_AND_CLEAR"})
 
 
 class Deferred:

@@ -1,9 +1,10 @@
-"""Programs that together execute every CPython 3.11 opcode (see test_monitor_opcodes).
+"""Programs that together execute every opcode of the running CPython (see test_monitor_opcodes).
 
-They live outside ``test_*`` modules so pytest's assertion rewriting leaves their bytecode
+Syntax only 3.12 compiles (PEP 695 type parameters) is in ``opcode_programs_312``.  They live outside ``test_*`` modules so pytest's assertion rewriting leaves their bytecode
 exactly as CPython compiles it.
 """
 import asyncio
+import sys
 
 G = 0
 
@@ -285,6 +286,63 @@ def linked_list(n):
     return {"total": total, "waiting": waiting, "seen": Reads.seen}, hasattr(head, "next")
 
 
+def throw_into_yield_from():
+    # 3.12 ends a yield from that a throw() finished in the frame itself (CLEANUP_THROW).
+    def inner():
+        try:
+            yield 1
+        except KeyError:
+            return "caught"
+        yield 2
+
+    def outer():
+        got = yield from inner()
+        yield got
+    g = outer()
+    first = next(g)
+    caught = g.throw(KeyError("k"))
+    g2 = outer()
+    next(g2)
+    try:
+        g2.throw(ValueError("v"))
+    except ValueError as e:
+        raised = str(e)
+    return first, caught, raised
+
+
+def maybe_unbound(flag, items):
+    # A local the compiler cannot prove bound (3.12: LOAD_FAST_CHECK); slices of names
+    # (3.12: BINARY_SLICE, STORE_SLICE); a comprehension variable shadowing a local (PEP 709).
+    if flag:
+        x = items[1:3]
+    y = "outer"
+    squares = [y * y for y in items]
+    items[0:1] = [y]
+    try:
+        return x, squares, items, y
+    except UnboundLocalError as e:
+        return str(e), squares, items, y
+
+
+class Base:
+    def hello(self, n):
+        return f"base {n}"
+
+    @property
+    def prop(self):
+        return "prop"
+
+
+class Derived(Base):
+    def hello(self, n):
+        # Zero- and two-argument super(), method and attribute forms (3.12: LOAD_SUPER_ATTR).
+        return super().hello(n), super(Derived, self).hello(n + 1), super().prop, super(Derived, self).prop
+
+
+def supers():
+    return Derived().hello(1)
+
+
 def walrus_and_lambda(xs):
     if (n := len(xs)) > 2:
         return n, list(map(lambda v, k=2: v * k, xs))
@@ -299,4 +357,9 @@ PROGRAMS = [
     (matching, ([1, 2, 3],)), (matching, (3 + 4j,)), (matching, (2.5,)), (matching, ("s",)),
     (generators_, ()), (run_async, ()), (build_slice_and_subscr, ([1, 2, 3, 4],)),
     (imports, ()), (loops, (20,)), (walrus_and_lambda, ([1, 2, 3],)), (linked_list, (4,)),
+    (throw_into_yield_from, ()), (maybe_unbound, (True, [1, 2, 3, 4])), (maybe_unbound, (False, [5, 6])),
+    (supers, ()),
 ]
+if sys.version_info >= (3, 12):
+    from tests.opcode_programs_312 import PROGRAMS_312
+    PROGRAMS += PROGRAMS_312

@@ -117,6 +117,14 @@ def _subscript(sh, f, ins, inputs, outputs, in_sh):
     return True
 
 
+def _binary_slice(sh, f, ins, inputs, outputs, in_sh):
+    # ``seq[start:stop]`` in one instruction (3.12): a slice of the items, bounds not symbolic.
+    seq, start, stop = inputs
+    if symbolic(in_sh[1]) or symbolic(in_sh[2]):
+        return False
+    return _subscript(sh, f, ins, (seq, slice(start, stop)), outputs, (in_sh[0], None))
+
+
 def _unpack(sh, f, ins, inputs, outputs, in_sh):
     items = items_of(inputs[0], in_sh[0])
     if items is None or len(items) != len(outputs):
@@ -295,6 +303,7 @@ def _call(sh, f, ins, inputs, outputs, in_sh):
 RULES = {
     "BINARY_OP": _binary, "COMPARE_OP": _compare, "UNARY_NEGATIVE": _negative,
     "UNARY_POSITIVE": _unary(operator.pos), "BINARY_SUBSCR": _subscript, "UNPACK_SEQUENCE": _unpack,
+    "BINARY_SLICE": _binary_slice,
     "BUILD_TUPLE": _build, "BUILD_LIST": _build, "LIST_APPEND": _append, "LIST_EXTEND": _append,
     "LIST_TO_TUPLE": _to_tuple, "BUILD_SLICE": _slice, "DICT_MERGE": _dict_merge,
     "BUILD_CONST_KEY_MAP": _const_key_map, "BUILD_MAP": _build_map,

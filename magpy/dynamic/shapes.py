@@ -43,6 +43,7 @@ from magpy.dynamic.shadows import (
     with_shadow,
 )
 from magpy.monitor import Observer
+from magpy.monitor.observer import RETURNS
 from magpy.refgraph.graph import ARG, ATTR, ITEM, KWARG
 
 # Instructions that read a number from outside the call: an attribute, a global.
@@ -348,7 +349,7 @@ class Shapes(Observer):
             return
         reads, self.reads = self.reads, []
         in_sh = f.ins_shadows
-        n = len(outputs) if ins.opname != "RETURN_VALUE" else 0
+        n = len(outputs) if ins.opname not in RETURNS else 0
         self._outputs = _OutputShadows(f, n)
         if reads:
             self._claim(f, ins, inputs, outputs, reads)

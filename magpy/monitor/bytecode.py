@@ -1,15 +1,53 @@
 """Per-Python-version bytecode handling, selected once at import.
 
 Everything that depends on the CPython version's instruction set lives in one module per
-version (``py311`` today); the rest of the monitor only uses this module's names.
+version (``py311``, ``py312``, sharing :mod:`magpy.monitor.opcodes`); the rest of magpy only
+uses this module's names.  ``observed`` gives the instruction as observers see it: the
+rules above the monitor speak one vocabulary of instruction names (3.11's, plus the
+instructions later versions add), whatever the version.
 ``DICT_VERSION`` is the other interpreter detail magpy relies on: a function giving a
 dict's version tag, which changes on every change of its contents (PEP 509), or None.
 """
 import sys
 
+from magpy.monitor.opcodes import (  # noqa: F401 - the facts every version shares
+    BACKWARD_JUMP,
+    CELL_MAKE,
+    CELL_WRITES,
+    FORWARD_JUMP,
+    ITER_MAKE,
+    ITER_NEXT,
+    binder_code,
+    pops,
+)
+
+VERSIONS = ((3, 11), (3, 12))
+SUPPORTED = sys.version_info[:2] in VERSIONS
+
+if sys.version_info[:2] == (3, 11):
+    from magpy.monitor import py311 as _version
+elif sys.version_info[:2] == (3, 12):
+    from magpy.monitor import py312 as _version
+else:  # pragma: no cover - exercised only on other interpreters
+    from magpy.monitor import unsupported as _version
+
+HANDLERS = _version.HANDLERS
+NEVER_EXECUTED = _version.NEVER_EXECUTED
+FORMS = _version.FORMS
+decode = _version.decode
+observed = _version.observed
+BRANCH_JUMPS = _version.BRANCH_JUMPS
+LOOP_JUMPS = _version.LOOP_JUMPS
+EFFECT_OPS = _version.EFFECT_OPS
+CALL_SEQUENCE = _version.CALL_SEQUENCE
+THROW_LEAVES_YIELD_FROM = _version.THROW_LEAVES_YIELD_FROM
+
 
 def _dict_version():
-    # ma_version_tag exists up to 3.13 (deprecated since 3.12): trust it on 3.11 only.
+    # Where the version module trusts ma_version_tag (see TRUSTS_DICT_VERSION), and this torch
+    # reads it: a probe checks that a change moves it.
+    if not _version.TRUSTS_DICT_VERSION:
+        return None
     try:
         from torch._C._dynamo.guards import dict_version
     except ImportError:  # pragma: no cover - torch without dynamo's guard helpers
@@ -20,34 +58,4 @@ def _dict_version():
     return dict_version if dict_version(d) != before else None
 
 
-DICT_VERSION = _dict_version() if sys.version_info[:2] == (3, 11) else None
-
-if sys.version_info[:2] == (3, 11):
-    from magpy.monitor.py311 import (  # noqa: F401
-        BACKWARD_JUMP,
-        BRANCH_JUMPS,
-        CELL_MAKE,
-        CELL_WRITES,
-        EFFECT_OPS,
-        FORWARD_JUMP,
-        HANDLERS,
-        ITER_MAKE,
-        ITER_NEXT,
-        LOOP_JUMPS,
-        NEVER_EXECUTED,
-        binder_code,
-        decode,
-        pops,
-    )
-    SUPPORTED = True
-else:  # pragma: no cover - exercised only on other interpreters
-    SUPPORTED = False
-    HANDLERS, NEVER_EXECUTED = {}, {}
-    BRANCH_JUMPS, LOOP_JUMPS, FORWARD_JUMP, EFFECT_OPS = {}, {}, None, frozenset()
-    BACKWARD_JUMP = None
-    CELL_MAKE, CELL_WRITES = None, frozenset()
-    ITER_MAKE = ITER_NEXT = None
-
-    def decode(code, instructions, n):
-        from magpy.monitor.frame import unsupported_python_message
-        raise RuntimeError(unsupported_python_message())
+DICT_VERSION = _dict_version()

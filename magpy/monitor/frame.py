@@ -1,11 +1,12 @@
 """Decoded code objects and monitored frames.
 
-A :class:`CodeInfo` is built once per code object: the instructions as a table indexed by
-code-unit (``offset // 2``), the exception table flattened to one entry per instruction,
-and the local-slot layout.  A :class:`Frame` is the monitor's own frame: it owns the fast
-locals, the value stack and, when observers are attached, a *shadow* slot beside each of
-them.  Frames also answer the frame-introspection attributes user code reads through
-``sys._getframe()`` (``f_back``, ``f_code``, ``f_locals``, ``f_lineno`` ...).
+A :class:`CodeInfo` is built once per code object: the instructions (as observers see them,
+``bytecode.observed``) and the dispatch table, indexed by code-unit (``offset // 2``), the
+exception table flattened to one entry per instruction, and the local-slot layout.  A
+:class:`Frame` is the monitor's own frame: it owns the fast locals, the value stack and,
+when observers are attached, a *shadow* slot beside each of them.  Frames also answer the
+frame-introspection attributes user code reads through ``sys._getframe()`` (``f_back``,
+``f_code``, ``f_locals``, ``f_lineno`` ...).
 """
 import dis
 import sys
@@ -42,7 +43,7 @@ class CodeInfo:
         instructions = [None] * n
         listed = list(dis.get_instructions(code))
         for ins in listed:
-            instructions[ins.offset // 2] = ins
+            instructions[ins.offset // 2] = bytecode.observed(ins)
         self.instructions = instructions
         self.ops = bytecode.decode(code, listed, n)
         self.observed_ops = None
@@ -241,5 +242,6 @@ def _builtins_of(globals):
 
 
 def unsupported_python_message() -> str:
-    return (f"magpy's monitor executes CPython 3.11 bytecode, but this is "
-            f"{sys.implementation.name} {sys.version.split()[0]}; run magpy on CPython 3.11")
+    versions = " or ".join("%d.%d" % v for v in bytecode.VERSIONS)
+    return (f"magpy's monitor executes CPython {versions} bytecode, but this is "
+            f"{sys.implementation.name} {sys.version.split()[0]}; run magpy on CPython {versions}")

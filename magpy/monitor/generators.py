@@ -18,6 +18,7 @@ import sys
 import types
 from inspect import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_VARARGS, CO_VARKEYWORDS
 
+from magpy.monitor import bytecode
 from magpy.monitor.protocols import NULL, lookup_special, tp_name, type_lookup
 
 
@@ -80,10 +81,11 @@ class _Suspendable:
         if not self._started and exc is None and value is not None:
             raise TypeError(f"can't send non-None value to a just-started {self.kind}")
         self._started = True
-        if exc is None:
-            f.stack.append(value)
-            if f.shadow_stack is not None:
-                f.shadow_stack.append(None)
+        # Like gen_send_ex, push the value even when throwing: a handler's stack depth counts it
+        # (3.12's CLEANUP_THROW finds it below the exception).
+        f.stack.append(value)
+        if f.shadow_stack is not None:
+            f.shadow_stack.append(None)
         self._running = True
         try:
             result = self._monitor.resume_suspended(f, self._exc_item, exc)
@@ -148,6 +150,8 @@ class _Suspendable:
             if delegated:
                 if inner is None:
                     return True, ret
+                if not bytecode.THROW_LEAVES_YIELD_FROM:
+                    return self._step(None, inner)
                 self._leave_yield_from()
                 if isinstance(inner, StopIteration):
                     return self._step(inner.value)

@@ -80,6 +80,27 @@ def _getframe(mon, args, kwargs):
     return f
 
 
+def _frame_depth(depth=0):
+    return depth.__index__()
+
+
+def _getframemodulename(mon, args, kwargs):
+    """``sys._getframemodulename`` (3.12): the module of the function running ``depth`` frames up."""
+    try:
+        depth = _frame_depth(*args, **(kwargs or {}))
+    except TypeError:
+        return sys._getframemodulename(*args, **(kwargs or {}))  # native argument errors
+    f = mon.current
+    while depth > 0 and f is not None:
+        f = f.f_back
+        depth -= 1
+    if f is None:
+        return None
+    fn = getattr(f, "fn", None)
+    # (A class body or exec'd code runs a function CPython makes for it, of the globals' module.)
+    return fn.__module__ if fn is not None else f.f_globals.get("__name__")
+
+
 def _exc_info(mon, args, kwargs):
     if args or kwargs:
         return sys.exc_info(*args, **(kwargs or {}))
@@ -380,9 +401,30 @@ def _sum(mon, args, kwargs):
     start = args[1] if len(args) == 2 else (kwargs or {}).get("start", 0)
     result = sum((), start)   # rejects str/bytes starts with CPython's message
     it = mon.get_iter(args[0])
+    fast = True   # CPython's float path, until a term leaves it
     while (x := mon.iter_next(it)) is not NULL:
+        if fast and type(result) is float:
+            # A run of float terms is summed natively: its rounding is the interpreter's own
+            # (compensated summation since 3.12).
+            run = []
+            while x is not NULL and _float_term(x):
+                run.append(x)
+                x = mon.iter_next(it)
+            result = sum(run, result)
+            if x is NULL:
+                break
+            fast = False
         result = operators.binary(mon, result, x, _ADD)
     return result
+
+
+_LONG = 1 << 63
+
+
+def _float_term(x):
+    """Does sum's float path take ``x`` itself (a float, or an int that fits a C long)?"""
+    t = type(x)
+    return t is float or ((t is int or t is bool) and -_LONG <= x < _LONG)
 
 
 def _any_all(stop_on: bool):
@@ -429,6 +471,8 @@ FRAME_SENSITIVE = [
     (builtins.compile, _compile), (warnings.warn, _warn),
     (builtins.__build_class__, _build_class), (builtins.getattr, _getattr),
 ]
+if hasattr(sys, "_getframemodulename"):
+    FRAME_SENSITIVE.append((sys._getframemodulename, _getframemodulename))
 
 
 def default_policy() -> CallPolicy:

@@ -55,10 +55,10 @@ def stack_op(opname, arg, nin, nout, names=(), consts=()):
 _MODULE_CODE = compile("pass", "<magpy import *>", "exec")
 
 
-def import_star(module, globals, namespace):
-    """``from module import *`` into ``namespace``, exactly as IMPORT_STAR does it."""
-    ops = [("RESUME", 0), ("LOAD_CONST", 0), ("IMPORT_STAR", 0), ("LOAD_CONST", 1),
-           ("RETURN_VALUE", 0)]
+def import_star(module, globals, namespace, star_ops):
+    """``from module import *`` into ``namespace``, exactly as the interpreter does it:
+    ``star_ops`` are the instructions importing * from the module on top of the stack."""
+    ops = [("RESUME", 0), ("LOAD_CONST", 0), *star_ops, ("LOAD_CONST", 1), ("RETURN_VALUE", 0)]
     code = _MODULE_CODE.replace(co_code=assemble(ops), co_consts=(module, None),
                                 co_linetable=b"", co_exceptiontable=b"", co_stacksize=2)
     exec(code, globals, namespace)

@@ -69,19 +69,31 @@ def _call(f, arg, in_sh, out_sh, mon):
     out_sh[0] = mon.ret_shadow
 
 
+def _load_fast_and_clear(f, arg, in_sh, out_sh, mon):
+    out_sh[0] = f.shadow_locals[arg]
+    f.shadow_locals[arg] = None
+
+
+def _end_send(f, arg, in_sh, out_sh, mon):
+    out_sh[0] = in_sh[-1]
+
+
 # How instructions that only move values move their shadows.  Every other output keeps the
 # shadow of the input it *is* (same object, same stack position) or starts as None.
 SHADOW_MOVES = {
     "LOAD_FAST": _load_fast, "STORE_FAST": _store_fast, "DELETE_FAST": _delete_fast,
     "COPY": _copy, "SWAP": _swap, "CALL": _call, "CALL_FUNCTION_EX": _call,
+    "LOAD_FAST_AND_CLEAR": _load_fast_and_clear, "END_SEND": _end_send,
 }
+# The instructions that return from a frame (the value leaves it: RETURN_CONST's has no shadow).
+RETURNS = frozenset({"RETURN_VALUE", "RETURN_CONST"})
 
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
 def returns_to_caller(f, levels: dict) -> bool:
-    """Does frame ``f``'s RETURN_VALUE hand its value (and its shadow) to the calling
+    """Does frame ``f``'s return instruction hand its value (and its shadow) to the calling
     instruction?  Not when it leaves the monitored call, ends a generator, or returns to
     native code that called back into the program (``sorted(key=...)``, ``map``).
     ``levels``: id(frame) -> the monitor's ``in_intrinsic`` when the frame was entered."""

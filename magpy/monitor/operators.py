@@ -4,7 +4,7 @@
 special methods from C (``binary_op1``, ``do_richcompare``, ``slot_nb_bool`` ...).  Run
 natively, a Python ``__add__`` or ``__contains__`` would execute unmonitored: its reads and
 writes unseen, its frames not the program's.  So when an operand's type defines the method
-in Python, the monitor carries out CPython 3.11's dispatch itself, step by step and in
+in Python, the monitor carries out CPython's dispatch itself, step by step and in
 CPython's order, and *enters* the Python methods (``Monitor.call``); every other step (C
 slots, the final error) happens as CPython does it.  When no Python method can be reached,
 the operator runs natively, which is also the fast path for tensors and numbers.

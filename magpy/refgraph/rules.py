@@ -544,6 +544,11 @@ def _binary_subscr(b, frame, ins, inputs, outputs):
         b.python_dunder(container, "__getitem__")
 
 
+def _binary_slice(b, frame, ins, inputs, outputs):
+    container, start, stop = inputs
+    _binary_subscr(b, frame, ins, (container, slice(start, stop)), outputs)
+
+
 def _store_attr(b, frame, ins, inputs, outputs):
     b.write(inputs[1])
 
@@ -553,6 +558,11 @@ def _store_subscr(b, frame, ins, inputs, outputs):
         return
     b.python_dunder(inputs[1], "__setitem__")
     b.write(inputs[1])
+
+
+def _store_slice(b, frame, ins, inputs, outputs):
+    value, container, start, stop = inputs
+    _store_subscr(b, frame, ins, (value, container, slice(start, stop)), outputs)
 
 
 def _delete_subscr(b, frame, ins, inputs, outputs):
@@ -680,6 +690,7 @@ def _format_value(b, frame, ins, inputs, outputs):
 _TRUTH = _struct_read(0, ("__bool__", "__len__"))
 _RULES = {
     "LOAD_GLOBAL": _load_global, "LOAD_DEREF": _load_deref, "LOAD_CLASSDEREF": _load_deref,
+    "LOAD_FROM_DICT_OR_DEREF": _load_deref, "BINARY_SLICE": _binary_slice, "STORE_SLICE": _store_slice,
     "MAKE_CELL": _make_cell, "MAKE_FUNCTION": _make_function,
     "STORE_DEREF": _store_deref, "DELETE_DEREF": _store_deref,
     "LOAD_ATTR": _load_attr, "LOAD_METHOD": _load_attr,

@@ -1,0 +1,19 @@
+"""The bytecode module of an interpreter the monitor does not run: nothing executes.
+
+``magpy.compile`` checks ``bytecode.SUPPORTED`` first and raises ``UnsupportedPythonError``;
+these names only let the modules above the monitor import.
+"""
+HANDLERS, NEVER_EXECUTED, FORMS = {}, {}, ()
+BRANCH_JUMPS, LOOP_JUMPS, EFFECT_OPS = {}, {}, frozenset()
+CALL_SEQUENCE, THROW_LEAVES_YIELD_FROM, TRUSTS_DICT_VERSION = ("CALL",), False, False
+
+
+def observed(ins):
+    """The instruction itself (nothing is observed on this interpreter)."""
+    return ins
+
+
+def decode(code, instructions, n):
+    """Refuse: this interpreter's bytecode is not one the monitor executes."""
+    from magpy.monitor.frame import unsupported_python_message
+    raise RuntimeError(unsupported_python_message())
