@@ -364,10 +364,15 @@ class OpRecorder(TorchFunctionMode):
             return None
         code = f.info.instructions
         jump = code[f.lasti]
-        passing = _ASSERT_JUMPS.get(jump.opname) if jump is not None else None
-        if passing is None:
+        jumps_if = bytecode.BRANCH_JUMPS.get(jump.opname) if jump is not None else None
+        if jumps_if is None:
             return None
-        path = _raising_path(code, f.lasti + 1)
+        # The raise is where the jump goes or where the code falls through (3.12 moves it
+        # out of line), and the truth that passes is the one that goes the other way.
+        _, target, fall = f.info.ops[f.lasti]
+        path, passing = next(((p, truth) for p, truth in ((_raising_path(code, fall), jumps_if),
+                                                           (_raising_path(code, target), not jumps_if))
+                              if p is not None), (None, None))
         segmenter = self.dynamic.segmenter
         if path is None or (segmenter is not None and not segmenter.undoable()):
             return None
@@ -1073,8 +1078,6 @@ def _constant(value):
 # ``assert`` on a tensor becomes this operation: it raises RuntimeError(message) when the
 # condition is false, on every run of the graph.
 _ASSERT = torch.ops.aten._assert_async.msg
-# Conditional jumps of an ``assert`` (or ``if not c: raise``) -> the truth that skips the raise.
-_ASSERT_JUMPS = {"POP_JUMP_FORWARD_IF_TRUE": True, "POP_JUMP_FORWARD_IF_FALSE": False}
 _RAISING_PATH = 200   # code units a raising path may take (building an f-string message)
 # Instructions that leave a straight-line path (it might not reach its raise).
 _LEAVES_PATH = ("JUMP", "RETURN", "YIELD", "FOR_ITER", "SEND", "RERAISE")
