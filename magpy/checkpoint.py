@@ -80,27 +80,18 @@ class _Body(Observer):
 
     @contextlib.contextmanager
     def _rules(self):
-        cap = self.capture
-        mon, brk, rec, seg = cap.monitor, cap.breaker, cap.recorder, cap.segmenter
-        saved = (mon.observers, brk.segmenter, rec.fixed, rec.lifted)
+        mon, seg = self.capture.monitor, self.capture.segmenter
+        saved = mon.observers
         mon.observers = [o for o in mon.observers if o is not seg] + [self]
-        brk.segmenter = None          # a dynamic operation ends the recording
-        rec.lifted = seg.read_in_graph
-        rec.fixed = self._constant
-        seg.keep_deferred_checks()
         try:
-            yield
+            with seg.stepless(self.stop):
+                yield
         finally:
-            mon.observers, brk.segmenter, rec.fixed, rec.lifted = saved
+            mon.observers = saved
 
     def stop(self, why: str) -> None:
-        """(The arm's rule for in-place updates of tensors from before.)"""
+        """(Also the arm's rule for in-place updates of tensors from before.)"""
         self.capture.breaker.stop(f"{why} (in a checkpointed function)")
-
-    def _constant(self, v) -> None:
-        seg = self.capture.segmenter
-        if seg.dynamic and seg.is_dynamic(v):
-            self.stop("a value computed eagerly used as a constant")
 
     def on_instruction(self, frame, ins, inputs, outputs):
         if self.capture.segmenter.unfollowed(ins.opname, inputs, outputs):

@@ -994,30 +994,18 @@ class Branches(Observer):
 
     @contextlib.contextmanager
     def _forking(self, sandbox):
-        mon, brk, rec = self.monitor, self.breaker, self.recorder
+        mon, brk = self.monitor, self.breaker
         # (A fork inside a fork, for a nested if, puts the outer one's rules back after it.)
-        saved = (mon.observers, brk.segmenter, rec.fixed, rec.lifted, mon.sandbox, torch.is_grad_enabled())
-        self.segmenter.keep_deferred_checks()
+        saved = (mon.observers, mon.sandbox, torch.is_grad_enabled())
         mon.observers = [self.builder, self]
         mon.sandbox = brk.sandbox = sandbox
-        brk.segmenter = None
-        rec.lifted = self.segmenter.read_in_graph
-        rec.fixed = self._constant(sandbox)
         try:
-            yield
+            with self.segmenter.stepless(lambda why: sandbox.stop(f"{why} in a branch")):
+                yield
         finally:
-            mon.observers, brk.segmenter, rec.fixed, rec.lifted, outer, grad = saved
+            mon.observers, outer, grad = saved
             mon.sandbox = brk.sandbox = outer
             torch._C._set_grad_enabled(grad)
-
-    def _constant(self, sandbox):
-        segmenter = self.segmenter
-
-        def fixed(v):
-            # A value an eager step computed would be a constant of the arm's graph.
-            if segmenter.dynamic and segmenter.is_dynamic(v):
-                sandbox.stop("a value computed eagerly used in a branch")
-        return fixed
 
     def _merge(self, frame, t, truth, taken, other) -> str | None:
         """Compare the forks at the join and put the cond into the graph."""

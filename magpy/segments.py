@@ -40,12 +40,14 @@ recorder, the breaker and the segmenter, and the monitor running the program und
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import operator
 import sys
 import types
 import weakref
+from typing import Callable
 
 import torch
 import torch.fx as fx
@@ -274,7 +276,7 @@ class Segmenter(Observer):
                 return
             self.effects = True
         given_back = not ambiguous(result) and [a for a in args if a is result]
-        picked = given_back and id(result) in self.dynamic and any(fn is f for f in _PICKERS)
+        picked = given_back and id(result) in self.dynamic and _picks(fn)
         if picked and not undoable:
             self.breaker.stop(f"{_describe(fn)} gives back a value computed eagerly it was given")
             return
@@ -325,9 +327,9 @@ class Segmenter(Observer):
         ``2 * n``, ``n / 3``, ``max(n, 1e-8)``), in the graph too (float64 tensors compute as
         Python floats do)."""
         op = next((g for f, g in _GRAPH_ARITHMETIC if fn is f), None)
-        if op is None or type(value) is not float or (fn is max or fn is min) and len(args) != 2:
+        if op is None or type(value) is not float or _picks(fn) and len(args) != 2:
             return False
-        lazies = [self.lazy.get(self.dynamic.get(id(a))) if type(a) is float else None for a in args]
+        lazies = list(map(self._in_graph, args))
         if not any(lazies) or not all(lz is not None or _plain_number(a) and id(a) not in self.dynamic
                                       for a, lz in zip(args, lazies)):
             return False
@@ -369,9 +371,9 @@ class Segmenter(Observer):
     def _realize_in(self, *values) -> None:
         """The program hands ``values`` to Python: the floats among them get their steps."""
         for v in _leaves(values):
-            var = self.dynamic.get(id(v)) if type(v) is float else None
-            if var in self.lazy:
-                self._realize(var, mid_run=True)
+            lazy = self._in_graph(v)
+            if lazy is not None:
+                self._realize(lazy.step.var, mid_run=True)
 
     def _realize(self, var: str, mid_run: bool) -> None:
         """Float ``var`` read in the graph is needed in Python: its step, after the piece that
@@ -480,24 +482,40 @@ class Segmenter(Observer):
             if var is None and type(mark) is Deferred and id(mark) in self.deferred and mark.value is a:
                 var = mark.var
                 self._lifted_now.add(id(mark))
-            lazy = self.lazy.get(var) if var is not None else None
+            lazy = self._in_graph(a)
             names.append(lazy.standin if lazy is not None else var)
         return tuple(names)
 
-    def read_in_graph(self, args: tuple, kwargs: dict) -> tuple:
-        """:meth:`lifted` for an operation in a fork of control flow (magpy.controlflow): only
-        the floats the graph computes itself (their tensors, which an arm captures)."""
-        names = []
-        for a in args:
-            var = self.dynamic.get(id(a)) if type(a) is float else None
-            lazy = self.lazy.get(var) if var is not None else None
-            names.append(lazy.standin if lazy is not None else None)
-        return tuple(names)
-
-    def keep_deferred_checks(self) -> None:
-        """The small ints whose checks wait for a use keep them: a fork of control flow
-        (magpy.controlflow) does not follow their shadows, an arm would hold one as a constant."""
+    @contextlib.contextmanager
+    def stepless(self, stop: Callable[[str], None]):
+        """Record a region where no eager step can be made (a fork of control flow, a
+        checkpointed function): a value computed eagerly that would become a constant of its
+        graph calls ``stop(why)``; floats read in the graph are its tensors (an arm captures
+        them); small ints whose checks wait for a use keep them (their shadows are not
+        followed there)."""
+        brk, rec = self.breaker, self.recorder
+        saved = (brk.segmenter, rec.fixed, rec.lifted)
         self.deferred.clear()
+        brk.segmenter = None   # a dynamic operation ends what the region records
+        rec.lifted = self._read_in_graph_only
+
+        def fixed(v):
+            if self.dynamic and self.is_dynamic(v):
+                stop("a value computed eagerly used as a constant")
+        rec.fixed = fixed
+        try:
+            yield
+        finally:
+            brk.segmenter, rec.fixed, rec.lifted = saved
+
+    def _read_in_graph_only(self, args: tuple, kwargs: dict) -> tuple:
+        """:meth:`lifted` inside :meth:`stepless`: only the floats the graph computes itself."""
+        return tuple(lz.standin if lz is not None else None for lz in map(self._in_graph, args))
+
+    def _in_graph(self, v) -> InGraph | None:
+        """``v``'s entry if it is a float read in the graph not yet made in Python."""
+        var = self.dynamic.get(id(v)) if type(v) is float else None
+        return self.lazy.get(var) if var is not None else None
 
     def unfollowed(self, name: str, inputs, outputs) -> bool:
         """Does instruction ``name`` compute from a value computed eagerly (other than a tensor
@@ -682,7 +700,7 @@ class Segmenter(Observer):
             # (a method the table does not list as bound, ``ndarray.sum``, reads its object;
             # max and min compare the values they are given)
             owner_read = not bound and self.is_dynamic(getattr(callee, "__self__", None))
-            if not (owner_read or callee is max or callee is min or self._reads_value(a, full, kwargs)):
+            if not (owner_read or _picks(callee) or self._reads_value(a, full, kwargs)):
                 return   # stores the value (list.append): a move
             if a.inplace or not a.pure:
                 self.breaker.stop(f"{_describe(callee)} changes or keeps a value computed eagerly")
@@ -876,6 +894,10 @@ def _number_source(fn, args: tuple, value) -> torch.Tensor | None:
 _NUMBER_READS = (float, torch.Tensor.item, torch.Tensor.__float__)
 # Natives that give back one of their arguments, which one depending on the values.
 _PICKERS = (max, min)
+
+
+def _picks(fn) -> bool:
+    return any(fn is f for f in _PICKERS)
 # Python arithmetic on floats the graph computes, as graph operations: (function, how the
 # graph computes it with ``compute(op, args)``).  In place on a float is not in place on its
 # tensor; max and min keep the first item unless the second compares greater (less), as

@@ -168,7 +168,7 @@ def test_transformers_gradient_checkpointing_is_one_graph():
 
     def build():
         m = transformers.BertModel(cfg).train()
-        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        m.gradient_checkpointing_enable()   # (transformers' default: use_reentrant=False)
         return (lambda ids: m(ids).last_hidden_state), m
 
     def ids(s):
