@@ -24,9 +24,14 @@ compiles again for each new length (until its recompile limit, then runs the fra
 
 ``--calls`` calls (default 50) under ``torch.no_grad()`` in eval mode, input ``i`` drawn with
 seed ``i``; every variant gets the same inputs: ``eager`` (the model), ``torch.compile``
-(``torch.compile(model)``, default settings, after ``torch._dynamo.reset()``) and ``magpy``
-(``magpy.compile(model)``, default backend inductor, after ``magpy.reset()``), each inductor
-variant in a fresh inductor cache (``torch._inductor.utils.fresh_cache()``).  ``--quick``: 10
+(``torch.compile(model)``, default settings, after ``torch._dynamo.reset()``), ``magpy``
+(``magpy.compile(model)``, default settings: backend inductor, graphs compiled in the
+background from a record's first reuse while calls run their eager twins,
+``magpy.background``) and ``magpy-foreground`` (the same with
+``magpy.config.background_compile = False``: compiled while recording, as torch.compile
+does), each after ``magpy.reset()`` / in a fresh inductor cache
+(``torch._inductor.utils.fresh_cache()``); a background compile still running after the
+last call is waited for outside the timed calls.  ``--quick``: 10
 calls, 3 blocks, 2 layers.
 (Inductor 2.13 on CPU hands cond branches channels-last conv activations that the compiled
 branch asserts to be contiguous; ``torch.compile(fn, fullgraph=True)`` of the same
@@ -36,7 +41,9 @@ Columns: ``total s``: all calls, compilations included (each call timed with
 ``time.perf_counter``, the comparisons with eager outside the timed region).  ``median ms``: the
 median of the last half of the calls.  ``speedup``: eager median / median.  ``total/tc``: total /
 torch.compile's total.  ``compilations``: magpy: ``magpy.stats(c).monitor_runs`` recordings,
-``graph_count`` graphs compiled and ``graphs_per_call`` of the last call; torch.compile:
+``graph_count`` graphs compiled and ``graphs_per_call`` of the last call, and for ``magpy``
+the first call that ran what the background compile made (or "compiling past the end":
+every call ran the eager twins); torch.compile:
 ``counters["stats"]["unique_graphs"]``, dynamo's graph breaks (``counters["graph_break"]``) and
 the frames it skipped (``counters["frames"]`` total - ok: a break in a loop makes dynamo run the
 whole ``forward`` eagerly, compiling only the functions it calls; the reasons are a footnote).
@@ -63,7 +70,7 @@ from benchmarks.dynamic import _fmt, compile_cache, make, reset_compilers
 from benchmarks.models._utils import example_image, init_resnet_style
 from benchmarks.run import machine_info
 
-VARIANTS = ("eager", "torch.compile", "magpy")
+VARIANTS = ("eager", "torch.compile", "magpy-foreground", "magpy")
 RTOL = ATOL = 1e-4
 BATCH, CHANNELS, IMAGE, CLASSES = 8, 32, 32, 10
 GATE_SPREAD = 2.0    # std of each gate's logit over the calibration images
@@ -155,16 +162,20 @@ def image(seed: int) -> torch.Tensor:
 
 
 def run_variant(variant: str, model, inputs: list, reference: list | None) -> dict:
-    row = {"variant": variant, "times": [], "mismatches": [], "max_diff": 0.0, "error": None}
+    row = {"variant": variant, "times": [], "mismatches": [], "max_diff": 0.0, "error": None,
+           "compiled_by": None}
     outputs, compiled = [], None
+    magpy.config.background_compile = variant != "magpy-foreground"
     with compile_cache(variant):
         reset_compilers()
         try:
-            compiled = make(variant, model)
+            compiled = make(variant.split("-")[0], model)
             for i, x in enumerate(inputs):
                 t0 = time.perf_counter()
                 out = compiled(x)
                 row["times"].append(time.perf_counter() - t0)
+                if variant == "magpy" and row["compiled_by"] is None and i and magpy.synchronize(0):
+                    row["compiled_by"] = i + 2   # no compile left: the next call runs what it made
                 if reference is None:
                     outputs.append(out)
                 elif not torch.allclose(out, reference[i], rtol=RTOL, atol=ATOL):
@@ -174,10 +185,12 @@ def run_variant(variant: str, model, inputs: list, reference: list | None) -> di
         except Exception as e:  # a failing variant is a result: report it and go on
             row["error"] = f"{type(e).__name__} at call {len(row['times'])}: {str(e).strip()[:300]}"
             traceback.print_exc()
-        if variant == "magpy" and compiled is not None:
+        magpy.synchronize()   # (a background compile still running ends before the next variant)
+        if variant.startswith("magpy") and compiled is not None:
             s = magpy.stats(compiled)
             row["compilations"] = (f"{s.monitor_runs} rec, {s.graph_count} graphs, {s.graphs_per_call}/call"
-                                   + (f", {s.eager_runs} eager" if s.eager_runs else ""))
+                                   + (f", {s.eager_runs} eager" if s.eager_runs else "")
+                                   + _compiled_by(variant, row["compiled_by"], len(inputs)))
             row["note"] = (f"magpy stats: monitor_runs={s.monitor_runs} mock_runs={s.mock_runs} "
                            f"eager_runs={s.eager_runs} graph_count={s.graph_count} "
                            f"graphs_per_call={s.graphs_per_call} records={s.records}"
@@ -191,11 +204,20 @@ def run_variant(variant: str, model, inputs: list, reference: list | None) -> di
             row["note"] = "torch.compile graph breaks / unsupported: " + (
                 "; ".join(f"{n}x {_headings(k)}" for k, n in reasons.items()) or "none")
     reset_compilers()
+    magpy.config.background_compile = True
     times = row["times"]
     row["total"] = sum(times) if times else None
     row["median"] = statistics.median(times[len(times) // 2:]) * 1e3 if times else None
     row["outputs"] = outputs
     return row
+
+
+def _compiled_by(variant: str, call: int | None, calls: int) -> str:
+    """When the background compile's graphs took over."""
+    if variant != "magpy":
+        return ""
+    done = call is not None and call <= calls
+    return f", compiled from call {call}" if done else ", compiling past the end"
 
 
 def _headings(reason: str) -> str:

@@ -2,7 +2,7 @@
 monitoring execution states (see README.md and shared DESIGN)."""
 from magpy import monitor
 from magpy.annotations import annotate, disable
-from magpy.api import CompiledModule, Explanation, compile, explain, reset, stats
+from magpy.api import CompiledModule, Explanation, compile, explain, reset, stats, synchronize
 from magpy.config import config
 from magpy.errors import (
     BackendError,
@@ -13,7 +13,8 @@ from magpy.errors import (
     MagpyError,
 )
 
-__all__ = ["compile", "explain", "stats", "reset", "annotate", "disable", "config", "CompiledModule",
-           "Explanation", "GraphBreak", "GraphBreakError", "GraphBreakWarning", "CaptureError",
+__all__ = ["compile", "explain", "stats", "reset", "synchronize", "annotate", "disable", "config",
+           "CompiledModule", "Explanation", "GraphBreak", "GraphBreakError", "GraphBreakWarning",
+           "CaptureError",
            "BackendError", "MagpyError", "monitor"]
 __version__ = "0.1.0"

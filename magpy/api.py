@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from magpy import arrays, backends, controlflow
+from magpy import arrays, backends, background, controlflow
 from magpy.cache import RecordCache, Stats, reset_all
 from magpy.dynamic import Lifting
 from magpy.errors import GraphBreak
@@ -117,10 +117,18 @@ def stats(compiled) -> Stats:
     return cache.stats
 
 
+def synchronize(timeout: float | None = None) -> bool:
+    """Wait until every graph compile running or queued in the background has finished
+    (``magpy.config.background_compile``): each compiled graph then takes over at its
+    record's next call.  False if ``timeout`` seconds passed first."""
+    return background.synchronize(timeout)
+
+
 def reset() -> None:
     """Drop every record of every compiled callable (the next calls record again, as the
     first did: which ifs, loops and ``.numpy()`` sites could not be recorded is forgotten)."""
     reset_all()
+    background.cancel_queued()
     controlflow.forget_refusals()
     arrays.forget_refusals()
 
@@ -173,7 +181,8 @@ class Explanation:
             last = self.eager and i == len(self.break_reasons) - 1
             out.append(f"break ({'ends recording: the call runs eagerly' if last else 'eager step'}): {b}")
         if self.autopilot:
-            out.append("autopilot (compiled vs eager, the faster kept; magpy.config.autopilot):")
+            out.append("compiled graphs (background compile, then compiled vs eager, the faster kept; "
+                       "magpy.config.background_compile, autopilot):")
             out += [f"  {line}" for line in self.autopilot]
         if len(self.segments) > 1:
             out.append("segments (what the mock runs, in order):")
@@ -241,11 +250,13 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
 
 
 def _trials(cache) -> list[str]:
-    """The trials of a compiled callable's graphs (magpy.autopilot), one line each."""
+    """The trials of a compiled callable's graphs (magpy.autopilot), one line each, and the
+    records whose graphs are not compiled yet (magpy.background)."""
     if cache is None:
         return []
-    return [f"record {r} graph {g}: {trial.describe()}"
-            for r, rec in enumerate(cache.records) for g, trial in enumerate(rec.trials)]
+    return [line for r, rec in enumerate(cache.records) for line in
+            ([f"record {r}: {rec.deferred.describe()}"] if rec.deferred is not None else [])
+            + [f"record {r} graph {g}: {trial.describe()}" for g, trial in enumerate(rec.trials)]]
 
 
 def _static_backend(cache) -> list[str]:

@@ -21,6 +21,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from magpy import joint, training
+from magpy.eager import eager_twin
 from magpy.errors import BackendError
 from magpy.opgraph import GRAD_OUTPUTS
 
@@ -28,7 +29,7 @@ Backend = Callable[[torch.fx.GraphModule, list], Callable]
 
 
 def _eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-    return gm.forward
+    return eager_twin(gm).forward
 
 
 _CONTROL_FLOW = (torch.ops.higher_order.cond, torch.ops.higher_order.while_loop)

@@ -35,7 +35,7 @@ from magpy.codegen import MISS, MockCommitError, StepRaised
 from magpy.config import config
 from magpy.continuations import Resume
 from magpy.dynamic import Lifting
-from magpy.errors import CaptureError, GraphBreakError, GraphBreakWarning, MagpyError
+from magpy.errors import BackendError, CaptureError, GraphBreakError, GraphBreakWarning, MagpyError
 from magpy.monitor import Monitor
 from magpy.monitor.tracebacks import frame_object, program_entries, user_stacklevel
 from magpy.opgraph import failed_assertion, failed_own_check
@@ -94,8 +94,10 @@ class RecordCache:
         for i, rec in enumerate(records):
             try:
                 env = rec.match(args, kwargs)
-            except FastGuardMismatch:
-                raise   # debugging aid (config.verify_fast_guard): a magpy bug to see
+            except (FastGuardMismatch, BackendError):
+                # a magpy bug to see (config.verify_fast_guard), or a background compile's
+                # failure with config.on_backend_error = "raise"
+                raise
             except Exception as e:  # noqa: BLE001 - magpy's failure: nothing ran yet
                 return self.failed(rec, "checking a record's guard", e, args, kwargs)
             if env is not None:
@@ -283,6 +285,8 @@ class RecordCache:
         self.stats.graph_count += len(rec.graphs)
         for trial in rec.trials:
             trial.report = self.kept
+        if rec.deferred is not None:
+            rec.deferred.report = self.kept
         for brk in rec.breaks:
             self.stats.breaks[brk.reason] = self.stats.breaks.get(brk.reason, 0) + 1
             self.warn_break(brk, "runs in pieces (graphs with eager steps between them)")

@@ -32,6 +32,10 @@ class Config:
     one length, and compiling it unrolled cost the LSTM benchmark 4x its total time.)
     ``autopilot``: time each compiled graph against the same graph run eagerly over its first
     calls and keep the faster (``magpy.autopilot``); applies to graphs compiled after it is set.
+    ``background_compile``: a record's graphs run eagerly until the record is reused, then
+    compile in a background thread while calls go on eagerly, and take over when compiled
+    (``magpy.background``; ``magpy.synchronize()`` waits for them); False compiles them
+    while recording, in the calling thread.  Applies to records made after it is set.
     ``joint_backward``: record ``loss.backward()`` into the graph, so a whole train step is one
     graph (``magpy.joint``), where nothing but gradient arithmetic runs in the backward; False
     keeps it an eager step between graphs (the real autograd engine) everywhere.  Applies to
@@ -49,6 +53,7 @@ class Config:
     control_flow: bool = True
     max_unroll: int = 16
     autopilot: bool = True
+    background_compile: bool = True
     joint_backward: bool = True
 
     def __setattr__(self, name, value):
@@ -60,7 +65,7 @@ class Config:
             raise ValueError(f"magpy.config.dynamic must be None (automatic), True or False, not {value!r}")
         if name == "dynamic_after" and (type(value) is not int or value < 2):
             raise ValueError(f"magpy.config.dynamic_after must be an int >= 2, not {value!r}")
-        if name in ("autopilot", "joint_backward") and type(value) is not bool:
+        if name in ("autopilot", "background_compile", "joint_backward") and type(value) is not bool:
             raise ValueError(f"magpy.config.{name} must be True or False, not {value!r}")
         if name == "max_unroll" and (type(value) is not int or value < 0):
             raise ValueError(f"magpy.config.max_unroll must be an int >= 0, not {value!r}")

@@ -29,12 +29,24 @@ from dataclasses import dataclass
 
 import torch
 
-from magpy import annotations, autopilot, backends, continuations, joint, logs, scripted, standins, training
+from magpy import (
+    annotations,
+    autopilot,
+    backends,
+    background,
+    continuations,
+    joint,
+    logs,
+    scripted,
+    standins,
+    training,
+)
 from magpy.codegen import compile_source, generate
 from magpy.codegen.guard import inputs_in_words, path_in_words, write_shape_check
 from magpy.config import config
 from magpy.continuations import Resume
 from magpy.dynamic import Lifting
+from magpy.eager import eager_twin
 from magpy.errors import BackendError, CaptureError, GraphBreak
 from magpy.monitor import Monitor, bytecode, generators, shared_default_policy
 from magpy.monitor.tracebacks import user_stacklevel
@@ -70,9 +82,22 @@ class Record:
     shape_source: str | None = None   # the guard's SHAPES check (symbolic sizes), if any
     conds: tuple = ()              # the ifs recorded as torch.cond, in words (magpy.controlflow)
     trials: tuple = ()             # its compiled graphs on trial against eager (magpy.autopilot)
+    deferred: background.Deferred | None = None   # its graphs' compile, until it is taken
 
     def match(self, args: tuple, kwargs: dict):
-        """The mock's environment if this record covers the call, else None."""
+        """The mock's environment if this record covers the call, else None.  A compile
+        finished in the background is taken first (it may change the guard's size check);
+        the first hit starts it."""
+        deferred = self.deferred
+        if deferred is not None and deferred.done():
+            self.deferred = None   # taken once, even if taking raises (on_backend_error="raise")
+            deferred.take(self, deferred.results(len(self.graph_pieces)))
+        env = self._guard(args, kwargs)
+        if env is not None and self.deferred is not None:
+            self.deferred.start()
+        return env
+
+    def _guard(self, args: tuple, kwargs: dict):
         fast = self.fast
         if fast is not None:
             env = fast(args, kwargs)
@@ -364,18 +389,20 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
     if broken:
         return Record(guard, None, (), gen.guard_source, None, cap.broken, op_count, *fast,
                       changed=changed, breaks=tuple(cap.segmenter.breaks), inputs=inputs,
-                      shape_source=_link_shape_check(gen, cap), lifted=_lifted_words(cap, names)), result
+                      shape_source=_link_shape_check(gen, cap.lifted),
+                      lifted=_lifted_words(cap.lifted, names)), result
     with _stage("closing the operator graphs (opgraph)"):
         graphs = cap.graphs()
+    examples = [None if gm is None else cap.example_inputs(i) for i, gm in enumerate(graphs)]
+    deferred = None
     with _stage("compiling the graphs (backend)"):
-        compiled = [None if gm is None else _compile_graph(backend, gm, cap.example_inputs(i))
-                    for i, gm in enumerate(graphs)]
-        gen.link(compiled)
-    trials = tuple(fn for fn in compiled if isinstance(fn, autopilot.Trial))
-    for i, fn in enumerate(compiled):
-        if isinstance(fn, autopilot.Trial):
-            fn.settle = functools.partial(gen.relink, i)
-    shape_source = _link_shape_check(gen, cap)
+        if backend[0] != "eager" and config.background_compile and background.can_defer():
+            deferred, compiled = _defer(backend, graphs, examples, gen, cap.lifted, names)
+        else:
+            compiled = [None if gm is None else _compile_graph(backend, gm, ex)
+                        for gm, ex in zip(graphs, examples)]
+        trials = _link(gen, compiled)
+    shape_source = _link_shape_check(gen, cap.lifted)
     with _stage("compiling the generated mock (compile_source)"):
         mock = compile_source(gen.mock_source, gen.namespace, "mock", f"mock {id(gen):x}")
     env = cap.recorder.env_inputs()
@@ -384,26 +411,39 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
                  None, op_count, *fast, mutated=mutated, changed=changed, steps=tuple(cap.steps),
                  graph_pieces=tuple(i for i, gm in enumerate(graphs) if gm is not None), inputs=inputs,
                  breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects,
-                 lifted=_lifted_words(cap, names),
-                 shape_source=shape_source, conds=tuple(cap.branches.conds), trials=trials)
+                 lifted=_lifted_words(cap.lifted, names),
+                 shape_source=shape_source, conds=tuple(cap.branches.conds), trials=trials, deferred=deferred)
     if gen.lone_result:
         with _stage("handing back a native generator"):
             result = _native_twin(result)
     return rec, result
 
 
-def _lifted_words(cap: Capture, names) -> tuple[str, ...]:
-    """The record's lifted sizes and floats in words (once the backend added what it assumed)."""
-    return tuple(cap.lifted.describe(lambda sn: path_in_words(sn, names))) if cap.lifted is not None else ()
+def _lifted_words(lifted, names) -> tuple[str, ...]:
+    """The record's lifted sizes and floats in words (once the backend added what it assumed);
+    ``lifted``: the capture's :class:`magpy.dynamic.Shapes`, or None."""
+    return tuple(lifted.describe(lambda sn: path_in_words(sn, names))) if lifted is not None else ()
 
 
-def _link_shape_check(gen, cap: Capture) -> str | None:
+def _link(gen, versions: list) -> tuple:
+    """Put each graph's version in the mock's place; the trials among them (magpy.autopilot),
+    each told how to put the version it keeps there."""
+    gen.link(versions)
+    trials = tuple(fn for fn in versions if isinstance(fn, autopilot.Trial))
+    for i, fn in enumerate(versions):
+        if isinstance(fn, autopilot.Trial):
+            fn.settle = functools.partial(gen.relink, i)
+    return trials
+
+
+def _link_shape_check(gen, lifted) -> str | None:
     """The guard's ``SHAPES`` check, written once the backend compiled the graphs (compiling
-    may assume more of the lifted sizes); its source, or None where no size is symbolic."""
-    if cap.lifted is None or not cap.lifted.symbols:
+    may assume more of the lifted sizes, ``lifted``: the capture's Shapes); its source, or
+    None where no size is symbolic."""
+    if lifted is None or not lifted.symbols:
         return None
     with _stage("compiling the shape check (codegen)"):
-        src = write_shape_check(cap.lifted)
+        src = write_shape_check(lifted)
         check = compile_source(src, gen.namespace, "shapes", f"shapes {id(gen):x}")
         check.conditions = src.split("return ", 1)[1]   # what the diagnosis says it failed
         gen.namespace["SHAPES"] = check
@@ -441,30 +481,88 @@ def _diagnosis(gen):
 
 
 def _compile_graph(backend, gm, example):
-    name, fn = backend
+    """What runs in ``gm``'s place, compiled now, in the calling thread."""
     training.number_arguments(gm)
+    twin = eager_twin(gm).forward   # (of the graph as recorded: a backend may rewrite it)
+    with background.exclusive():   # (not while the worker compiles: compilers share global state)
+        compiled = _attempt(backend, gm, example)
+    return _version(backend[0], _ops(gm), compiled, twin)
+
+
+def _defer(backend, graphs: list, examples: list, gen, lifted, names) -> tuple[background.Deferred, list]:
+    """The compile of a record's graphs in the background (:mod:`magpy.background`), under
+    the grad and inference mode of the recording, and how the record takes its results; and
+    the graphs' eager twins, which run until then."""
+    grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+    twins = []
+    for gm in graphs:
+        if gm is not None:
+            training.number_arguments(gm)
+        twins.append(None if gm is None else eager_twin(gm).forward)
+    ops = [None if gm is None else _ops(gm) for gm in graphs]
+
+    def job() -> list:
+        with torch.inference_mode(inference), torch.autograd.set_grad_enabled(grad):
+            return [None if gm is None else _attempt(backend, gm, ex) for gm, ex in zip(graphs, examples)]
+
+    def take(rec: Record, results: list) -> None:
+        versions, failure = [], None
+        for n, result, twin in zip(ops, results, twins):
+            try:
+                versions.append(None if twin is None else _version(backend[0], n, result, twin))
+            except BackendError as e:   # on_backend_error="raise": raised once every graph has its place
+                versions.append(twin)
+                failure = failure or e
+        rec.trials = _link(gen, versions)
+        for trial in rec.trials:
+            trial.report = deferred.report
+        rec.shape_source = _link_shape_check(gen, lifted)
+        rec.lifted = _lifted_words(lifted, names)
+        if failure is not None:
+            raise failure
+
+    deferred = background.Deferred(job, take, backend[0])
+    return deferred, twins
+
+
+def _attempt(backend, gm, example):
+    """``gm`` compiled by the backend, or the exception it failed with."""
+    name, fn = backend
     grad = torch.is_grad_enabled()
     try:
         start = time.perf_counter()
         compiled = fn(gm, example)
         if name != "eager" and gm.meta[CONTIGUOUS_OUTPUTS]:
             compiled = backends.EagerLayout(compiled, gm.meta[CONTIGUOUS_OUTPUTS])
-        ops = sum(n.op.startswith("call") for n in gm.graph.nodes)
-        logs.logger("graphs").info("compiled a graph of %d operations with %r in %.3f s", ops, name,
+        logs.logger("graphs").info("compiled a graph of %d operations with %r in %.3f s", _ops(gm), name,
                                    time.perf_counter() - start)
-        if name != "eager" and config.autopilot:
-            compiled = autopilot.Trial(compiled, gm.forward, name, ops)
         return compiled
     except Exception as e:  # noqa: BLE001 - any backend failure
-        if config.on_backend_error == "raise":
-            raise BackendError(f"backend {name!r} failed to compile the graph: {e!r}") from e
-        warnings.warn(f"magpy: backend {name!r} failed to compile a graph ({type(e).__name__}: {e}); "
-                      "running the graph eagerly instead", RuntimeWarning, stacklevel=user_stacklevel())
-        return gm.forward
+        return e
     finally:
         # A backend that traces the graph runs its grad-mode nodes; failing midway it would
         # leave the mode the graph switched to.
         torch._C._set_grad_enabled(grad)
+
+
+def _version(name: str, ops: int, compiled, twin):
+    """What runs in a graph's place: ``compiled`` (on trial against its eager ``twin`` where
+    the autopilot is on); where the backend failed (``compiled`` is its exception), the twin
+    with a warning, or :class:`BackendError` (``config.on_backend_error = "raise"``)."""
+    if isinstance(compiled, Exception):
+        if config.on_backend_error == "raise":
+            raise BackendError(f"backend {name!r} failed to compile the graph: {compiled!r}") from compiled
+        warnings.warn(f"magpy: backend {name!r} failed to compile a graph ({type(compiled).__name__}: "
+                      f"{compiled}); running the graph eagerly instead", RuntimeWarning,
+                      stacklevel=user_stacklevel())
+        return twin
+    if name != "eager" and config.autopilot:
+        return autopilot.Trial(compiled, twin, name, ops)
+    return compiled
+
+
+def _ops(gm) -> int:
+    return sum(n.op.startswith("call") for n in gm.graph.nodes)
 
 
 @contextlib.contextmanager

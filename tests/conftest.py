@@ -1,5 +1,5 @@
 """Test-wide settings: every compiled call cross-checks its fast guard against the full one,
-and every recording run must leave a record that the identical call would hit
+graphs compile while recording (not in the background), and every recording run must leave a record that the identical call would hit
 (``tests.compile_harness.RehitCheck``; ``--no-magpy-rehit`` or the ``magpy_rerecords`` mark
 turn that off)."""
 import pytest
@@ -23,6 +23,17 @@ def _verify_fast_guard():
     magpy.config.verify_fast_guard = True
     yield
     magpy.config.verify_fast_guard = False
+
+
+@pytest.fixture(autouse=True)
+def _foreground_compile():
+    # A test's later calls run what its record's graphs compiled to, from the first reuse on
+    # (the default compiles in the background and runs the eager twins until it is done,
+    # which would leave most tests checking only the twins).  tests/test_background.py runs
+    # with the default; subprocess tests get it too.
+    magpy.config.background_compile = False
+    yield
+    magpy.config.background_compile = True
 
 
 @pytest.fixture(autouse=True)

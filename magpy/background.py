@@ -1,0 +1,162 @@
+"""Background compilation: a record's graphs run eagerly while the backend compiles them.
+
+A backend compile takes seconds (Inductor on this CPU: 1-15 s per graph), an eager run of
+the same fx graph milliseconds, and the eager twin of every graph is at hand.  So a call
+never waits for a compiler: a record's graphs start as their eager twins, the first call
+that reuses the record (a guard hit) hands the compile of all its graphs to one worker
+thread (:class:`Deferred`), and calls go on eagerly until it is done; the next call that
+tries the record puts the compiled versions in the mock's place before its guard runs
+(through ``magpy.autopilot``'s trial where that is on).  A record that is never reused
+(the first record of a size that the next call makes symbolic) is never compiled.
+``magpy.config.background_compile = False`` compiles at recording time, in the calling
+thread, as ``torch.compile`` does.
+
+Why a thread is safe here:
+
+- The worker holds two locks for a whole compile: magpy's (:func:`exclusive`), which a
+  compile in the calling thread holds too, and Dynamo's compile lock, which
+  ``torch.compile``'s frame conversion holds: two compilers never overlap, so global
+  compiler configuration one patches is never seen by another (magpy's lock first, then
+  Dynamo's, in both threads).  What runs alongside a compile is eager execution: mock runs
+  (eager twins, compiled graphs of other records) and recordings, which build their fx
+  graphs directly and read none of the configuration a compile patches (Inductor's own,
+  AOTAutograd's ``unlift_effect_tokens``/``selective_decompose``, fx's node-meta
+  preservation, which only fx tracers read).
+- The thread-local state a compile depends on (grad mode, inference mode) is the record's,
+  set again in the worker; a record made under autocast compiles in the foreground.
+- A record's graphs are compiled by one job, so the record's shape environment (symbolic
+  sizes) is touched by one thread at a time: the worker while it compiles, the calling
+  thread after.  Compiling may assume more of the sizes; the guard's size check is
+  rewritten before the guard that lets the compiled graphs run, so no call that passed
+  the old check runs them.
+- A process that ends drops the compiles not started yet and waits for the one running:
+  the interpreter would otherwise stop the worker inside the compiler's C++ code, which
+  aborts the process (``terminate called without an active exception``).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import sys
+import threading
+from concurrent.futures import Future, wait
+from typing import Callable
+
+import torch
+from torch._dynamo.convert_frame import compile_lock
+
+_lock = threading.RLock()                        # held by every compile
+_jobs: queue.SimpleQueue = queue.SimpleQueue()   # (future, job) for the worker, in order
+_unfinished: set[Future] = set()                 # submitted, not yet done (synchronize, reset)
+_worker: threading.Thread | None = None
+
+
+def exclusive() -> threading.RLock:
+    """The lock a compile in the calling thread holds: none runs in the worker meanwhile."""
+    return _lock
+
+
+def can_defer() -> bool:
+    """Can graphs recorded now compile in the worker?  Not under autocast, whose state is
+    per thread and changes what a compile makes of the graph."""
+    return not any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
+
+
+def submit(job: Callable[[], object]) -> Future:
+    """Run ``job()`` in the worker (one at a time, in order, under both locks)."""
+    global _worker
+    future: Future = Future()
+    _unfinished.add(future)
+    future.add_done_callback(_unfinished.discard)
+    _jobs.put((future, job))
+    if _worker is None or not _worker.is_alive():
+        _worker = threading.Thread(target=_work, name="magpy-compile", daemon=True)
+        _worker.start()
+    return future
+
+
+# While a compile runs, the interpreter hands the GIL over at least this often (seconds):
+# each torch operation of the calling thread's eager run releases the GIL and then waits
+# for the worker to give it back, by default up to 5 ms per operation.
+SWITCH_INTERVAL = 0.0001
+NICENESS = 10   # the worker's (and its compiler processes') CPU priority below the caller's
+
+
+def _work() -> None:
+    try:   # Linux: a thread's niceness is its own, inherited by the processes it starts
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
+    except (AttributeError, OSError):  # pragma: no cover - other platforms
+        pass
+    while True:
+        future, job = _jobs.get()
+        if not future.set_running_or_notify_cancel():
+            continue   # cancelled by magpy.reset() before it started
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(interval, SWITCH_INTERVAL))
+        try:
+            with _lock, compile_lock:
+                out = job()
+        except BaseException as e:  # noqa: BLE001 - handed to the calling thread (Deferred.results)
+            future.set_exception(e)
+        else:
+            future.set_result(out)
+        finally:
+            sys.setswitchinterval(interval)
+
+
+def synchronize(timeout: float | None = None) -> bool:
+    """Wait until every compile started in the background has finished (each compiled graph
+    takes over at its record's next call); False if ``timeout`` seconds passed first."""
+    _, not_done = wait(list(_unfinished), timeout=timeout)
+    return not not_done
+
+
+def cancel_queued() -> None:
+    """Drop the compiles that have not started (``magpy.reset()`` dropped their records)."""
+    for future in list(_unfinished):
+        future.cancel()
+
+
+@atexit.register
+def _drain() -> None:
+    cancel_queued()
+    synchronize()
+
+
+class Deferred:
+    """The compile of one record's graphs, started in the worker by the record's first reuse.
+
+    ``job()`` compiles them (one compiled callable, or the exception, per graph);
+    ``take(record, results)``, called by the record in the calling thread once the job is
+    done and before its next guard, puts them in the mock's place; ``report`` is handed to
+    the trials it makes (``magpy.autopilot``)."""
+
+    __slots__ = ("job", "take", "backend", "future", "report")
+
+    def __init__(self, job: Callable[[], list], take: Callable, backend: str):
+        self.job, self.take, self.backend = job, take, backend
+        self.future: Future | None = None
+        self.report: Callable | None = None
+
+    def start(self) -> None:
+        """Hand the compile to the worker (again, if ``magpy.reset()`` cancelled it)."""
+        if self.future is None or self.future.cancelled():
+            self.future = submit(self.job)
+
+    def done(self) -> bool:
+        future = self.future
+        return future is not None and future.done() and not future.cancelled()
+
+    def results(self, graphs: int) -> list:
+        """The job's results; a failure of the job itself counts for every graph."""
+        try:
+            return self.future.result()
+        except Exception as e:  # noqa: BLE001 - magpy's own failure: every graph stays eager
+            return [e] * graphs
+
+    def describe(self) -> str:
+        """The compile's state, in words (``explain``)."""
+        if self.future is None:
+            return f"running eagerly until the record's first reuse starts its {self.backend} compile"
+        return f"compiling with {self.backend} in the background, running eagerly meanwhile"

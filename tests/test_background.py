@@ -1,0 +1,301 @@
+"""Background compilation (``magpy.background``): a record's graphs run as their eager twins
+until the record's first reuse starts their compile in a worker thread; the compiled graphs
+take over at the call after it finished, before that call's guard runs.
+
+The backend here notes where and how it compiled and counts the calls of what it compiled,
+so each test knows which version ran; ``magpy.synchronize()`` makes the timing
+deterministic.  Every result is compared with eager's.
+"""
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import magpy
+from magpy import cache as magpy_cache
+from magpy.eager import PYTHON_CONTROL_FLOW, eager_twin
+from tests.compile_harness import fresh_magpy  # noqa: F401 - autouse fixture
+
+WORKER = "magpy-compile"
+
+
+@pytest.fixture(autouse=True)
+def background_default():
+    magpy.config.background_compile = True   # the default (tests/conftest.py turns it off)
+
+
+class Noting:
+    """A backend noting each compile's thread and grad mode; what it compiles counts its
+    calls.  ``fail``: raise instead; ``gate``: an event each compile waits for."""
+
+    def __init__(self, fail: bool = False, gate: threading.Event | None = None):
+        self.__name__ = "noting"
+        self.fail, self.gate = fail, gate
+        self.entered = threading.Event()   # a compile has begun
+        self.compiles: list[tuple[str, bool]] = []
+        self.calls = 0
+
+    def __call__(self, gm, example_inputs):
+        self.entered.set()
+        if self.gate is not None:
+            assert self.gate.wait(60)
+        self.compiles.append((threading.current_thread().name, torch.is_grad_enabled()))
+        if self.fail:
+            raise RuntimeError("the backend broke")
+
+        def run(*args):
+            self.calls += 1
+            return gm.forward(*args)
+
+        return run
+
+
+def same(got, want):
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def affine(x, w):
+    return torch.relu(x @ w) + 1
+
+
+@pytest.fixture
+def no_trial():
+    """Compiled graphs run on every call from the start (no autopilot alternation)."""
+    magpy.config.autopilot = False
+
+
+def test_first_call_compiles_nothing_first_reuse_compiles_in_the_worker(no_trial):
+    backend = Noting()
+    c = magpy.compile(affine, backend=backend)
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    same(c(x, w), affine(x, w))
+    assert backend.compiles == [] and magpy.stats(c).graph_count == 1
+    same(c(x, w), affine(x, w))          # first reuse: the compile starts, the eager twin runs
+    assert magpy.synchronize(60)
+    assert backend.compiles == [(WORKER, True)] and backend.calls == 0
+    x2 = torch.randn(4, 3)
+    same(c(x2, w), affine(x2, w))        # the compiled graph takes over
+    assert backend.calls == 1
+    w.mul_(-1)                           # changed state: still the compiled graph, eager's result
+    same(c(x2, w), affine(x2, w))
+    assert backend.calls == 2 and len(backend.compiles) == 1
+    assert magpy.stats(c).monitor_runs == 1
+
+
+def test_compile_runs_under_the_recording_grad_mode(no_trial):
+    backend = Noting()
+    model = nn.Linear(3, 2)
+    c = magpy.compile(model, backend=backend)
+    x = torch.randn(5, 3)
+    with torch.no_grad():
+        same(c(x), model(x))
+        same(c(x), model(x))
+    assert magpy.synchronize(60)
+    assert backend.compiles == [(WORKER, False)]
+    with torch.no_grad():
+        model.weight.add_(1.0)
+        same(c(x), model(x))
+    assert backend.calls == 1
+
+
+def test_a_record_never_reused_is_never_compiled(no_trial):
+    backend = Noting()                   # fixed sizes: one record per size
+    c = magpy.compile(affine, backend=backend)
+    w = torch.randn(3, 5)
+    for n in (2, 3, 4):
+        x = torch.randn(n, 3)
+        same(c(x, w), affine(x, w))
+    assert magpy.synchronize(60)
+    assert backend.compiles == [] and magpy.stats(c).records == 3
+    x = torch.randn(3, 3)
+    same(c(x, w), affine(x, w))          # the size-3 record's first reuse
+    assert magpy.synchronize(60)
+    assert len(backend.compiles) == 1
+
+
+def test_off_compiles_while_recording_in_the_calling_thread(no_trial):
+    magpy.config.background_compile = False
+    backend = Noting()
+    c = magpy.compile(affine, backend=backend)
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    same(c(x, w), affine(x, w))
+    assert backend.compiles == [(threading.current_thread().name, True)]
+    same(c(x, w), affine(x, w))
+    assert backend.calls == 1
+
+
+def test_a_failed_background_compile_warns_once_and_runs_eagerly():
+    backend = Noting(fail=True)
+    c = magpy.compile(affine, backend=backend)
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    same(c(x, w), affine(x, w))
+    same(c(x, w), affine(x, w))
+    assert magpy.synchronize(60)
+    with pytest.warns(RuntimeWarning, match="backend 'noting' failed to compile a graph"):
+        same(c(x, w), affine(x, w))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same(c(x, w), affine(x, w))
+    assert magpy.stats(c).mock_runs == 3
+
+
+def test_a_failed_background_compile_raises_once_when_asked():
+    magpy.config.on_backend_error = "raise"
+    backend = Noting(fail=True)
+    c = magpy.compile(affine, backend=backend)
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    c(x, w)
+    c(x, w)
+    assert magpy.synchronize(60)
+    with pytest.raises(magpy.BackendError, match="the backend broke"):
+        c(x, w)
+    same(c(x, w), affine(x, w))          # the graph has its eager twin in its place
+
+
+def test_conditions_the_compile_adds_apply_before_the_compiled_graph_runs(no_trial, monkeypatch):
+    # A backend that compiles for symbolic sizes and assumes one (as Inductor may).
+    monkeypatch.setattr(magpy_cache, "SYMBOLIC", magpy_cache.SYMBOLIC | {"assuming"})
+    backend = Noting()
+    backend.__name__ = "assuming"
+    compile_graph = Noting.__call__
+
+    def assuming(self, gm, example_inputs):
+        n = example_inputs[0].shape[0]
+        assert isinstance(n, torch.SymInt)
+        if n <= 6:                       # the size at recording is 5: assumes n <= 6
+            pass
+        return compile_graph(self, gm, example_inputs)
+
+    monkeypatch.setattr(Noting, "__call__", assuming)
+    c = magpy.compile(affine, backend=backend)
+    w = torch.randn(3, 5)
+    for n in (4, 5):                     # a record, then a symbolic record
+        x = torch.randn(n, 3)
+        same(c(x, w), affine(x, w))
+    assert magpy.synchronize(60) and backend.compiles == []
+    x = torch.randn(6, 3)
+    same(c(x, w), affine(x, w))          # the symbolic record's first reuse
+    assert magpy.synchronize(60) and magpy.stats(c).records == 2
+    assert len(backend.compiles) == 1
+    x = torch.randn(3, 3)
+    same(c(x, w), affine(x, w))
+    assert backend.calls == 1
+    x = torch.randn(9, 3)                # passes the old size check, fails the compile's
+    same(c(x, w), affine(x, w))
+    assert backend.calls == 1 and magpy.stats(c).records == 3
+
+
+def test_reset_drops_compiles_not_started(no_trial):
+    gate = threading.Event()
+    backend = Noting(gate=gate)
+    c1, c2 = magpy.compile(affine, backend=backend), magpy.compile(lambda x: x.sin() * 2, backend=backend)
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    try:
+        c1(x, w), c1(x, w)               # its compile starts and waits at the gate
+        assert backend.entered.wait(60)
+        c2(x), c2(x)                     # queued behind it
+        magpy.reset()
+    finally:
+        gate.set()
+    assert magpy.synchronize(60)
+    assert len(backend.compiles) == 1
+
+
+def test_explain_says_which_records_are_not_compiled_yet():
+    backend = Noting()
+    c = magpy.compile(affine, backend=backend)
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    c(x, w)
+    text = str(magpy.explain(c, x, w))
+    assert "record 0: running eagerly until the record's first reuse starts its noting compile" in text
+    c(x, w)
+    assert magpy.synchronize(60)
+    c(x, w)
+    text = str(magpy.explain(c, x, w))
+    assert "record 0 graph 0: " in text and "on trial, noting vs eager" in text
+    assert "first reuse" not in text
+
+
+def test_a_process_ending_during_a_compile_exits_cleanly(tmp_path):
+    script = tmp_path / "ends_while_compiling.py"
+    script.write_text(textwrap.dedent("""
+        import time, torch, magpy
+        torch.set_num_threads(1)
+        layers = [torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                      torch.nn.ReLU()) for _ in range(6)]
+        c = magpy.compile(torch.nn.Sequential(*layers).eval())       # inductor
+        x = torch.randn(2, 8, 16, 16)
+        with torch.no_grad():
+            c(x)
+            c(x)                           # its compile starts in the worker
+        time.sleep(1.5)                    # (without waiting for it, 9 of 10 such runs aborted)
+        print("done", flush=True)
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "done" in out.stdout and "terminate" not in out.stderr
+
+
+# ----------------------------------------------------------------- eager twins
+
+def gated(x, gate_w, block_w):
+    if (x @ gate_w).mean() > 0:
+        x = x + torch.tanh(x @ block_w)
+        if x.sum() > 0:
+            x = x * 2
+    return x
+
+
+def newton(x):
+    y = x.clone()
+    while ((y * y - x).abs().max() > 1e-4):
+        y = 0.5 * (y + x / y)
+    return y
+
+
+def _operators(gm):
+    found = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            found.append(node.target)
+        if node.op == "get_attr":
+            sub = getattr(gm, node.target)
+            if isinstance(sub, torch.fx.GraphModule):
+                found += _operators(sub)
+    return found
+
+
+@pytest.mark.parametrize("fn, make", [
+    (gated, lambda s: (torch.randn(3, 4, generator=s), torch.randn(4, 1, generator=s), torch.randn(4, 4, generator=s))),
+    (newton, lambda s: (torch.rand(5, generator=s) + 0.5,)),
+])
+def test_eager_twin_runs_control_flow_as_python(fn, make):
+    gen = torch.Generator().manual_seed(0)
+    graph = magpy.explain(fn, *make(gen)).graphs[0]
+    ops = _operators(graph)
+    assert any(op in PYTHON_CONTROL_FLOW for op in ops)
+    twin = eager_twin(graph)
+    assert not any(op in PYTHON_CONTROL_FLOW for op in _operators(twin))
+    outcomes = set()
+    for _ in range(12):
+        args = make(gen)
+        placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+        assert len(placeholders) == len(args)
+        got, want = twin(*args), graph(*args)
+        for a, b in zip(got, want):
+            same(a, b)
+        outcomes.add(tuple(round(float(t.sum()), 3) for t in got))
+    assert len(outcomes) > 1
+
+
+def test_a_loop_that_does_not_run_gives_new_tensors_in_the_twin():
+    graph = magpy.explain(newton, torch.rand(5) + 0.5).graphs[0]
+    x = torch.ones(5)                    # converged from the start: the body never runs
+    outs = eager_twin(graph)(x)
+    assert all(o is not x for o in outs)
+    same(outs[0], x)
