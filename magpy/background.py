@@ -130,14 +130,15 @@ class Deferred:
     ``job()`` compiles them (one compiled callable, or the exception, per graph);
     ``take(record, results)``, called by the record in the calling thread once the job is
     done and before its next guard, puts them in the mock's place; ``report`` is handed to
-    the trials it makes (``magpy.autopilot``)."""
+    the trials it makes (``magpy.autopilot``), ``taken(graphs)`` counts them (``magpy.stats``)."""
 
-    __slots__ = ("job", "take", "backend", "future", "report")
+    __slots__ = ("job", "take", "backend", "future", "report", "taken")
 
     def __init__(self, job: Callable[[], list], take: Callable, backend: str):
         self.job, self.take, self.backend = job, take, backend
         self.future: Future | None = None
         self.report: Callable | None = None
+        self.taken: Callable[[int], None] | None = None
 
     def start(self) -> None:
         """Hand the compile to the worker (again, if ``magpy.reset()`` cancelled it)."""

@@ -59,6 +59,7 @@ class Stats:
     breaks: dict = dataclasses.field(default_factory=dict)   # reason -> dynamic operations run as eager steps
     kept: dict = dataclasses.field(default_factory=dict)     # version ("eager", a backend) -> graphs that
     #                                                          kept it after their trial (magpy.autopilot)
+    compiled_in_background: int = 0   # graphs whose background compile is in place (magpy.background)
 
 
 class RecordCache:
@@ -287,9 +288,14 @@ class RecordCache:
             trial.report = self.kept
         if rec.deferred is not None:
             rec.deferred.report = self.kept
+            rec.deferred.taken = self.taken
         for brk in rec.breaks:
             self.stats.breaks[brk.reason] = self.stats.breaks.get(brk.reason, 0) + 1
             self.warn_break(brk, "runs in pieces (graphs with eager steps between them)")
+
+    def taken(self, graphs: int) -> None:
+        """A background compile's ``graphs`` are in place (magpy.background)."""
+        self.stats.compiled_in_background += graphs
 
     def kept(self, trial) -> None:
         """A graph's trial (magpy.autopilot) is over: count and log the version it kept."""

@@ -518,6 +518,8 @@ def _defer(backend, graphs: list, examples: list, gen, lifted, names) -> tuple[b
             trial.report = deferred.report
         rec.shape_source = _link_shape_check(gen, lifted)
         rec.lifted = _lifted_words(lifted, names)
+        if deferred.taken is not None:
+            deferred.taken(sum(twin is not None for twin in twins))
         if failure is not None:
             raise failure
 

@@ -77,9 +77,10 @@ def test_first_call_compiles_nothing_first_reuse_compiles_in_the_worker(no_trial
     same(c(x, w), affine(x, w))          # first reuse: the compile starts, the eager twin runs
     assert magpy.synchronize(60)
     assert backend.compiles == [(WORKER, True)] and backend.calls == 0
+    assert magpy.stats(c).compiled_in_background == 0
     x2 = torch.randn(4, 3)
     same(c(x2, w), affine(x2, w))        # the compiled graph takes over
-    assert backend.calls == 1
+    assert backend.calls == 1 and magpy.stats(c).compiled_in_background == 1
     w.mul_(-1)                           # changed state: still the compiled graph, eager's result
     same(c(x2, w), affine(x2, w))
     assert backend.calls == 2 and len(backend.compiles) == 1
