@@ -8,7 +8,15 @@ and it replaces a graph the backend failed to compile.  For most graphs it is th
 eagerly goes through the higher-order operators' Python dispatch on every call (the
 BlockDrop benchmark's graph with 6 conds: 4.27 ms per call with the operators, 3.92 ms as
 Python, the model itself 3.84 ms).  The Python versions below follow the operators' dense
-kernels (``cond_op_dense``, ``while_loop_dense`` in ``torch._higher_order_ops``).
+kernels (``cond_op_dense``, ``while_loop_dense`` in ``torch._higher_order_ops``); they call
+the branches' and bodies' ``forward`` directly (an fx ``GraphModule`` call goes through
+``nn.Module``'s call machinery, once per loop step).
+
+A ``while_loop`` is functional: a body that writes one row of a buffer it carries (the
+outputs of a ``for`` loop, ``magpy.controlflow``) gives back a new buffer, a copy of the
+whole buffer per step.  In the twin, where the buffer is the loop's own (made for it by
+``torch.empty`` and used by nothing else) and the body does nothing else with it, the row
+is written in place (``index_put_``): the same values, without the copies.
 """
 from __future__ import annotations
 
@@ -37,6 +45,7 @@ PYTHON_CONTROL_FLOW: dict = {
     torch.ops.higher_order.cond: _cond,
     torch.ops.higher_order.while_loop: _while_loop,
 }
+_PYTHON = frozenset(PYTHON_CONTROL_FLOW.values())
 
 
 def eager_twin(gm: fx.GraphModule) -> fx.GraphModule:
@@ -46,14 +55,57 @@ def eager_twin(gm: fx.GraphModule) -> fx.GraphModule:
         return gm
     graph = fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
-    attrs = {}
     for node in graph.nodes:
         if node.op == "call_function" and node.target in PYTHON_CONTROL_FLOW:
             node.target = PYTHON_CONTROL_FLOW[node.target]
+    own = _own_buffers(graph)
+    attrs = {}
+    for node in graph.nodes:
         if node.op == "get_attr":
             value = _attr(gm, node.target)
-            attrs[node.target] = eager_twin(value) if isinstance(value, fx.GraphModule) else value
+            if isinstance(value, fx.GraphModule):
+                value = _submodule_twin(value, own.get(node, ()), node.users)
+            attrs[node.target] = value
     return fx.GraphModule(attrs, graph, class_name=type(gm).__name__)
+
+
+def _submodule_twin(sub: fx.GraphModule, buffers: tuple, users) -> object:
+    """A branch's, loop test's or body's twin; only the Python control flow calling it: its
+    ``forward``."""
+    twin = eager_twin(sub)
+    if buffers:
+        twin = _rows_in_place(twin, buffers)
+    return twin.forward if all(u.target in _PYTHON for u in users) else twin
+
+
+def _own_buffers(graph: fx.Graph) -> dict:
+    """Body ``get_attr`` node -> the positions of the carried values that are the loop's own
+    buffers (``torch.empty`` results nothing else uses)."""
+    own = {}
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is _while_loop:
+            body, carried = node.args[1], node.args[2]
+            own[body] = tuple(k for k, c in enumerate(carried)
+                              if isinstance(c, fx.Node) and c.op == "call_function"
+                              and c.target is torch.empty and len(c.users) == 1)
+    return own
+
+
+def _rows_in_place(body: fx.GraphModule, buffers: tuple) -> fx.GraphModule:
+    """A copy of loop ``body`` writing, in place, the rows of the carried ``buffers`` (their
+    positions) that it only writes with one ``index_put`` and gives back at the same place."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(body.graph, {}))
+    inputs = [n for n in graph.nodes if n.op == "placeholder"]
+    returned = graph.output_node().args[0]
+    changed = False
+    for k in buffers:
+        (write,) = inputs[k].users if len(inputs[k].users) == 1 else (None,)
+        if (write is not None and write.op == "call_method" and write.target == "index_put"
+                and write.args[0] is inputs[k] and returned[k] is write and len(write.users) == 1):
+            write.target = "index_put_"
+            changed = True
+    return fx.GraphModule(body, graph, class_name=type(body).__name__) if changed else body
 
 
 def _has_control_flow(gm: fx.GraphModule) -> bool:

@@ -300,3 +300,51 @@ def test_a_loop_that_does_not_run_gives_new_tensors_in_the_twin():
     outs = eager_twin(graph)(x)
     assert all(o is not x for o in outs)
     same(outs[0], x)
+
+
+class Recurrent(nn.Module):
+    """An LSTM layer over time, outputs appended per step and stacked (a ``for`` loop that
+    magpy records as one ``while_loop`` writing a buffer row by row)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.LSTMCell(4, 6)
+
+    def forward(self, x):
+        h = x.new_zeros(x.size(1), 6)
+        state, outs = (h, h), []
+        for xt in x:
+            state = self.cell(xt, state)
+            outs.append(state[0])
+        return torch.stack(outs)
+
+
+def _methods(gm) -> list:
+    """The call_method targets of ``gm`` and of the graphs its get_attrs give (bound
+    ``forward``s included)."""
+    found = []
+    for node in gm.graph.nodes:
+        if node.op == "call_method":
+            found.append(node.target)
+        if node.op == "get_attr":
+            value = getattr(gm, node.target)
+            value = getattr(value, "__self__", value)
+            if isinstance(value, torch.fx.GraphModule):
+                found += _methods(value)
+    return found
+
+
+def test_the_twin_writes_a_loops_own_buffer_in_place_and_the_graph_stays_functional():
+    torch.manual_seed(0)
+    model = Recurrent().eval()
+    magpy.config.dynamic = True          # a symbolic length: the loop is one while_loop
+    with torch.no_grad():
+        graph = magpy.explain(model, torch.randn(5, 2, 4)).graphs[0]
+        assert "index_put" in _methods(graph) and "index_put_" not in _methods(graph)
+        assert "index_put_" in _methods(eager_twin(graph))
+        assert "index_put_" not in _methods(graph)   # the backend's graph is not touched
+        c = magpy.compile(model, backend="eager")    # the eager backend runs the twin
+        for n in (5, 3, 9, 2):
+            x = torch.randn(n, 2, 4)
+            same(c(x), model(x))
+        assert magpy.stats(c).monitor_runs == 1
