@@ -18,10 +18,11 @@ input sizes drawn from ``random.Random(0)``; every variant gets the same sequenc
 Variants, one after the other in the same process: ``eager`` (the model), ``torch.compile``
 (``torch.compile(model)``: inductor with its default automatic dynamic shapes, after
 ``torch._dynamo.reset()``) and ``magpy`` (``magpy.compile(model)``: inductor, with the default
-``magpy.config.dynamic = None``: a dimension seen with a second size becomes symbolic; after
-``magpy.reset()``).  The inductor variants compile in a fresh, empty inductor cache
-(``torch._inductor.utils.fresh_cache()``), as ``benchmarks/run.py`` does, so neither reuses the
-other's kernels.
+``magpy.config.dynamic = None``: a dimension seen with a second size becomes symbolic; its
+default background compilation: calls run eager twins until a record's compile is done; after
+``magpy.reset()``; a compile still running at the end is waited for, untimed).  The inductor
+variants compile in a fresh, empty inductor cache (``torch._inductor.utils.fresh_cache()``), as
+``benchmarks/run.py`` does, so neither reuses the other's kernels.
 
 Columns:
 
@@ -276,6 +277,7 @@ def run_variant(variant: str, model, spec: Spec, inputs: list, reference: list |
         except Exception as e:  # a failing variant is a result: report it and go on
             row["error"] = _error(e, f"at call {len(row['times_s'])}")
             row["traceback"] = traceback.format_exc()
+        magpy.synchronize()   # (a background compile still running ends in this variant's cache)
         if compiled is not None:
             row.update(compiler_info(variant, compiled))
     row["warnings"] = _warning_lines(caught)

@@ -348,3 +348,35 @@ def test_the_twin_writes_a_loops_own_buffer_in_place_and_the_graph_stays_functio
             x = torch.randn(n, 2, 4)
             same(c(x), model(x))
         assert magpy.stats(c).monitor_runs == 1
+
+
+def test_a_train_step_compiles_in_the_background_with_inductor_and_trains_as_eager():
+    # The whole step (forward, backward, SGD with momentum) is one joint graph; its compile
+    # runs in the worker under the recording's grad mode.  Two copies of the model train on
+    # the same batches: eager, and compiled with the defaults.
+    def make():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+        return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def stepper(model, opt):
+        def train_step(x, y):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        return train_step
+
+    (model, opt), (ref, ref_opt) = make(), make()
+    step, ref_step = magpy.compile(stepper(model, opt)), stepper(ref, ref_opt)
+    gen = torch.Generator().manual_seed(1)
+    for i in range(8):
+        x, y = torch.randn(4, 8, generator=gen), torch.randn(4, 1, generator=gen)
+        torch.testing.assert_close(step(x, y), ref_step(x, y), rtol=1e-4, atol=1e-5)
+        if i == 2:
+            assert magpy.synchronize(600)   # step 3 reused step 2's record: its compile is done
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    st = magpy.stats(step)
+    assert st.compiled_in_background == 1 and st.graphs_per_call == 1 and st.monitor_runs == 2
