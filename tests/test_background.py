@@ -380,3 +380,35 @@ def test_a_train_step_compiles_in_the_background_with_inductor_and_trains_as_eag
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
     st = magpy.stats(step)
     assert st.compiled_in_background == 1 and st.graphs_per_call == 1 and st.monitor_runs == 2
+
+
+def test_a_transformers_model_with_its_defaults_compiles_in_the_background():
+    # BERT as users build it (SDPA attention, default settings), magpy's defaults: inductor,
+    # automatic dynamic sizes, background compilation.  Every call is compared with eager.
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=64)
+    model = transformers.BertModel(cfg).eval()
+    c = magpy.compile(model)
+    gen = torch.Generator().manual_seed(0)
+
+    def check(length: int):
+        ids = torch.randint(0, 100, (2, length), generator=gen)
+        got, want = c(input_ids=ids), model(input_ids=ids)
+        torch.testing.assert_close(got.last_hidden_state, want.last_hidden_state, rtol=1e-4, atol=1e-4)
+
+    with torch.no_grad():
+        check(8)
+        check(8)                         # first reuse: the compile starts
+        assert magpy.synchronize(600)
+        check(8)                         # the compiled graph takes over
+        assert magpy.stats(c).compiled_in_background == 1
+        model.embeddings.word_embeddings.weight.mul_(1.5)   # changed state
+        check(8)
+        for length in (12, 16, 9):       # a new length: a symbolic record, its own compile
+            check(length)
+        assert magpy.synchronize(600)
+        check(11)
+    st = magpy.stats(c)
+    assert st.monitor_runs == 2 and st.compiled_in_background == 2 and st.eager_runs == 0
