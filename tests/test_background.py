@@ -272,7 +272,8 @@ def _operators(gm):
 
 
 @pytest.mark.parametrize("fn, make", [
-    (gated, lambda s: (torch.randn(3, 4, generator=s), torch.randn(4, 1, generator=s), torch.randn(4, 4, generator=s))),
+    (gated, lambda s: (torch.randn(3, 4, generator=s), torch.randn(4, 1, generator=s),
+                       torch.randn(4, 4, generator=s))),
     (newton, lambda s: (torch.rand(5, generator=s) + 0.5,)),
 ])
 def test_eager_twin_runs_control_flow_as_python(fn, make):
