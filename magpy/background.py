@@ -32,6 +32,9 @@ Why a thread is safe here:
 - A process that ends drops the compiles not started yet and waits for the one running:
   the interpreter would otherwise stop the worker inside the compiler's C++ code, which
   aborts the process (``terminate called without an active exception``).
+- A process forked while the worker compiles (``DataLoader`` workers, ``multiprocessing``
+  with "fork") has no worker but would inherit magpy's lock held: the child starts with a
+  lock, a queue and a worker of its own; its records keep running their eager twins.
 """
 from __future__ import annotations
 
@@ -122,6 +125,15 @@ def cancel_queued() -> None:
 def _drain() -> None:
     cancel_queued()
     synchronize()
+
+
+def _anew_in_child() -> None:
+    global _lock, _jobs, _unfinished, _worker
+    _lock, _jobs, _unfinished, _worker = threading.RLock(), queue.SimpleQueue(), set(), None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_anew_in_child)
 
 
 class Deferred:

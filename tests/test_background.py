@@ -242,6 +242,36 @@ def test_a_process_ending_during_a_compile_exits_cleanly(tmp_path):
     assert "done" in out.stdout and "terminate" not in out.stderr
 
 
+def _compile_in_the_foreground(queue):
+    magpy.config.background_compile = False
+    c = magpy.compile(lambda x: x.cos() + 1, backend=Noting())
+    x = torch.randn(3)
+    queue.put(bool(torch.equal(c(x), x.cos() + 1)))
+
+
+def test_a_process_forked_during_a_compile_compiles_on_its_own(no_trial):
+    import multiprocessing
+    gate = threading.Event()
+    backend = Noting(gate=gate)
+    c = magpy.compile(affine, backend=backend)
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    try:
+        c(x, w), c(x, w)
+        assert backend.entered.wait(60)  # the worker holds magpy's lock, waiting at the gate
+        ctx = multiprocessing.get_context("fork")
+        results = ctx.Queue()
+        child = ctx.Process(target=_compile_in_the_foreground, args=(results,))
+        child.start()
+        child.join(60)
+        alive = child.is_alive()
+        if alive:
+            child.kill()
+        assert not alive and child.exitcode == 0 and results.get(timeout=10)
+    finally:
+        gate.set()
+    assert magpy.synchronize(60)
+
+
 # ----------------------------------------------------------------- eager twins
 
 def gated(x, gate_w, block_w):
