@@ -6,11 +6,12 @@ these names only let the modules above the monitor import.
 HANDLERS, NEVER_EXECUTED, FORMS = {}, {}, ()
 BRANCH_JUMPS, LOOP_JUMPS, EFFECT_OPS = {}, {}, frozenset()
 CALL_SEQUENCE, THROW_LEAVES_YIELD_FROM, TRUSTS_DICT_VERSION = ("CALL",), False, False
+LOCALS_PROXY = CLOSE_RETURNS_VALUE = False
 
 
-def observed(ins):
-    """The instruction itself (nothing is observed on this interpreter)."""
-    return ins
+def call_operands(inputs):
+    """Nothing (nothing is observed on this interpreter)."""
+    return None, ()
 
 
 def decode(code, instructions, n):
