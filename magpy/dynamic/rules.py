@@ -334,16 +334,13 @@ _SIZE_ATTRS = frozenset({"shape"})
 _SIZE_CALLS = frozenset({"size", "numel", "__len__", "stride", "dim", "nelement"})
 
 
-callee_of = bytecode.call_operands   # the callable and positional arguments of a CALL's inputs
-
-
 def direct_read(ins, inputs) -> bool:
     """Does this instruction itself read a tensor's size (not native code inside it)?"""
     if ins.opname == "LOAD_ATTR":
         return ins.argval in _SIZE_ATTRS and isinstance(inputs[0], torch.Tensor)
     if ins.opname != "CALL":
         return False
-    callee, args = callee_of(inputs)
+    callee, args = bytecode.call_operands(inputs)
     name = getattr(callee, "__name__", None)
     if callee is len:
         return len(args) == 1 and isinstance(args[0], torch.Tensor)

@@ -5,7 +5,7 @@ version (``py311``, ``py312``, ``py313``, sharing :mod:`magpy.monitor.opcodes`);
 magpy only uses this module's names.  ``decode`` gives a code object's dispatch table and its
 instructions as observers see them: the rules above the monitor speak one vocabulary of
 instruction names (3.11's, plus the instructions later versions add), whatever the version.
-``call_operands`` finds the callable among a call's inputs (3.13 moved it).
+``call_layout`` says where the callable sits among a call's inputs (3.13 moved it).
 ``DICT_VERSION`` is the other interpreter detail magpy relies on: a function giving a
 dict's version tag, which changes on every change of its contents (PEP 509), or None.
 """
@@ -42,7 +42,13 @@ HANDLERS = _version.HANDLERS
 NEVER_EXECUTED = _version.NEVER_EXECUTED
 FORMS = _version.FORMS
 decode = _version.decode
-call_operands = _version.call_operands
+call_layout = _version.call_layout
+
+
+def call_operands(inputs) -> tuple:
+    """The callable and positional arguments of a CALL's inputs (an observer's view)."""
+    callee, first = call_layout(inputs)
+    return inputs[callee], inputs[first:]
 BRANCH_JUMPS = _version.BRANCH_JUMPS
 LOOP_JUMPS = _version.LOOP_JUMPS
 EFFECT_OPS = _version.EFFECT_OPS

@@ -630,12 +630,10 @@ def KW_NAMES(f, names):
     f.kwnames = names
 
 
-def call_operands(inputs) -> tuple:
-    """The callable and positional arguments of a CALL's inputs, 3.11 and 3.12's layout:
-    ``[NULL or method, callable or self, args...]``."""
-    if inputs and inputs[0] is NULL:
-        return inputs[1], inputs[2:]
-    return (inputs[0], inputs[1:]) if inputs else (None, ())
+def call_layout(inputs) -> tuple:
+    """Where a CALL's callable and first positional argument sit among its inputs, in 3.11
+    and 3.12's layout: ``[NULL or method, callable or self, args...]``."""
+    return (1, 2) if inputs[0] is NULL else (0, 1)
 
 
 def CALL(f, argc):

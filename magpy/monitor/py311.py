@@ -81,7 +81,7 @@ EFFECT_OPS = op.EFFECT_OPS | {"IMPORT_STAR", "PRINT_EXPR"}
 # The instructions of a call after its arguments (a KW_NAMES may come first), and where the
 # callable sits among its inputs.
 CALL_SEQUENCE = ("PRECALL", "CALL")
-call_operands = op.call_operands
+call_layout = op.call_layout
 # gen.throw() into a generator suspended in ``yield from``, when the sub-iterator raises:
 # 3.11's gen_throw itself pops the sub-iterator and jumps past the SEND loop.
 THROW_LEAVES_YIELD_FROM = True

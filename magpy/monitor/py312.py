@@ -87,7 +87,7 @@ EFFECT_OPS = op.EFFECT_OPS | {"STORE_SLICE", "INTRINSIC_IMPORT_STAR", "INTRINSIC
 # The instructions of a call after its arguments (a KW_NAMES may come first), and where the
 # callable sits among its inputs.
 CALL_SEQUENCE = ("CALL",)
-call_operands = op.call_operands
+call_layout = op.call_layout
 # gen.throw() into a generator suspended in ``yield from``, when the sub-iterator raises:
 # 3.12 throws that into the frame, where CLEANUP_THROW ends the SEND loop.
 THROW_LEAVES_YIELD_FROM = False

@@ -106,12 +106,10 @@ def DICT_MERGE(f, i):
     op.dict_merge(f, i, -3)
 
 
-def call_operands(inputs) -> tuple:
-    """The callable and positional arguments of a CALL's inputs: ``[callable, self or
-    NULL, args...]``."""
-    if len(inputs) < 2:
-        return (inputs[0] if inputs else None), ()
-    return inputs[0], inputs[2:] if inputs[1] is NULL else inputs[1:]
+def call_layout(inputs) -> tuple:
+    """Where a CALL's callable and first positional argument sit among its inputs:
+    ``[callable, self or NULL, args...]``."""
+    return (0, 2) if inputs[1] is NULL else (0, 1)
 
 
 # --------------------------------------------------------------------------- functions
@@ -259,6 +257,7 @@ THROW_LEAVES_YIELD_FROM = False
 LOCALS_PROXY = True
 # gen.close() gives back what the generator returned on GeneratorExit (None if it raised it).
 CLOSE_RETURNS_VALUE = True
-# ma_version_tag: as in 3.12, still the global counter bumped on every change of every dict
-# (removed in 3.14).
-TRUSTS_DICT_VERSION = True
+# ma_version_tag: not bumped when an attribute store writes an object's inline values, even
+# with its __dict__ materialized (obj.a = 1 leaves obj.__dict__'s tag as it was), so it
+# cannot tell that an object's attributes changed.
+TRUSTS_DICT_VERSION = False

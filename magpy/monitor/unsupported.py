@@ -9,9 +9,9 @@ CALL_SEQUENCE, THROW_LEAVES_YIELD_FROM, TRUSTS_DICT_VERSION = ("CALL",), False, 
 LOCALS_PROXY = CLOSE_RETURNS_VALUE = False
 
 
-def call_operands(inputs):
-    """Nothing (nothing is observed on this interpreter)."""
-    return None, ()
+def call_layout(inputs):
+    """Nothing is observed on this interpreter."""
+    return 0, 1
 
 
 def decode(code, instructions, n):
