@@ -113,11 +113,23 @@ def call_layout(inputs) -> tuple:
 
 
 # --------------------------------------------------------------------------- functions
+def MAKE_FUNCTION(f, arg):
+    # 3.13 makes the function from the code object alone; a closure, if any, comes with a
+    # SET_FUNCTION_ATTRIBUTE.  (Where those follow, as the compiler emits them, decode joins
+    # them into one 3.12 MAKE_FUNCTION.)  Python cannot make a function of free variables
+    # without a closure: empty cells stand in until it comes.
+    s = f.stack
+    code = s.pop()
+    s.append(types.FunctionType(code, f.globals, None, None,
+                                tuple(types.CellType() for _ in code.co_freevars) or None))
+
+
 def _with_closure(fn, closure):
     # A function's closure is read-only from Python: make the function again with it (only
     # the stack holds the function yet).
     new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure)
     new.__kwdefaults__ = fn.__kwdefaults__
+    new.__annotations__ = fn.__annotations__
     return new
 
 
@@ -138,7 +150,6 @@ _FUNCTION_ATTRIBUTES = {1: _set("__defaults__"), 2: _set("__kwdefaults__"), 4: _
 
 
 def SET_FUNCTION_ATTRIBUTE(f, flag):
-    # (Where it follows MAKE_FUNCTION, as the compiler emits it, decode joins it into that.)
     s = f.stack
     fn = s.pop()
     s[-1] = _FUNCTION_ATTRIBUTES[flag](fn, s[-1])
@@ -183,7 +194,7 @@ def _compare_op(ins, code):
     first = (ins._replace(arg=ins.arg >> 5), op.COMPARE_OP, ins.arg >> 5)
     if not ins.arg & 16:
         return [first]
-    return [first, (ins._replace(opname="TO_BOOL", arg=None, argrepr=""), TO_BOOL, None)]
+    return [first, (ins._replace(opname="TO_BOOL", arg=None, argval=None, argrepr=""), TO_BOOL, None)]
 
 
 def _for_iter_exit(ins, code):
@@ -215,7 +226,7 @@ def _join(instructions, steps):
         elif ins.opname == "LOAD_CONST" and nxt.opname == "CALL_KW" and not nxt.is_jump_target:
             steps[k] = [(ins._replace(opname="KW_NAMES"), op.KW_NAMES, ins.argval)]
             steps[k + 1] = [(nxt._replace(opname="CALL"), CALL, nxt.arg)]
-        elif ins.opname == "MAKE_FUNCTION":
+        elif ins.opname == "MAKE_FUNCTION" and nxt.opname == "SET_FUNCTION_ATTRIBUTE":
             _join_function(instructions, steps, k)
 
 
@@ -234,8 +245,7 @@ def _join_function(instructions, steps, k):
 HANDLERS = op.handler_table(globals(), NEVER_EXECUTED)
 decode = op.decoder(
     HANDLERS,
-    op.arg_decoders(RETURN_CONST=op.const_arg, FOR_ITER=_for_iter_exit, MAKE_FUNCTION=lambda ins, code: 0,
-                    **_FORMAT_FLAGS),
+    op.arg_decoders(RETURN_CONST=op.const_arg, FOR_ITER=_for_iter_exit, **_FORMAT_FLAGS),
     {"LOAD_GLOBAL": _load_global, "LOAD_ATTR": _load_attr, "LOAD_SUPER_ATTR": _load_super_attr,
      "COMPARE_OP": _compare_op, "CALL_INTRINSIC_1": INTRINSICS.select, "CALL_INTRINSIC_2": INTRINSICS.select},
     observed, _join)
