@@ -56,6 +56,9 @@ CALL_SEQUENCE = _version.CALL_SEQUENCE
 THROW_LEAVES_YIELD_FROM = _version.THROW_LEAVES_YIELD_FROM
 LOCALS_PROXY = _version.LOCALS_PROXY
 CLOSE_RETURNS_VALUE = _version.CLOSE_RETURNS_VALUE
+# None, or (3.13) what makes objects' attribute stores move their __dict__'s version tag
+# before DICT_VERSION can tell that their attributes changed: own_dicts(objects) -> bool.
+OWN_DICTS = _version.own_dicts
 
 
 def _dict_version():

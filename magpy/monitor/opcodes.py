@@ -8,8 +8,10 @@ message; handlers never call user code while a host ``except`` block is active, 
 monitor alone decides exception chaining (see ``interpreter.Monitor._unwind``).
 
 A handler here is used by every version whose instruction of that name has these stack
-semantics once its argument is decoded; the per-version modules (``py311``, ``py312``) add
-their own instructions, choose the argument decoding and say which opcodes never execute.
+semantics once its argument is decoded; the per-version modules (``py311``, ``py312``,
+``py313``) add their own instructions, choose the argument decoding (``decoder``: one or more
+steps per instruction, each observed under a name of the observers' vocabulary) and say which
+opcodes never execute.
 """
 import builtins
 import dis

@@ -91,3 +91,6 @@ LOCALS_PROXY = False
 CLOSE_RETURNS_VALUE = False
 # ma_version_tag (PEP 509): a global counter stamped on a dict at each change.
 TRUSTS_DICT_VERSION = True
+# Attribute stores into an object always go through its __dict__ (and move its tag): nothing
+# to do before trusting an object's dict version.
+own_dicts = None

@@ -98,3 +98,6 @@ CLOSE_RETURNS_VALUE = False
 # ma_version_tag: deprecated by 3.12 but still the global counter (pycore_dict_state.h) bumped
 # on every change of every dict, its low bits kept for dict watchers.
 TRUSTS_DICT_VERSION = True
+# Attribute stores into an object always go through its __dict__ (and move its tag): nothing
+# to do before trusting an object's dict version.
+own_dicts = None

@@ -267,7 +267,29 @@ THROW_LEAVES_YIELD_FROM = False
 LOCALS_PROXY = True
 # gen.close() gives back what the generator returned on GeneratorExit (None if it raised it).
 CLOSE_RETURNS_VALUE = True
-# ma_version_tag: not bumped when an attribute store writes an object's inline values, even
-# with its __dict__ materialized (obj.a = 1 leaves obj.__dict__'s tag as it was), so it
-# cannot tell that an object's attributes changed.
-TRUSTS_DICT_VERSION = False
+# ma_version_tag: as in 3.12 the global counter bumped on every change of a dict (removed in
+# 3.14) -- but an attribute store into an object's inline values skips a materialized
+# __dict__'s tag (obj.a = 1 leaves it as it was): see own_dicts.
+TRUSTS_DICT_VERSION = True
+
+
+def own_dicts(objects) -> bool:
+    """Make attribute stores into each object go through its ``__dict__``, so that dict's
+    version tag moves with them (3.13 stores into the object's inline values without
+    touching the tag).  Setting ``__dict__`` to itself through the type's descriptor (not
+    ``__setattr__``) detaches it from the inline values for good; the program sees the same
+    dict with the same items.  False if an object's ``__dict__`` cannot be set that way."""
+    for obj in objects:
+        setter = _dict_setter(type(obj))
+        if setter is None:
+            return False
+        setter(obj, obj.__dict__)
+    return True
+
+
+def _dict_setter(tp):
+    for klass in tp.__mro__:
+        descriptor = klass.__dict__.get("__dict__")
+        if descriptor is not None:
+            return descriptor.__set__ if type(descriptor) is types.GetSetDescriptorType else None
+    return None

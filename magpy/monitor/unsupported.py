@@ -7,6 +7,7 @@ HANDLERS, NEVER_EXECUTED, FORMS = {}, {}, ()
 BRANCH_JUMPS, LOOP_JUMPS, EFFECT_OPS = {}, {}, frozenset()
 CALL_SEQUENCE, THROW_LEAVES_YIELD_FROM, TRUSTS_DICT_VERSION = ("CALL",), False, False
 LOCALS_PROXY = CLOSE_RETURNS_VALUE = False
+own_dicts = None
 
 
 def call_layout(inputs):
