@@ -16,6 +16,9 @@ What changes for the monitor:
 - ``MAKE_FUNCTION`` takes no flags; ``SET_FUNCTION_ATTRIBUTE`` instructions follow it, one per
   attribute.  ``FORMAT_VALUE`` became ``CONVERT_VALUE``, ``FORMAT_SIMPLE``,
   ``FORMAT_WITH_SPEC``.
+- Beyond bytecode: PEP 667's ``frame.f_locals`` and ``locals()`` (``LOCALS_PROXY``),
+  ``gen.close()`` returning the generator's value, and attribute stores into inline values
+  that skip a ``__dict__``'s version tag (``own_dicts``).
 
 Observers keep one vocabulary (3.11's names): an instruction that does two things of that
 vocabulary runs as two *steps* where it has an inline cache to hold the second
