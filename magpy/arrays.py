@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from magpy import annotations as ann
-from magpy.monitor import Observer
+from magpy.monitor import Observer, bytecode
 from magpy.monitor.observer import CALLS, RETURNS, calling, returns_to_caller
 
 # numpy function -> torch function taking the same positional arguments.
@@ -57,8 +57,7 @@ DTYPES = {np.dtype(n): t for n, t in (
     ("uint8", torch.uint8), ("bool", torch.bool), ("complex64", torch.complex64),
     ("complex128", torch.complex128))}
 
-_MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP", "PRECALL",
-                    "KW_NAMES", "LOAD_FAST_AND_CLEAR"})
+_MOVES = bytecode.FAST_MOVES | {"COPY", "SWAP", "POP_TOP", "PRECALL", "KW_NAMES"}
 # References to a followed value that are the tracker's own: its Followed, and
 # sys.getrefcount's argument.
 _OWN_REFERENCES = 2

@@ -172,8 +172,7 @@ def _waits_on(outer: Frame, inner: Frame) -> bool:
     """Is ``outer`` executing a CALL whose result is ``inner``'s return value?"""
     if outer.info.instructions[outer.lasti].opname not in _CALLS:
         return False
-    ins = outer.ins_inputs
-    callee = ins[1] if ins[0] is NULL else ins[0]
+    callee = bytecode.call_operands(outer.ins_inputs)[0]
     fn = inner.fn
     return (callee is fn or getattr(callee, "__func__", None) is fn
             or (not isinstance(callee, type) and py_method(type(callee), "__call__") is fn))

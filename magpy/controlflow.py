@@ -87,10 +87,8 @@ _REFUSED: set[tuple] = set()
 # Tensor attributes that are metadata (a passed-through tensor and the cond's output agree).
 _METADATA = frozenset({"shape", "dtype", "device", "ndim", "layout", "requires_grad", "is_cuda", "size",
                        "dim"})
-_MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP",
-                    "LOAD_FAST_AND_CLEAR"})
+_MOVES = bytecode.FAST_MOVES | {"COPY", "SWAP", "POP_TOP"}
 _CELL_OPS = frozenset({"MAKE_CELL", "STORE_DEREF", "LOAD_DEREF"})
-_LOCAL_READS = frozenset({"LOAD_FAST", "DELETE_FAST", "LOAD_FAST_AND_CLEAR"})
 
 _STACKS = frozenset({"stack", "cat", "concat"})
 _PLAIN = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device)
@@ -472,10 +470,11 @@ class Branches(Observer):
             self._index_use(frame, ins, consumed)
         elif ins.opname == bytecode.ITER_MAKE:
             self._ranged(frame)
-        if self.loop_locals and ins.opname in _LOCAL_READS:
-            mark = frame.shadow_locals[ins.arg]
+        for slot in bytecode.fast_slots(bytecode.FAST_READS, ins) if self.loop_locals else ():
+            mark = frame.shadow_locals[slot]
             if type(mark) is LoopLocal:
-                self._refuse(mark.site, f"{ins.argval}, unbound if the loop does not run, is read after it")
+                name = frame.info.localsplus[slot]
+                self._refuse(mark.site, f"{name}, unbound if the loop does not run, is read after it")
         pending = self._pending
         if pending is None or pending[0] is not frame or pending[1] != frame.lasti:
             return
@@ -740,8 +739,10 @@ class Branches(Observer):
         it cannot be, or None."""
         head, body, exit = found
         store = frame.info.instructions[body]
-        if store is None or store.opname != "STORE_FAST":
+        # (3.13's STORE_FAST_LOAD_FAST stores it, then loads another local.)
+        if store is None or store.opname not in ("STORE_FAST", "STORE_FAST_LOAD_FAST"):
             return "the loop unpacks or stores its variable elsewhere"
+        var_slot = bytecode.fast_slots(bytecode.FAST_WRITES, store)[0]
         counted = not isinstance(over, torch.Tensor)
         shapes = self.recorder.shapes
         if not counted and shapes is not None and shapes.active:
@@ -760,7 +761,7 @@ class Branches(Observer):
         slots = _Slots(*(self._graph_values(f) for f in (frame, fork1, fork2)))
         if not counted and (slots.holds(steps[0]) or any(c is steps[0] for c in arm2.captures)):
             return "an iteration keeps the slice of the one before"
-        var = slots.step(store.arg)
+        var = slots.step(var_slot)
         groups, why = _carried_groups(slots.before, slots.after1, slots.after2, arm1, arm2, self._kind)
         filled = [(lst, a, b) for lst, a, b in zip(accs, items1, items2) if a or b]
         why = why or _appended(filled, arm1, arm2, self._kind)

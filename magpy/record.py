@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import dis
 import functools
 import inspect
 import time
@@ -48,7 +47,7 @@ from magpy.continuations import Resume
 from magpy.dynamic import Lifting
 from magpy.eager import eager_twin
 from magpy.errors import BackendError, CaptureError, GraphBreak
-from magpy.monitor import Monitor, bytecode, generators, shared_default_policy
+from magpy.monitor import Monitor, bytecode, code_info, generators, shared_default_policy
 from magpy.monitor.tracebacks import user_stacklevel
 from magpy.opgraph import CONTIGUOUS_OUTPUTS, updated_in_place
 from magpy.refgraph.graph import ARG, KWARG, Kind, is_immutable
@@ -353,9 +352,11 @@ def _used_parameters(fn):
     code = fn.__code__
     if {"locals", "vars", "_getframe", "currentframe"} & set(code.co_names):
         return None
-    loaded = {ins.argval for ins in map(bytecode.observed, dis.get_instructions(code))
-              if ins.opname in ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_CLASSDEREF",
-                                "LOAD_FROM_DICT_OR_DEREF")}
+    info = code_info(code)
+    loaded = {info.localsplus[slot] for ins in info.instructions if ins is not None
+              for slot in bytecode.fast_slots(bytecode.FAST_READS, ins)}
+    loaded |= {ins.argval for ins in info.instructions if ins is not None
+               and ins.opname in ("LOAD_DEREF", "LOAD_CLOSURE", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF")}
     loaded |= set(code.co_cellvars)
     params = code.co_varnames[offset:code.co_argcount]
     if code.co_flags & inspect.CO_VARARGS:

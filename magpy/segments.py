@@ -61,7 +61,7 @@ from magpy.continuations import Resume, ResumePoint
 from magpy.controlflow import Branches
 from magpy.dynamic import Lifting, Shapes, argument_shadows
 from magpy.errors import GraphBreak
-from magpy.monitor import Monitor, Observer, operators
+from magpy.monitor import Monitor, Observer, bytecode, operators
 from magpy.monitor.observer import CALLS, RETURNS, calling, returns_to_caller, tracked
 from magpy.opgraph import OpRecorder
 from magpy.refgraph import Breaker, RefGraph, RefGraphBuilder
@@ -142,12 +142,12 @@ _COMPUTES = {
 _DEEP_INPUTS = {"LOAD_ATTR": (), "BINARY_SUBSCR": (1,), "BUILD_SLICE": (), "BINARY_SLICE": (1, 2)}
 # Conditional jumps: the truth of their input (the first) steers the program.
 _TRUTH = {"POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE",
-          "POP_JUMP_BACKWARD_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP", "UNARY_NOT"}
+          "POP_JUMP_BACKWARD_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP", "UNARY_NOT", "TO_BOOL"}
 _NONE_TESTS = {"POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NONE",
                "POP_JUMP_BACKWARD_IF_NOT_NONE"}
 # Instructions that only move values (a dynamic value stays one), or call (see on_call).
-_MOVES = {
-    "LOAD_FAST", "STORE_FAST", "DELETE_FAST", "LOAD_DEREF", "STORE_DEREF", "LOAD_CLOSURE", "LOAD_GLOBAL",
+_MOVES = bytecode.FAST_MOVES | {
+    "LOAD_DEREF", "STORE_DEREF", "LOAD_CLOSURE", "LOAD_GLOBAL",
     "STORE_GLOBAL", "LOAD_NAME", "STORE_NAME", "LOAD_CONST", "POP_TOP", "COPY", "SWAP", "PUSH_NULL",
     "RETURN_VALUE", "YIELD_VALUE", "BUILD_TUPLE", "BUILD_LIST", "LIST_APPEND", "LIST_EXTEND",
     "LIST_TO_TUPLE", "STORE_ATTR", "PRECALL", "CALL", "KW_NAMES", "CALL_FUNCTION_EX", "RESUME", "NOP",
@@ -161,7 +161,7 @@ _MOVES = {
     # Dicts: dynamic values are fine, dynamic keys are not (_key_inputs).
     "BUILD_MAP", "BUILD_CONST_KEY_MAP", "MAP_ADD",
     # Instructions 3.12 adds (observed names, see magpy.monitor.bytecode).
-    "LOAD_FAST_AND_CLEAR", "RETURN_CONST", "END_SEND", "STORE_SLICE", "LOAD_SUPER_ATTR", "CLEANUP_THROW",
+    "RETURN_CONST", "END_SEND", "STORE_SLICE", "LOAD_SUPER_ATTR", "CLEANUP_THROW",
     "INTRINSIC_PRINT", "INTRINSIC_IMPORT_STAR", "INTRINSIC_STOPITERATION_ERROR", "LOAD_LOCALS",
     "LOAD_FROM_DICT_OR_DEREF", "LOAD_FROM_DICT_OR_GLOBALS",
 }
@@ -844,8 +844,7 @@ def _monitored_consumer(frame) -> bool:
 
 
 # Instructions that only move a value with its shadow (the monitor's SHADOW_MOVES) or drop it.
-_SHADOW_MOVES = frozenset({"LOAD_FAST", "STORE_FAST", "DELETE_FAST", "COPY", "SWAP", "POP_TOP",
-                           "LOAD_FAST_AND_CLEAR"})
+_SHADOW_MOVES = bytecode.FAST_MOVES | {"COPY", "SWAP", "POP_TOP"}
 
 
 class Deferred:

@@ -1,6 +1,7 @@
 """Programs that together execute every opcode of the running CPython (see test_monitor_opcodes).
 
-Syntax only 3.12 compiles (PEP 695 type parameters) is in ``opcode_programs_312``.  They live outside ``test_*`` modules so pytest's assertion rewriting leaves their bytecode
+Syntax only 3.12 compiles (PEP 695 type parameters) is in ``opcode_programs_312``, syntax only
+3.13 compiles (PEP 696 type-parameter defaults) in ``opcode_programs_313``.  They live outside ``test_*`` modules so pytest's assertion rewriting leaves their bytecode
 exactly as CPython compiles it.
 """
 import asyncio
@@ -363,3 +364,6 @@ PROGRAMS = [
 if sys.version_info >= (3, 12):
     from tests.opcode_programs_312 import PROGRAMS_312
     PROGRAMS += PROGRAMS_312
+if sys.version_info >= (3, 13):
+    from tests.opcode_programs_313 import PROGRAMS_313
+    PROGRAMS += PROGRAMS_313

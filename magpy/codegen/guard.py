@@ -56,7 +56,8 @@ _DICT_VERSION = bytecode.DICT_VERSION
 _OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
 _TYPE_GETATTRIBUTE = type.__dict__["__getattribute__"]
 # What guard code refers to by name.
-NAMESPACE = {"SAME": same_value, "DICT_VERSION": _DICT_VERSION, "GET_DICT": operator.attrgetter("__dict__"),
+NAMESPACE = {"SAME": same_value, "DICT_VERSION": _DICT_VERSION, "OWN_DICTS": bytecode.OWN_DICTS,
+             "GET_DICT": operator.attrgetter("__dict__"),
              "IS": operator.is_, "CLASS_DICT": None, "_short": None}
 
 
@@ -175,14 +176,17 @@ class GuardWriter:
         out = [f"def make_fast({', '.join(stamped(n) for n in plan.stamped)}):"]
         body = []
         if plan.versioned:
+            owners = [n for n in plan.versioned if _owns_dict(n.value)]
+            if owners:
+                out.append(f"    OWNERS = ({', '.join(stamped(n) for n in owners)},)")
+                if bytecode.OWN_DICTS is not None:   # (before their versions are taken)
+                    out.append("    if not OWN_DICTS(OWNERS): return None")
             dicts = ", ".join(_dict_expr(n, stamped(n)) for n in plan.versioned)
             out.append(f"    DICTS = ({dicts},)")
             out.append("    VERSIONS = list(map(DICT_VERSION, DICTS))")
             body.append("if VERSIONS != list(map(DICT_VERSION, DICTS)): return None")
-            owners = [n for n in plan.versioned if _owns_dict(n.value)]
             if owners:
                 # An object's __dict__ can be replaced wholesale without touching the old one.
-                out.append(f"    OWNERS = ({', '.join(stamped(n) for n in owners)},)")
                 out.append("    OWNED = tuple(map(GET_DICT, OWNERS))")
                 body.append("if not all(map(IS, map(GET_DICT, OWNERS), OWNED)): return None")
         relations = []

@@ -8,7 +8,7 @@ import operator
 import torch
 
 from magpy.dynamic.shadows import Items, Scalar, SymInt, Walk, items_of, symbolic, value_of
-from magpy.monitor import NULL, operators
+from magpy.monitor import bytecode, operators
 from magpy.monitor.observer import Entries, returns_to_caller
 
 # rule(shapes, frame, instruction, inputs, outputs, input shadows) -> True if it handled the
@@ -169,7 +169,7 @@ def _method(sh, f, ins, inputs, outputs, in_sh):
     # ``kwargs.get``: the bound method carries the dict's entry shadows to its call (dict_get).
     if type(inputs[0]) is not dict or type(in_sh[0]) is not Entries or ins.argval != "get":
         return False
-    sh.set_output(f, 1, in_sh[0])
+    sh.set_output(f, -1, in_sh[0])   # the bound method, the last output in every version
     return True
 
 
@@ -310,9 +310,11 @@ RULES = {
     "POP_JUMP_FORWARD_IF_TRUE": _truth, "POP_JUMP_FORWARD_IF_FALSE": _truth,
     "POP_JUMP_BACKWARD_IF_TRUE": _truth, "POP_JUMP_BACKWARD_IF_FALSE": _truth,
     "JUMP_IF_TRUE_OR_POP": _truth, "JUMP_IF_FALSE_OR_POP": _truth, "UNARY_NOT": _truth,
+    "TO_BOOL": _truth,
     "POP_JUMP_FORWARD_IF_NONE": _kept, "POP_JUMP_FORWARD_IF_NOT_NONE": _kept,
     "POP_JUMP_BACKWARD_IF_NONE": _kept, "POP_JUMP_BACKWARD_IF_NOT_NONE": _kept,
-    "STORE_FAST": _kept, "POP_TOP": _kept, "COPY": _kept, "SWAP": _kept,
+    "STORE_FAST": _kept, "STORE_FAST_LOAD_FAST": _kept, "STORE_FAST_STORE_FAST": _kept,
+    "POP_TOP": _kept, "COPY": _kept, "SWAP": _kept,
     "RETURN_VALUE": _returned, "CALL": _call, "CALL_FUNCTION_EX": _call, "STORE_ATTR": _store_attr,
     "STORE_SUBSCR": _store_item, "GET_ITER": _iter, "FOR_ITER": _next, "CONTAINS_OP": _contains,
     "LOAD_METHOD": _method,
@@ -332,20 +334,13 @@ _SIZE_ATTRS = frozenset({"shape"})
 _SIZE_CALLS = frozenset({"size", "numel", "__len__", "stride", "dim", "nelement"})
 
 
-def callee_of(inputs) -> tuple:
-    """The callable and positional arguments of a CALL's inputs."""
-    if inputs and inputs[0] is NULL:
-        return inputs[1], inputs[2:]
-    return (inputs[0], inputs[1:]) if inputs else (None, ())
-
-
 def direct_read(ins, inputs) -> bool:
     """Does this instruction itself read a tensor's size (not native code inside it)?"""
     if ins.opname == "LOAD_ATTR":
         return ins.argval in _SIZE_ATTRS and isinstance(inputs[0], torch.Tensor)
     if ins.opname != "CALL":
         return False
-    callee, args = callee_of(inputs)
+    callee, args = bytecode.call_operands(inputs)
     name = getattr(callee, "__name__", None)
     if callee is len:
         return len(args) == 1 and isinstance(args[0], torch.Tensor)

@@ -23,7 +23,6 @@ from magpy.dynamic.rules import (
     NATIVE_SEQ,
     RULES,
     argument_shadows,
-    callee_of,
     dict_get,
     direct_read,
     int_result,
@@ -42,7 +41,7 @@ from magpy.dynamic.shadows import (
     value_of,
     with_shadow,
 )
-from magpy.monitor import Observer
+from magpy.monitor import Observer, bytecode
 from magpy.monitor.observer import RETURNS
 from magpy.refgraph.graph import ARG, ATTR, ITEM, KWARG
 
@@ -434,10 +433,10 @@ class Shapes(Observer):
             for s in in_sh[1:]:
                 collect(s, found)
             return found <= passed
-        callee, args = callee_of(inputs)
+        callee, args = bytecode.call_operands(inputs)
         if callee is isinstance or callee is type:
             return True   # they look at the type only
-        got = dict_get(callee, args, in_sh[len(in_sh) - len(args) - 1], in_sh)
+        got = dict_get(callee, args, in_sh[bytecode.call_layout(inputs)[0]], in_sh)
         if got is not False:
             self.set_output(f, 0, got)
             return True

@@ -1,9 +1,9 @@
 """The monitor: runs real Python functions instruction by instruction.
 
-``run(fn, *args, **kwargs)`` executes ``fn``'s real CPython bytecode (3.11 or 3.12), one instruction
-at a time, each carried out by CPython's own operation on the real values, and returns its
-result.  Attach :class:`Observer` instances to a :class:`Monitor` to see every execution
-state (instruction, inputs, outputs, frame) and every call.
+``run(fn, *args, **kwargs)`` executes ``fn``'s real CPython bytecode (3.11, 3.12 or 3.13),
+one instruction at a time, each carried out by CPython's own operation on the real values,
+and returns its result.  Attach :class:`Observer` instances to a :class:`Monitor` to see
+every execution state (instruction, inputs, outputs, frame) and every call.
 """
 from magpy.monitor.frame import NULL, Frame, code_info
 from magpy.monitor.interpreter import Monitor, UnsupportedPythonError, shared_default_policy

@@ -1,13 +1,14 @@
 """Decoded code objects and monitored frames.
 
-A :class:`CodeInfo` is built once per code object: the instructions (as observers see them,
-``bytecode.observed``) and the dispatch table, indexed by code-unit (``offset // 2``), the
+A :class:`CodeInfo` is built once per code object: the dispatch table and the instructions as
+observers see them (``bytecode.decode``), indexed by code-unit (``offset // 2``), the
 exception table flattened to one entry per instruction, and the local-slot layout.  A
 :class:`Frame` is the monitor's own frame: it owns the fast locals, the value stack and,
 when observers are attached, a *shadow* slot beside each of them.  Frames also answer the
 frame-introspection attributes user code reads through ``sys._getframe()`` (``f_back``,
 ``f_code``, ``f_locals``, ``f_lineno`` ...).
 """
+import collections.abc
 import dis
 import sys
 import types
@@ -40,12 +41,7 @@ class CodeInfo:
         self.binder_code = None
         self.lines = None
         n = len(code.co_code) // 2
-        instructions = [None] * n
-        listed = list(dis.get_instructions(code))
-        for ins in listed:
-            instructions[ins.offset // 2] = bytecode.observed(ins)
-        self.instructions = instructions
-        self.ops = bytecode.decode(code, listed, n)
+        self.ops, self.instructions = bytecode.decode(code, list(dis.get_instructions(code)), n)
         self.observed_ops = None
         handlers = [None] * n
         for entry in dis._parse_exception_table(code):
@@ -178,6 +174,8 @@ class Frame:
 
     @property
     def f_locals(self):
+        if self.ns is None and bytecode.LOCALS_PROXY:
+            return FrameLocals(self)
         return self.locals_snapshot()
 
     def clear(self):
@@ -185,30 +183,53 @@ class Frame:
         raise RuntimeError("cannot clear an executing frame")
 
     def locals_snapshot(self):
-        """``locals()`` of this frame: the namespace, or a dict synced from the fast locals.
+        """``locals()`` of this frame: the namespace, or a dict of the fast locals.
 
-        Like CPython, a function frame returns the same dict object each time, refreshed.
+        Like CPython up to 3.12, a function frame returns the same dict object each time,
+        refreshed; from 3.13 (PEP 667) a new snapshot, with the names written through
+        ``f_locals`` that are not locals.
         """
         if self.ns is not None:
             return self.ns
+        if bytecode.LOCALS_PROXY:
+            d = {name: v for name, v in self.fast_locals() if v is not NULL}
+            d.update(self.locals_dict or {})
+            return d
         d = self.locals_dict
         if d is None:
             d = self.locals_dict = {}
-        info = self.info
-        code = self.code
-        cell_names = code.co_cellvars
-        for i, name in enumerate(info.localsplus):
-            v = self.locals[i]
-            is_free = i >= info.nlocals_and_cells
-            if is_free and not (code.co_flags & CO_OPTIMIZED):
-                continue
-            if type(v) is types.CellType and (is_free or name in cell_names):
-                v = cell_value(v)
+        for name, v in self.fast_locals():
             if v is NULL:
                 d.pop(name, None)
             else:
                 d[name] = v
         return d
+
+    def fast_locals(self):
+        """``(name, value)`` of each fast local ``locals()`` shows (NULL: unbound), with cells read."""
+        info = self.info
+        # Free variables count only in functions (class bodies see their own names).
+        end = info.nlocalsplus if self.code.co_flags & CO_OPTIMIZED else info.nlocals_and_cells
+        for i in range(end):
+            yield info.localsplus[i], self.local_value(i)
+
+    def local_slot(self, name):
+        """The slot of fast local ``name`` as ``locals()`` shows it, or None."""
+        info = self.info
+        if name not in info.localsplus:
+            return None
+        i = info.localsplus.index(name)
+        return i if i < info.nlocals_and_cells or self.code.co_flags & CO_OPTIMIZED else None
+
+    def holds_cell(self, i) -> bool:
+        """Does fast local ``i`` hold a cell (a cell variable once made, or a free variable)?"""
+        return type(self.locals[i]) is types.CellType and (
+            i >= self.info.nlocals_and_cells or self.info.localsplus[i] in self.code.co_cellvars)
+
+    def local_value(self, i):
+        """The value of fast local ``i``, a cell's contents for a cell (NULL: unbound)."""
+        v = self.locals[i]
+        return cell_value(v) if self.holds_cell(i) else v
 
     def copy(self, back=None):
         """An independent frame with the same state (locals, stack, position, shadows).
@@ -245,3 +266,57 @@ def unsupported_python_message() -> str:
     versions = " or ".join("%d.%d" % v for v in bytecode.VERSIONS)
     return (f"magpy's monitor executes CPython {versions} bytecode, but this is "
             f"{sys.implementation.name} {sys.version.split()[0]}; run magpy on CPython {versions}")
+
+
+class FrameLocals(collections.abc.MutableMapping):
+    """``frame.f_locals`` of a monitored function frame on 3.13 (PEP 667): a write-through view
+    of its fast locals, and beside them the names written here that are not locals."""
+
+    __slots__ = ("_frame",)
+
+    def __init__(self, frame: Frame):
+        self._frame = frame
+
+    def _extra(self) -> dict:
+        f = self._frame
+        if f.locals_dict is None:
+            f.locals_dict = {}
+        return f.locals_dict
+
+    def __getitem__(self, name):
+        f = self._frame
+        i = f.local_slot(name)
+        if i is None:
+            return self._extra()[name]
+        v = f.local_value(i)
+        if v is NULL:
+            raise KeyError(name)
+        return v
+
+    def __setitem__(self, name, value):
+        f = self._frame
+        i = f.local_slot(name)
+        if i is None:
+            self._extra()[name] = value
+            return
+        if f.holds_cell(i):
+            f.locals[i].cell_contents = value
+        else:
+            f.locals[i] = value
+        if f.shadow_locals is not None:
+            f.shadow_locals[i] = None   # a value the monitor did not see arrive
+
+    def __delitem__(self, name):
+        if self._frame.local_slot(name) is not None:
+            raise ValueError("cannot remove local variables from FrameLocalsProxy")
+        del self._extra()[name]
+
+    def __iter__(self):
+        yield from (name for name, v in self._frame.fast_locals() if v is not NULL)
+        yield from list(self._extra())
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+    def __repr__(self):
+        return f"FrameLocalsProxy({dict(self)!r})"

@@ -63,7 +63,9 @@ class _Suspendable:
         if not self._started or self._done or self._running:
             return None
         ins = f.info.instructions[f.pc]
-        if ins is not None and ins.opname == "RESUME" and ins.arg >= 2:
+        # RESUME's low two bits say where it resumes, 2 and 3 after yield from and await (3.13
+        # adds a flag above them).
+        if ins is not None and ins.opname == "RESUME" and ins.arg & 3 >= 2:
             return f.stack[-1]
         return None
 
@@ -177,19 +179,20 @@ class _Suspendable:
         raise stop_iteration(result)
 
     def close(self):
-        """Raise GeneratorExit inside the frame; it must not yield again."""
+        """Raise GeneratorExit inside the frame; it must not yield again.  Returns what the
+        frame returned instead, where the version does (``bytecode.CLOSE_RETURNS_VALUE``)."""
         if self._done:
             return None
         if not self._started:
             self._done = True
             return None
         try:
-            yielded, _ = self._throw(GeneratorExit())
+            yielded, result = self._throw(GeneratorExit())
         except (GeneratorExit, StopIteration):
             return None
         if yielded:
             raise RuntimeError(f"{self.kind} ignored GeneratorExit")
-        return None
+        return result if bytecode.CLOSE_RETURNS_VALUE else None
 
     def __del__(self):
         if self._started and not self._done and not self._running:

@@ -10,7 +10,17 @@ import dis
 import functools
 import types
 
-_CACHES = getattr(dis, "_inline_cache_entries", None)
+
+def _cache_entries() -> dict:
+    """opname -> inline-cache code units after it (dis keeps a list by opcode up to 3.12, a
+    dict by name from 3.13)."""
+    entries = dis._inline_cache_entries
+    if isinstance(entries, dict):
+        return entries
+    return {name: entries[op] for name, op in dis.opmap.items() if op < len(entries)}
+
+
+_CACHES = _cache_entries()
 
 
 def assemble(ops):
@@ -22,7 +32,7 @@ def assemble(ops):
                 if arg >> shift:
                     out += bytes((dis.opmap["EXTENDED_ARG"], (arg >> shift) & 0xFF))
         out += bytes((op, arg & 0xFF))
-        out += bytes(2 * (_CACHES[op] if _CACHES else 0))
+        out += bytes(2 * _CACHES.get(name, 0))
     return bytes(out)
 
 

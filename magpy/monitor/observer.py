@@ -78,12 +78,29 @@ def _end_send(f, arg, in_sh, out_sh, mon):
     out_sh[0] = in_sh[-1]
 
 
+def _load_fast_load_fast(f, arg, in_sh, out_sh, mon):
+    out_sh[0] = f.shadow_locals[arg >> 4]
+    out_sh[1] = f.shadow_locals[arg & 15]
+
+
+def _store_fast_load_fast(f, arg, in_sh, out_sh, mon):
+    f.shadow_locals[arg >> 4] = in_sh[0]
+    out_sh[0] = f.shadow_locals[arg & 15]
+
+
+def _store_fast_store_fast(f, arg, in_sh, out_sh, mon):
+    f.shadow_locals[arg >> 4] = in_sh[1]
+    f.shadow_locals[arg & 15] = in_sh[0]
+
+
 # How instructions that only move values move their shadows.  Every other output keeps the
 # shadow of the input it *is* (same object, same stack position) or starts as None.
 SHADOW_MOVES = {
     "LOAD_FAST": _load_fast, "STORE_FAST": _store_fast, "DELETE_FAST": _delete_fast,
     "COPY": _copy, "SWAP": _swap, "CALL": _call, "CALL_FUNCTION_EX": _call,
     "LOAD_FAST_AND_CLEAR": _load_fast_and_clear, "END_SEND": _end_send,
+    "LOAD_FAST_LOAD_FAST": _load_fast_load_fast, "STORE_FAST_LOAD_FAST": _store_fast_load_fast,
+    "STORE_FAST_STORE_FAST": _store_fast_store_fast, "CALL_KW": _call,
 }
 # The instructions that return from a frame (the value leaves it: RETURN_CONST's has no shadow).
 RETURNS = frozenset({"RETURN_VALUE", "RETURN_CONST"})
@@ -115,7 +132,7 @@ def tracked(shadows, kind: type, live: dict) -> list:
     return found
 
 
-CALLS = frozenset({"CALL", "CALL_FUNCTION_EX"})
+CALLS = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_KW"})
 
 
 def calling(frame) -> bool:

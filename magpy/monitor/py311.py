@@ -4,8 +4,6 @@ version facts the rest of magpy reads through ``magpy.monitor.bytecode``.
 Handlers shared with later versions live in :mod:`magpy.monitor.opcodes`.  Opcodes that
 cannot execute inside a function body are listed in ``NEVER_EXECUTED`` with the reason.
 """
-import dis
-
 from magpy.monitor import generators, nativeops
 from magpy.monitor import opcodes as op
 from magpy.monitor.protocols import NULL
@@ -67,12 +65,8 @@ def SEND(f, target):
 
 
 HANDLERS = op.handler_table(globals(), NEVER_EXECUTED)
-decode = op.decoder(HANDLERS, op.arg_decoders(), {})
-
-
-def observed(ins: dis.Instruction) -> dis.Instruction:
-    """The instruction as observers see it: 3.11's names are the observers' vocabulary."""
-    return ins
+# 3.11's names are the observers' vocabulary: every instruction is observed as itself.
+decode = op.decoder(HANDLERS, op.arg_decoders(), {}, lambda ins: ins)
 
 
 # The observed names of the forms an argument selects: none in 3.11.
@@ -84,10 +78,19 @@ FORMS = ()
 BRANCH_JUMPS = {"POP_JUMP_FORWARD_IF_FALSE": False, "POP_JUMP_FORWARD_IF_TRUE": True}
 LOOP_JUMPS = {"POP_JUMP_BACKWARD_IF_FALSE": False, "POP_JUMP_BACKWARD_IF_TRUE": True}
 EFFECT_OPS = op.EFFECT_OPS | {"IMPORT_STAR", "PRINT_EXPR"}
-# The instructions of a call after its arguments (a KW_NAMES may come first).
+# The instructions of a call after its arguments (a KW_NAMES may come first), and where the
+# callable sits among its inputs.
 CALL_SEQUENCE = ("PRECALL", "CALL")
+call_layout = op.call_layout
 # gen.throw() into a generator suspended in ``yield from``, when the sub-iterator raises:
 # 3.11's gen_throw itself pops the sub-iterator and jumps past the SEND loop.
 THROW_LEAVES_YIELD_FROM = True
+# PEP 667 (3.13): frame.f_locals is a write-through proxy, locals() a new dict at every call.
+LOCALS_PROXY = False
+# gen.close() gives back what the generator returned on GeneratorExit (3.13), or None.
+CLOSE_RETURNS_VALUE = False
 # ma_version_tag (PEP 509): a global counter stamped on a dict at each change.
 TRUSTS_DICT_VERSION = True
+# Attribute stores into an object always go through its __dict__ (and move its tag): nothing
+# to do before trusting an object's dict version.
+own_dicts = None

@@ -6,11 +6,13 @@ these names only let the modules above the monitor import.
 HANDLERS, NEVER_EXECUTED, FORMS = {}, {}, ()
 BRANCH_JUMPS, LOOP_JUMPS, EFFECT_OPS = {}, {}, frozenset()
 CALL_SEQUENCE, THROW_LEAVES_YIELD_FROM, TRUSTS_DICT_VERSION = ("CALL",), False, False
+LOCALS_PROXY = CLOSE_RETURNS_VALUE = False
+own_dicts = None
 
 
-def observed(ins):
-    """The instruction itself (nothing is observed on this interpreter)."""
-    return ins
+def call_layout(inputs):
+    """Nothing is observed on this interpreter."""
+    return 0, 1
 
 
 def decode(code, instructions, n):

@@ -706,6 +706,7 @@ _RULES = {
     "POP_JUMP_FORWARD_IF_TRUE": _TRUTH, "POP_JUMP_FORWARD_IF_FALSE": _TRUTH,
     "POP_JUMP_BACKWARD_IF_TRUE": _TRUTH, "POP_JUMP_BACKWARD_IF_FALSE": _TRUTH,
     "JUMP_IF_TRUE_OR_POP": _TRUTH, "JUMP_IF_FALSE_OR_POP": _TRUTH, "UNARY_NOT": _TRUTH,
+    "TO_BOOL": _TRUTH,
     "COMPARE_OP": _binary_op, "BINARY_OP": _binary_op, "IS_OP": _is_op,
     "FORMAT_VALUE": _format_value, "BUILD_STRING": _expand_inputs(True),
     "CALL_FUNCTION_EX": _expand_inputs(False),

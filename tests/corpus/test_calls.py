@@ -1934,6 +1934,18 @@ def frame_getframe_f_locals():
     return sorted(k for k in loc), loc["p"], loc["q"]
 
 
+def frame_f_locals_written():
+    # 3.13 (PEP 667): f_locals writes through to the variables, and locals() is a new
+    # snapshot each time; up to 3.12 both are one dict the writes do not reach the variables from.
+    p = 1
+    loc = sys._getframe().f_locals
+    loc["p"] = 2
+    loc["extra"] = 3
+    first = locals()
+    first["q"] = 4
+    return p, sorted(loc), loc.get("extra"), sorted(locals()), "extra" in locals(), first is locals()
+
+
 def _peek_caller_locals():
     return dict(sys._getframe(1).f_locals)
 
@@ -2174,6 +2186,7 @@ CASES += [
     ("frame_getframe_caller_name", case(frame_getframe_caller_name)),
     ("frame_getframe_caller_lineno", case(frame_getframe_caller_lineno)),
     ("frame_getframe_f_locals", case(frame_getframe_f_locals)),
+    ("frame_f_locals_written", case(frame_f_locals_written)),
     ("frame_getframe_caller_locals", case(frame_getframe_caller_locals)),
     ("frame_getframe_f_back_chain", case(frame_getframe_f_back_chain)),
     ("frame_getframe_f_globals", case(frame_getframe_f_globals)),
