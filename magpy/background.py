@@ -141,7 +141,8 @@ class Deferred:
 
     ``job()`` compiles them (one compiled callable, or the exception, per graph);
     ``take(record, results)``, called by the record in the calling thread once the job is
-    done and before its next guard, puts them in the mock's place; ``report`` is handed to
+    done and before its next guard, puts them in the mock's place (``results``: the job's
+    list, or the exception the job itself failed with); ``report`` is handed to
     the trials it makes (``magpy.autopilot``), ``taken(graphs)`` counts them (``magpy.stats``)."""
 
     __slots__ = ("job", "take", "backend", "future", "report", "taken")
@@ -161,12 +162,12 @@ class Deferred:
         future = self.future
         return future is not None and future.done() and not future.cancelled()
 
-    def results(self, graphs: int) -> list:
-        """The job's results; a failure of the job itself counts for every graph."""
+    def results(self) -> list | Exception:
+        """The job's results, or the exception the job itself failed with."""
         try:
             return self.future.result()
-        except Exception as e:  # noqa: BLE001 - magpy's own failure: every graph stays eager
-            return [e] * graphs
+        except Exception as e:  # noqa: BLE001 - magpy's own failure: ``take`` keeps every graph eager
+            return e
 
     def describe(self) -> str:
         """The compile's state, in words (``explain``)."""

@@ -25,6 +25,7 @@ import time
 import types
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -90,7 +91,7 @@ class Record:
         deferred = self.deferred
         if deferred is not None and deferred.done():
             self.deferred = None   # taken once, even if taking raises (on_backend_error="raise")
-            deferred.take(self, deferred.results(len(self.graph_pieces)))
+            deferred.take(self, deferred.results())
         env = self._guard(args, kwargs)
         if env is not None and self.deferred is not None:
             self.deferred.start()
@@ -483,8 +484,7 @@ def _diagnosis(gen):
 
 def _compile_graph(backend, gm, example):
     """What runs in ``gm``'s place, compiled now, in the calling thread."""
-    training.number_arguments(gm)
-    twin = eager_twin(gm).forward   # (of the graph as recorded: a backend may rewrite it)
+    twin = _twin(gm)
     with background.exclusive():   # (not while the worker compiles: compilers share global state)
         compiled = _attempt(backend, gm, example)
     return _version(backend[0], _ops(gm), compiled, twin)
@@ -495,18 +495,16 @@ def _defer(backend, graphs: list, examples: list, gen, lifted, names) -> tuple[b
     the grad and inference mode of the recording, and how the record takes its results; and
     the graphs' eager twins, which run until then."""
     grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
-    twins = []
-    for gm in graphs:
-        if gm is not None:
-            training.number_arguments(gm)
-        twins.append(None if gm is None else eager_twin(gm).forward)
+    twins = [None if gm is None else _twin(gm) for gm in graphs]
     ops = [None if gm is None else _ops(gm) for gm in graphs]
 
     def job() -> list:
         with torch.inference_mode(inference), torch.autograd.set_grad_enabled(grad):
             return [None if gm is None else _attempt(backend, gm, ex) for gm, ex in zip(graphs, examples)]
 
-    def take(rec: Record, results: list) -> None:
+    def take(rec: Record, results: list | Exception) -> None:
+        if isinstance(results, Exception):   # the job itself failed: so did every graph
+            results = [results] * len(graphs)
         versions, failure = [], None
         for n, result, twin in zip(ops, results, twins):
             try:
@@ -526,6 +524,13 @@ def _defer(backend, graphs: list, examples: list, gen, lifted, names) -> tuple[b
 
     deferred = background.Deferred(job, take, backend[0])
     return deferred, twins
+
+
+def _twin(gm) -> Callable:
+    """``gm``'s eager twin, taken before a backend may rewrite the graph (with the rewrites
+    both need, :func:`magpy.training.number_arguments`)."""
+    training.number_arguments(gm)
+    return eager_twin(gm).forward
 
 
 def _attempt(backend, gm, example):

@@ -158,6 +158,28 @@ def test_a_failed_background_compile_raises_once_when_asked():
     same(c(x, w), affine(x, w))          # the graph has its eager twin in its place
 
 
+def test_a_compile_job_that_fails_itself_leaves_every_graph_eager(monkeypatch):
+    # Not one graph's backend failing (that is a result), but the job around them: magpy's
+    # own failure in the worker.  Each graph keeps its twin, with the backend-failure warning.
+    from magpy import record
+
+    def broken(backend, gm, example):
+        raise RuntimeError("the job broke")
+
+    monkeypatch.setattr(record, "_attempt", broken)
+    backend = Noting()
+    c = magpy.compile(affine, backend=backend)
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    same(c(x, w), affine(x, w))
+    same(c(x, w), affine(x, w))
+    assert magpy.synchronize(60)
+    with pytest.warns(RuntimeWarning, match="failed to compile a graph.*the job broke"):
+        same(c(x, w), affine(x, w))
+    w.mul_(2)
+    same(c(x, w), affine(x, w))
+    assert backend.compiles == [] and magpy.stats(c).mock_runs == 3
+
+
 def test_conditions_the_compile_adds_apply_before_the_compiled_graph_runs(no_trial, monkeypatch):
     # A backend that compiles for symbolic sizes and assumes one (as Inductor may).
     monkeypatch.setattr(magpy_cache, "SYMBOLIC", magpy_cache.SYMBOLIC | {"assuming"})
@@ -289,15 +311,18 @@ def newton(x):
     return y
 
 
-def _operators(gm):
+def _targets(gm, op: str) -> list:
+    """The targets of ``gm``'s nodes of kind ``op`` and of the graphs its get_attrs give
+    (an eager twin's are bound ``forward``s)."""
     found = []
     for node in gm.graph.nodes:
-        if node.op == "call_function":
+        if node.op == op:
             found.append(node.target)
         if node.op == "get_attr":
-            sub = getattr(gm, node.target)
-            if isinstance(sub, torch.fx.GraphModule):
-                found += _operators(sub)
+            value = getattr(gm, node.target)
+            value = getattr(value, "__self__", value)
+            if isinstance(value, torch.fx.GraphModule):
+                found += _targets(value, op)
     return found
 
 
@@ -309,10 +334,10 @@ def _operators(gm):
 def test_eager_twin_runs_control_flow_as_python(fn, make):
     gen = torch.Generator().manual_seed(0)
     graph = magpy.explain(fn, *make(gen)).graphs[0]
-    ops = _operators(graph)
+    ops = _targets(graph, "call_function")
     assert any(op in PYTHON_CONTROL_FLOW for op in ops)
     twin = eager_twin(graph)
-    assert not any(op in PYTHON_CONTROL_FLOW for op in _operators(twin))
+    assert not any(op in PYTHON_CONTROL_FLOW for op in _targets(twin, "call_function"))
     outcomes = set()
     for _ in range(12):
         args = make(gen)
@@ -350,30 +375,16 @@ class Recurrent(nn.Module):
         return torch.stack(outs)
 
 
-def _methods(gm) -> list:
-    """The call_method targets of ``gm`` and of the graphs its get_attrs give (bound
-    ``forward``s included)."""
-    found = []
-    for node in gm.graph.nodes:
-        if node.op == "call_method":
-            found.append(node.target)
-        if node.op == "get_attr":
-            value = getattr(gm, node.target)
-            value = getattr(value, "__self__", value)
-            if isinstance(value, torch.fx.GraphModule):
-                found += _methods(value)
-    return found
-
-
 def test_the_twin_writes_a_loops_own_buffer_in_place_and_the_graph_stays_functional():
     torch.manual_seed(0)
     model = Recurrent().eval()
     magpy.config.dynamic = True          # a symbolic length: the loop is one while_loop
     with torch.no_grad():
         graph = magpy.explain(model, torch.randn(5, 2, 4)).graphs[0]
-        assert "index_put" in _methods(graph) and "index_put_" not in _methods(graph)
-        assert "index_put_" in _methods(eager_twin(graph))
-        assert "index_put_" not in _methods(graph)   # the backend's graph is not touched
+        methods = _targets(graph, "call_method")
+        assert "index_put" in methods and "index_put_" not in methods
+        assert "index_put_" in _targets(eager_twin(graph), "call_method")
+        assert "index_put_" not in _targets(graph, "call_method")   # the backend's graph is not touched
         c = magpy.compile(model, backend="eager")    # the eager backend runs the twin
         for n in (5, 3, 9, 2):
             x = torch.randn(n, 2, 4)

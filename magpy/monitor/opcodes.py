@@ -1137,6 +1137,16 @@ _INTRINSIC_AS = {"INTRINSIC_UNARY_POSITIVE": "UNARY_POSITIVE", "INTRINSIC_LIST_T
                  "INTRINSIC_PREP_RERAISE_STAR": "PREP_RERAISE_STAR"}
 
 
+# CPython 3.12's intrinsic numbering (Include/internal/pycore_intrinsics.h); later versions
+# append to it.
+INTRINSICS_1_312 = ("INTRINSIC_1_INVALID", "INTRINSIC_PRINT", "INTRINSIC_IMPORT_STAR",
+                    "INTRINSIC_STOPITERATION_ERROR", "INTRINSIC_ASYNC_GEN_WRAP", "INTRINSIC_UNARY_POSITIVE",
+                    "INTRINSIC_LIST_TO_TUPLE", "INTRINSIC_TYPEVAR", "INTRINSIC_PARAMSPEC",
+                    "INTRINSIC_TYPEVARTUPLE", "INTRINSIC_SUBSCRIPT_GENERIC", "INTRINSIC_TYPEALIAS")
+INTRINSICS_2_312 = ("INTRINSIC_2_INVALID", "INTRINSIC_PREP_RERAISE_STAR", "INTRINSIC_TYPEVAR_WITH_BOUND",
+                    "INTRINSIC_TYPEVAR_WITH_CONSTRAINTS", "INTRINSIC_SET_FUNCTION_TYPE_PARAMS")
+
+
 class Intrinsics:
     """``CALL_INTRINSIC_1/2`` of one version's intrinsic numbering (CPython's
     ``Include/internal/pycore_intrinsics.h``, as ``names_1``/``names_2``): one handler per
