@@ -316,3 +316,24 @@ def test_inductor_keeps_other_pools(pool):
         assert torch.allclose(compiled(x), pool(x), atol=1e-6)
     (gm,) = graphs
     assert torch.mean not in [n.target for n in gm.graph.nodes]
+
+
+def _conv_relu(x, w):
+    return torch.nn.functional.conv2d(x, w).relu() * 2
+
+
+def test_inductor_compiles_a_record_of_fixed_sizes_for_those_sizes():
+    # A record whose guard fixes the sizes gets kernels for those sizes; only a record with
+    # symbolic sizes (magpy.dynamic, the second size seen) gets kernels for any size.
+    from torch._inductor.utils import run_and_get_code
+    compiled = magpy.compile(_conv_relu, backend="inductor")
+    w = torch.randn(4, 3, 3, 3)
+    x = torch.randn(2, 3, 8, 8)
+    out, (static_code,) = run_and_get_code(compiled, x, w)
+    assert torch.allclose(out, _conv_relu(x, w), atol=1e-5)
+    assert ".size()" not in static_code and "assert_size_stride(arg0_1, (2, 3, 8, 8)" in static_code
+    x = torch.randn(2, 3, 10, 10)
+    out, (dynamic_code,) = run_and_get_code(compiled, x, w)
+    assert torch.allclose(out, _conv_relu(x, w), atol=1e-5)
+    assert ".size()" in dynamic_code
+    assert magpy.stats(compiled).graph_count == 2

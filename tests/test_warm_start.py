@@ -19,6 +19,11 @@ def child(model: str) -> str:
     return textwrap.dedent("""
         import json, torch, magpy
         from torch._dynamo.utils import counters
+        from torch._inductor import cpu_vec_isa
+
+        probes = []   # Inductor's instruction-set probes: each starts a Python child
+        probe = cpu_vec_isa.VecISA._probe_load
+        cpu_vec_isa.VecISA._probe_load = lambda self, path: probes.append(str(self)) or probe(self, path)
 
         torch.manual_seed(0)
     """) + textwrap.dedent(model) + textwrap.dedent("""
@@ -28,7 +33,8 @@ def child(model: str) -> str:
             assert magpy.synchronize(600)
             torch.testing.assert_close(model(x), out)
         caches = {**counters["inductor"], **counters["aot_autograd"]}
-        print(json.dumps({"graphs": magpy.stats(model).graph_count,
+        print(json.dumps({"graphs": magpy.stats(model).graph_count, "probes": len(probes),
+                          "sets": len(cpu_vec_isa.valid_vec_isa_list()),
                           **{k: v for k, v in caches.items() if k.startswith(("fxgraph", "autograd_cache"))}}))
     """)
 
@@ -80,6 +86,8 @@ def test_second_process_compiles_nothing_new(tmp_path):
     assert warm.get("fxgraph_cache_hit") == 2 and not warm.get("fxgraph_cache_miss"), warm
     assert not warm.get("fxgraph_cache_bypass"), warm
     assert warm.get("autograd_cache_hit") == 2 and not warm.get("autograd_cache_miss"), warm
+    # The base probe of each vector instruction set ran once, in the first process (magpy.warm).
+    assert cold["sets"] > 0 and warm["probes"] == cold["probes"] - cold["sets"], (cold, warm)
 
 
 def test_a_rounding_graph_without_batch_norm_is_cached(tmp_path):
@@ -91,3 +99,25 @@ def test_a_rounding_graph_without_batch_norm_is_cached(tmp_path):
     warm = run_child(tmp_path, ROUNDING_CHILD)
     assert warm.get("fxgraph_cache_hit") == 1 and not warm.get("fxgraph_cache_bypass"), warm
     assert warm.get("autograd_cache_hit") == 1, warm
+
+
+def test_the_instruction_set_probe_is_skipped_only_where_every_set_passed(tmp_path, monkeypatch):
+    from torch._inductor import cpu_vec_isa
+
+    from magpy import warm
+    monkeypatch.setattr(cpu_vec_isa, "x86_isa_checker", lambda: ["avx2", "avx512"])
+    probed = []
+
+    def probe(valid):
+        return lambda: probed.append(1) or valid
+
+    for cache, valid, patch in [("one-failed", [cpu_vec_isa.VecAVX2()], {}),
+                                ("all-passed", [cpu_vec_isa.VecAVX512(), cpu_vec_isa.VecAVX2()],
+                                 {"cpp.vec_isa_ok": True})]:
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / cache))
+        monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", probe(valid))
+        probed.clear()
+        assert warm.inductor_patch() == patch and len(probed) == 1
+        assert warm.inductor_patch() == patch and len(probed) == 1   # the kept answer
+        (answer,) = json.loads((tmp_path / cache / "magpy" / "vec_isa.json").read_text()).values()
+        assert answer == bool(patch)
