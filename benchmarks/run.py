@@ -764,7 +764,8 @@ def main(argv=None) -> int:
 
     print()
     print_table(rows)
-    print("\ncompile s: wall time of the first call (record + compile).  median ms: per call.  "
+    print("\ncompile s: wall time until the compiled graphs run (torch.compile: its first call; magpy: "
+          "a first call, a second that starts the background compile, and the wait for it).  median ms: per call.  "
           "speedup: eager median / variant median.\ngraphs: magpy.stats graph_count"
           + (" (N/call: graphs_per_call)" if any(r.get("graphs_per_call") is not None for r in rows) else "")
           + ", or dynamo's counters['stats']['unique_graphs'].  correct: first and a later call allclose "
