@@ -61,7 +61,30 @@ list the body appends one tensor to per step (``outs.append(h)``) becomes a buff
 operator fills (:class:`Accumulated`); after the loop only ``torch.stack`` or ``torch.cat``
 may read it, which the graph takes from that buffer.  Anything else a recording finds
 out too late (a read of the loop variable or the list) ends it, and the next recording
-unrolls that loop.
+unrolls that loop (``magpy.explain`` says why).
+
+The other loop shapes of recurrent code are recorded the same way (a :class:`_Walk` says
+what each step gives and how the operator's body reads it from its step count):
+
+==============================================  ============================================
+the loop                                        step ``k`` of the operator
+==============================================  ============================================
+``for x_t, y_t in zip(x, y):`` (tensors)        reads ``x[k]`` and ``y[k]``; the first sizes
+                                                must be one (the guard keeps that), else
+                                                the loop is unrolled
+``for i, x_t in enumerate(x[, start]):``        reads ``x[k]``; ``start + k`` is the loop's
+                                                index, as a range loop's
+``for t in range(n)``, ``range(a, n, s)``       ``t = a + s * k``, which only tensor
+(``n`` symbolic or above the unroll limit,      operations may read, as a row (``x[t]``,
+``a`` and ``s`` constants)                      ``x[:, t]``); any other use of ``t`` (Python
+                                                arithmetic, a comparison) unrolls the loop
+==============================================  ============================================
+
+``enumerate(x)`` and ``zip(x, y)`` run ``iter`` of the tensors inside the call: its
+``unbind`` calls run unrecorded, and the loop is recorded once the call completes (the
+``GET_ITER`` that follows gives the object itself).  The body's unpacking of each step's
+value (``UNPACK_SEQUENCE`` and the stores) starts each fork with the items on the stack.
+The operator's step count is ``len(range(a, n, s))`` computed on the symbolic ``n``.
 """
 from __future__ import annotations
 
@@ -82,8 +105,9 @@ from magpy.monitor.observer import CALLS, RETURNS, Items, calling, returns_to_ca
 from magpy.opgraph import LOOP_INDEX
 from magpy.refgraph.graph import is_immutable
 
-# Ifs whose passed-through tensor escaped a recording: (file, first line, function, offset).
-_REFUSED: set[tuple] = set()
+# Jumps and loops a recording found cannot be operators, (file, first line, function, offset)
+# -> why (an if whose passed-through tensor escaped, a for loop explain names as unrolled).
+_REFUSED: dict[tuple, str] = {}
 # Tensor attributes that are metadata (a passed-through tensor and the cond's output agree).
 _METADATA = frozenset({"shape", "dtype", "device", "ndim", "layout", "requires_grad", "is_cuda", "size",
                        "dim"})
@@ -406,23 +430,40 @@ class Branches(Observer):
         return True
 
     def wants_iteration(self, x: torch.Tensor) -> bool:
-        """Is ``x.unbind(0)`` being run by ``iter(x)`` for a ``for`` loop this records as one
-        ``torch.while_loop``?  Then the recorder runs it unrecorded, and the loop is recorded
-        once ``iter(x)`` completes (module docstring)."""
+        """Is ``x.unbind(0)`` being run for the iterator of a ``for`` loop this records as one
+        ``torch.while_loop`` (``iter(x)``, or ``enumerate(x)``/``zip(x, y)`` whose result the
+        loop takes)?  Then the recorder runs it unrecorded, and the loop is recorded once the
+        instruction completes (module docstring)."""
         if not (config.control_flow and self.enabled) or self.breaker.brk is not None:
             return False
         f = self.monitor.current
         if self.monitor.sandbox is not None or f is None or not hasattr(f, "info"):
             return False
-        found = for_loop(f.info, f.lasti)
-        if found is None or _site(f) in _REFUSED or x.dim() == 0 or x.size(0) < 2:
+        pending = self._pending
+        if pending is not None and pending[3] == self._record_for and pending[:2] == (f, f.lasti):
+            return any(x is t for t in pending[2])   # zip(x, y)'s second tensor
+        found, over = _iterating(f, x)
+        if found is None or any(t.dim() == 0 or t.size(0) < 2 for t in over):
             return False
-        if not (self._symbolic_length(x) or x.size(0) > config.max_unroll):
+        if _site(f) in _REFUSED:
+            self._note(f"for at {_where(f)}: unrolled ({_REFUSED[_site(f)]})")
+            return False
+        if not all(self._symbolic_length(t) or t.size(0) > config.max_unroll for t in over):
             self._note(f"for at {_where(f)}: unrolled ({x.size(0)} slices, a static length up to "
                        f"config.max_unroll={config.max_unroll})")
             return False
-        self._pending = (f, f.lasti, x, self._record_for, found)
+        if not self._one_length(over):
+            self._note(f"for at {_where(f)}: unrolled (zip of tensors of different lengths)")
+            return False
+        self._pending = (f, f.lasti, over, self._record_for, found)
         return True
+
+    def _one_length(self, over: tuple) -> bool:
+        """Are the first sizes of the tensors ``over`` (a ``zip`` walks in step) one?  (Symbolic
+        ones: the guard keeps the outcome, as where the program compares them.)"""
+        shapes = self.recorder.shapes
+        sizes = [shapes.fake(t).shape[0] if shapes is not None and shapes.active else t.size(0) for t in over]
+        return all(bool(n == sizes[0]) for n in sizes[1:])
 
     def _symbolic_length(self, x) -> bool:
         shapes = self.recorder.shapes
@@ -624,7 +665,7 @@ class Branches(Observer):
         """End the recording (to be made again) and make the jump at ``site`` a break."""
         if self.monitor.sandbox is not None:
             self.monitor.sandbox.stop(why)   # in an arm: that arm's if is a break, nothing more
-        _REFUSED.add(site)
+        _REFUSED[site] = why
         self.live.clear()
         self.accs.clear()
         brk = self.breaker.where(f"{why}; that jump is a break from the next recording on")
@@ -678,39 +719,46 @@ class Branches(Observer):
             self.conds.append(f"while at {_where(frame)}: torch.while_loop")
         return why
 
-    def _record_for(self, frame, x, found) -> str | None:
-        """Record a ``for`` loop over the first dimension of ``x`` as one ``torch.while_loop``
-        (module docstring).  Unlike other jumps, one that cannot be ends the recording: ``iter(x)``
-        ran unrecorded."""
-        where = _where(frame)
-        slices = _iterated(frame.stack[-1])
-        why = self._for_operator(frame, x, found, slices) if slices else "its iterator is not over x's slices"
+    def _record_for(self, frame, over, found) -> str | None:
+        """Record a ``for`` loop over the first dimension of the tensors ``over`` (``x``, or
+        those ``enumerate``/``zip`` walk in step) as one ``torch.while_loop`` (module
+        docstring).  Unlike other jumps, one that cannot be ends the recording: ``iter(x)`` ran
+        unrecorded."""
+        where, it = _where(frame), frame.stack[-1]
+        frame.pc = found[0]   # (after enumerate(x) or zip(x, y): their GET_ITER gives the object itself)
+        walk = _walk(it, over)
+        why = self._counted(frame, walk, found) if walk else "its iterator is not over the tensors' slices"
         if why is not None:
             self._refuse(_site(frame), f"no while_loop for the for loop: {why}")
             return None
         self.conds.append(f"for at {where}: torch.while_loop over " + (
-            "a symbolic number of slices" if self._symbolic_length(x)
-            else f"more slices than config.max_unroll={config.max_unroll}"))
+            "a symbolic number of slices" if self._symbolic_length(over[0])
+            else f"more slices than config.max_unroll={config.max_unroll}") + _WALKERS[type(it)][1])
         return None
 
-    def _record_range(self, frame, found, n, span) -> None:
+    def _record_range(self, frame, found, r, span) -> None:
         """Record ``for i in range(n)`` as one ``torch.while_loop`` if its body can be one
         (module docstring); if not, the loop runs on, unrolled (``iter(range(n))`` was no
         tensor operation: nothing is lost)."""
         where = _where(frame)
-        self._counting = True
-        try:
-            why = self._for_operator(frame, n, found, (0, 1))
-        finally:
-            self._counting = False
+        why = self._counted(frame, _ranging(r, span), found)
         if why is not None:
             self._note(f"for at {where}: unrolled ({why})")
             return
         if span is not None:
             span.taken = True
-        self.conds.append(f"for at {where}: torch.while_loop over range(" + (
-            "a symbolic n)" if span is not None
-            else f"{n}), more steps than config.max_unroll={config.max_unroll}"))
+        self.conds.append(f"for at {where}: torch.while_loop over " + (
+            _range_words(r, "a symbolic n") if span is not None
+            else f"{_range_words(r, r.stop)}, more steps than config.max_unroll={config.max_unroll}"))
+
+    def _counted(self, frame, walk, found) -> str | None:
+        """:meth:`_for_operator`, with the loop's index (``walk.index``) read by the body's
+        tensor operations as the step count (``LOOP_INDEX``)."""
+        self._counting = walk.index is not None
+        try:
+            return self._for_operator(frame, walk, found)
+        finally:
+            self._counting = False
 
     def _ranged(self, frame) -> None:
         """At ``iter(range(n))`` of a ``for`` loop: record it as a ``while_loop`` where ``n`` is
@@ -721,58 +769,55 @@ class Branches(Observer):
             return
         _, (r,), pos = it.__reduce__()
         span = frame.ins_shadows[0] if type(frame.ins_shadows[0]) is Span else None
-        if pos or r.start != 0 or r.step != 1 or r.stop < 2 or not self.recorder.forks_allowed():
+        if pos or len(r) < 2 or not self.recorder.forks_allowed():
             return
-        if span is None and r.stop <= config.max_unroll:
+        if span is None and len(r) <= config.max_unroll:
             return
         if config.control_flow and self.enabled and self.breaker.brk is None and _site(frame) not in _REFUSED:
-            self._record_range(frame, found, span.stop if span is not None else r.stop, span)
+            self._record_range(frame, found, r, span)
 
     def _note(self, words: str) -> None:
         """An unrolled loop for explain, once (a loop in a loop meets it again)."""
         if words not in self.conds:
             self.conds.append(words)
 
-    def _for_operator(self, frame, over, found, steps: tuple) -> str | None:
-        """Record the ``for`` loop of ``frame`` over ``over`` (a tensor's slices, or ``range(n)``
-        for ``n`` an int) whose iterator gives ``steps`` first, as one ``while_loop``; the reason
-        it cannot be, or None."""
+    def _for_operator(self, frame, walk: _Walk, found) -> str | None:
+        """Record the ``for`` loop of ``frame`` that takes the steps ``walk`` as one
+        ``while_loop``; the reason it cannot be, or None."""
         head, body, exit = found
-        store = frame.info.instructions[body]
-        # (3.13's STORE_FAST_LOAD_FAST stores it, then loads another local.)
-        if store is None or store.opname not in ("STORE_FAST", "STORE_FAST_LOAD_FAST"):
-            return "the loop unpacks or stores its variable elsewhere"
-        var_slot = bytecode.fast_slots(bytecode.FAST_WRITES, store)[0]
-        counted = not isinstance(over, torch.Tensor)
+        binding = _binding(frame.info, body, walk.values[0])
+        if binding is None:
+            return "the loop stores its variables elsewhere than in local variables"
         shapes = self.recorder.shapes
-        if not counted and shapes is not None and shapes.active:
+        if shapes is not None and shapes.active and type(walk.over) is tuple:
             with self.recorder.paused():
-                for row in steps:
-                    shapes.row_twin(row, over)
+                for rows in walk.rows:
+                    for row, x in zip(rows, walk.over):
+                        shapes.row_twin(row, x)
         accs = [v for v in frame.locals if type(v) is list and not v and _only_in(v, frame)]
         with self._same_random_numbers() as drew:
-            arm1, fork1, why, items1 = self._step(frame, steps[0], found, accs, counted)
+            arm1, fork1, why, items1 = self._step(frame, walk, 0, binding, found, accs)
             if why is None:
-                arm2, fork2, why, items2 = self._step(fork1, steps[1], found, accs, counted)
+                arm2, fork2, why, items2 = self._step(fork1, walk, 1, binding, found, accs)
         if why is not None or drew:
             return why or "the loop draws random numbers"
         if not (len(frame.stack) == len(fork1.stack) == len(fork2.stack)):
             return "an iteration leaves a different stack"
         slots = _Slots(*(self._graph_values(f) for f in (frame, fork1, fork2)))
-        if not counted and (slots.holds(steps[0]) or any(c is steps[0] for c in arm2.captures)):
+        if any(slots.holds(row) or any(c is row for c in arm2.captures) for row in walk.rows[0]):
             return "an iteration keeps the slice of the one before"
-        var = slots.step(var_slot)
+        var = [i for slot in binding[1] for i in slots.step(slot)]
         groups, why = _carried_groups(slots.before, slots.after1, slots.after2, arm1, arm2, self._kind)
         filled = [(lst, a, b) for lst, a, b in zip(accs, items1, items2) if a or b]
         why = why or _appended(filled, arm1, arm2, self._kind)
         if why is not None:
             return why
         state = [slots.after1[g[0]] for g in groups]
-        extra = [c for c in arm2.captures if c is not steps[1] and all(c is not s for s in state)]
+        extra = [c for c in arm2.captures if all(c is not s for s in (*walk.rows[1], *state))]
         if any(arm1.made(c) for c in extra):
             return "an iteration reads a tensor the one before made but did not keep"
         firsts = [next((slots.before[i] for i in g if slots.before[i] is not NULL), NULL) for g in groups]
-        read = [steps[0]] * (not counted) + firsts + extra
+        read = [*walk.rows[0], *firsts, *extra]
         if torch.is_grad_enabled() and any(t.requires_grad for t in read if t is not NULL):
             return "the loop runs under autograd (torch.while_loop has no backward)"
         real, why = self._run_real(frame, head, exit, [lst for lst, _, _ in filled])
@@ -785,7 +830,7 @@ class Branches(Observer):
             return "the loop leaves a tensor from before it"
         with self.recorder.paused():
             stacks = [torch.stack(lst) for lst, _, _ in filled]
-        self.recorder.for_loop(over, _entering(firsts, state), arm2, None if counted else steps[1], state,
+        self.recorder.for_loop(walk.over, walk.rows[1], walk.index, _entering(firsts, state), arm2, state,
                                extra, [slots.after2[g[0]] for g in groups], [b[0] for _, _, b in filled],
                                finals, stacks)
         self._adopt(frame, real, exit)
@@ -798,7 +843,7 @@ class Branches(Observer):
         shared with the frame): a run that stops midway (a later step raises) leaves the
         program's iterator, and the ``lists`` it appends to, as they were before the loop."""
         it = frame.stack[-1]
-        frame.stack[-1] = iter(it.__reduce__()[1][0])   # (a range or tuple iterator not started)
+        frame.stack[-1] = _restarted(it)
         try:
             real, why = self._run_loop(frame, head, exit, frozenset(map(id, lists)))
         finally:
@@ -823,22 +868,25 @@ class Branches(Observer):
             self.accs[id(mark)] = mark
             frame.shadow_locals[next(i for i, v in enumerate(frame.locals) if v is lst)] = mark
 
-    def _step(self, frame, value, found, accs, counted: bool):
-        """One step of a ``for`` loop's body from ``frame``'s state on ``value`` (what the
-        iterator gives), in a fork that stops back at the loop's head: ``(arm, fork, why not,
-        the tensors it appended to each of the lists accs)``; the lists are left as they were.
-        ``counted``: ``value`` is the index of a ``range`` loop, which tensor operations read
-        as the operator's step count (``LOOP_INDEX``)."""
-        head, body, exit = found
+    def _step(self, frame, walk: _Walk, k: int, binding: tuple, found, accs):
+        """Step ``k`` of ``walk`` through a ``for`` loop's body from ``frame``'s state, in a fork
+        that stops back at the loop's head: ``(arm, fork, why not, the tensors it appended to
+        each of the lists accs)``; the lists are left as they were.  The fork starts where the
+        body binds the iterator's value (``binding``), with the value on the stack (unpacked
+        where the body unpacks it); a loop's index in it has the shadow ``LOOP_INDEX``, which
+        tensor operations read as the operator's step count."""
+        head, _, exit = found
+        start, _, unpacks = binding
+        pushed = walk.pushed(k, unpacks)
         sizes = [len(lst) for lst in accs]
-        frame.stack.append(value)
-        frame.shadow_stack.append(LOOP_INDEX if counted else None)
+        frame.stack.extend(v for v, _ in pushed)
+        frame.shadow_stack.extend(sh for _, sh in pushed)
         try:
-            arm, fork, why = self._fork(frame, (body, exit), (head,), appendable=frozenset(map(id, accs)),
-                                        counted=counted)
+            arm, fork, why = self._fork(frame, (start, exit), (head,), appendable=frozenset(map(id, accs)),
+                                        counted=walk.index is not None)
         finally:
-            frame.stack.pop()
-            frame.shadow_stack.pop()
+            del frame.stack[-len(pushed):]
+            del frame.shadow_stack[-len(pushed):]
         appended = []
         for lst, n in zip(accs, sizes):
             appended.append(lst[n:])
@@ -1177,15 +1225,149 @@ def _equal(a, b) -> bool:
 
 
 _RANGE_ITERATOR = type(iter(range(0)))
+_TUPLE_ITERATOR = type(iter(()))
 
 
 def _iterated(it) -> tuple | None:
     """The tensors a tuple iterator that has not started goes over (``iter(x)`` of a tensor
     is one over ``x.unbind(0)``), else None."""
-    if type(it) is not type(iter(())):
+    if type(it) is not _TUPLE_ITERATOR:
         return None
     _, (items,), pos = it.__reduce__()
     return items if pos == 0 and all(isinstance(t, torch.Tensor) for t in items) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Walk:
+    """The steps of a ``for`` loop recorded as a ``while_loop``: ``over``, the tensors whose
+    first dimension it walks in step, or (a range) its number of steps; ``values``, what the
+    iterator gives on the first two steps, and ``rows``, the slices of ``over`` each holds;
+    ``index``, ``(start, step)`` of the number each gives (range, enumerate) or None, and
+    ``shadow``, a value's shadow (``LOOP_INDEX`` where that number is)."""
+
+    over: object
+    values: tuple
+    rows: tuple
+    index: tuple | None = None
+    shadow: object = None
+
+    def pushed(self, k: int, unpacks: bool) -> list:
+        """The ``(value, shadow)`` pairs step ``k`` puts on the stack for the body: its value,
+        or the value's items in the order ``UNPACK_SEQUENCE`` pushes them."""
+        v = self.values[k]
+        if not unpacks:
+            return [(v, self.shadow)]
+        return list(zip(reversed(v), reversed(self.shadow or (None,) * len(v))))
+
+
+def _sliced(iterators, over: tuple, index=None, shadow=None, start=0) -> _Walk | None:
+    """The walk of tuple iterators over the slices of the tensors ``over`` in step: each
+    value the row of one slice of each (one tensor: the slice), after its number from
+    ``start`` if ``index``; None if they are not such iterators, not started."""
+    items = [_iterated(i) for i in iterators]
+    if len(items) != len(over) or any(s is None for s in items):
+        return None
+    rows = tuple(zip(*(s[:2] for s in items)))
+    values = tuple(r if len(r) > 1 else r[0] for r in rows)
+    if index is not None:
+        values = tuple((start + k, v) for k, v in enumerate(values))
+    return _Walk(over, values, rows, index, shadow)
+
+
+def _walk_tuple(it, over):
+    return _sliced([it], over)
+
+
+def _walk_enumerate(it, over):
+    inner, start = it.__reduce__()[1]
+    return _sliced([inner], over, (start, 1), Items((LOOP_INDEX, None)), start)
+
+
+def _walk_zip(it, over):
+    return _sliced(it.__reduce__()[1], over)
+
+
+# How a for loop recorded as a while_loop walks tensors, by its iterator's type: its _Walk,
+# and the words explain adds.
+_WALKERS = {_TUPLE_ITERATOR: (_walk_tuple, ""), enumerate: (_walk_enumerate, " (enumerate)"),
+            zip: (_walk_zip, " (zip)")}
+
+
+def _walk(it, over: tuple) -> _Walk | None:
+    """The walk of ``it``, the iterator of a ``for`` loop over the slices of tensors ``over``
+    (not started); None if it is none magpy knows."""
+    walker = _WALKERS.get(type(it))
+    return None if walker is None else walker[0](it, over)
+
+
+def _range_words(r: range, end) -> str:
+    """``r`` as explain names it, with ``end`` (words for a symbolic one) as its end."""
+    return f"range({end})" if (r.start, r.step) == (0, 1) else f"range({r.start}, {end}, {r.step})"
+
+
+def _ranging(r: range, span) -> _Walk:
+    """The walk of ``range`` ``r``, whose end is ``span.stop`` (a SymInt) if ``span``: each
+    step gives its index, the operator's number of steps is ``len(r)``."""
+    if span is None:
+        return _Walk(len(r), (r[0], r[1]), ((), ()), (r.start, r.step), LOOP_INDEX)
+    with torch._C.DisableTorchFunction():   # (torch.sym_max is a torch function: magpy's own)
+        n = torch.sym_max(-((r.start - span.stop) // r.step), 0)   # (len of a range, either sign)
+    return _Walk(n, (r[0], r[1]), ((), ()), (r.start, r.step), LOOP_INDEX)
+
+
+# The restart of an iterator the real run of a for loop takes, by type, from its __reduce__
+# arguments (others: a range or tuple iterator).
+_RESTARTS = {enumerate: lambda args: enumerate(_restarted(args[0]), args[1]),
+             zip: lambda args: zip(*map(_restarted, args))}
+
+
+def _restarted(it):
+    """A copy of ``it``, a ``for`` loop's iterator that has not started: a range or tuple
+    iterator, or ``enumerate``/``zip`` of those."""
+    args = it.__reduce__()[1]
+    again = _RESTARTS.get(type(it))
+    return iter(args[0]) if again is None else again(args)
+
+
+def _iterating(f, x) -> tuple:
+    """``(the for loop, the tensors it walks the slices of in step)`` if ``x.unbind(0)`` runs
+    for the iterator of a ``for`` loop of frame ``f``: ``iter(x)`` at its ``GET_ITER``, or
+    the call ``enumerate(x)``/``zip(x, y, ...)`` whose result that ``GET_ITER`` takes; else
+    ``(None, ())``."""
+    found = for_loop(f.info, f.lasti)
+    if found is not None:
+        return found, (x,)
+    ins = f.info.instructions[f.lasti]
+    if ins is None or ins.opname != "CALL" or not f.ins_inputs:
+        return None, ()
+    callee, args = bytecode.call_operands(f.ins_inputs)
+    if callee is enumerate and len(args) == 2 and type(args[1]) is int:
+        args = args[:1]   # (a start: the index's, not a tensor)
+    tensors = all(isinstance(a, torch.Tensor) for a in args) and any(a is x for a in args)
+    if not (tensors and (callee is zip or callee is enumerate and len(args) == 1)):
+        return None, ()
+    found = for_loop(f.info, f.info.ops[f.lasti][2])
+    return (found, args) if found is not None else (None, ())
+
+
+def _binding(info, body: int, value) -> tuple | None:
+    """How a ``for`` loop's body, from code unit ``body``, binds the iterator's ``value``:
+    ``(the code unit the forks start at, the local variables' slots it stores, whether it
+    unpacks the value first)``; None unless it stores into local variables (unpacking only a
+    tuple of as many)."""
+    ins = info.instructions[body]
+    unpacks = ins is not None and ins.opname == "UNPACK_SEQUENCE"
+    if unpacks and not (type(value) is tuple and ins.arg == len(value) > 0):
+        return None
+    start, n = (info.ops[body][2], ins.arg) if unpacks else (body, 1)
+    slots, at = [], start
+    while len(slots) < n:
+        store = info.instructions[at]
+        if store is None or store.opname not in bytecode.FAST_STORES:
+            return None
+        slots += bytecode.fast_slots(bytecode.FAST_WRITES, store)
+        at = info.ops[at][2]
+    return (start, slots, unpacks) if len(slots) == n else None
 
 
 def _only_in(lst: list, frame) -> bool:
