@@ -78,13 +78,20 @@ the loop                                        step ``k`` of the operator
 (``n`` symbolic or above the unroll limit,      operations may read, as a row (``x[t]``,
 ``a`` and ``s`` constants)                      ``x[:, t]``); any other use of ``t`` (Python
                                                 arithmetic, a comparison) unrolls the loop
+``out[t] = h`` in the body of one of the two    ``out`` is carried: ``index_put`` sets its
+above (``out`` made before the loop by the      row ``t``; after the operator its result is
+same graph, contiguous, not read in the body,   copied into ``out`` (``copy_``, in place as
+``h`` of its dtype and row shape)               the loop did)
 ==============================================  ============================================
 
 ``enumerate(x)`` and ``zip(x, y)`` run ``iter`` of the tensors inside the call: its
 ``unbind`` calls run unrecorded, and the loop is recorded once the call completes (the
 ``GET_ITER`` that follows gives the object itself).  The body's unpacking of each step's
 value (``UNPACK_SEQUENCE`` and the stores) starts each fork with the items on the stack.
-The operator's step count is ``len(range(a, n, s))`` computed on the symbolic ``n``.
+A fork does not run ``out[t] = h`` (:class:`Sandbox` takes it as a row store), the real
+run does; a real run that stops midway puts ``out`` back as it was.
+The operator's step count is ``len(range(a, n, s))`` computed on the symbolic ``n``; an
+index below 0 (``x[-1]``, the last row) unrolls the loop.
 """
 from __future__ import annotations
 
@@ -140,11 +147,16 @@ class Sandbox:
     """The rules a fork runs under: the monitor asks it before each native call and runs
     frames through its tables, whose effectful instructions stop the fork first."""
 
-    def __init__(self, appendable: frozenset = frozenset()):
+    def __init__(self, appendable: frozenset = frozenset(), writes: list | None = None,
+                 writable: frozenset = frozenset()):
         self.violation: str | None = None
         self._tables: dict[int, tuple] = {}   # id(code info) -> (info, guarded table)
         self._cells: set[int] = set()         # ids of the cells frames made in the fork
         self.appendable = appendable          # ids of the lists a loop body may append to
+        # A counted loop's body: its ``out[t] = value`` (``t`` the loop's index) as ``(out,
+        # value)``, not run (Branches._for_operator makes them the operator's); the loop's real
+        # run: the ids of the tensors it stores those rows into.
+        self.writes, self.writable = writes, writable
 
     def stop(self, why: str):
         if self.violation is None:
@@ -163,6 +175,8 @@ class Sandbox:
 
     def _guard(self, handler, opname: str):
         """``handler`` of instruction ``opname``, stopping the fork before an effect."""
+        if opname == "STORE_SUBSCR" and (self.writes is not None or self.writable):
+            return self._row_store(handler)
         if opname in bytecode.EFFECT_OPS:
             def refuse(f, arg):
                 self.stop(f"{opname} in a branch")
@@ -180,6 +194,22 @@ class Sandbox:
                 return handler(f, i)
             return write
         return handler
+
+    def _row_store(self, handler):
+        """``STORE_SUBSCR`` in a counted loop: ``out[t] = value`` of tensors, ``t`` the loop's
+        index, is taken (a fork) or run (the real run, for the tensors ``writable``)."""
+        def store(f, arg):
+            value, out, key = f.stack[-3:]
+            if id(out) in self.writable:
+                return handler(f, arg)
+            if not (self.writes is not None and f.shadow_stack[-1] is LOOP_INDEX and type(key) is int
+                    and isinstance(out, torch.Tensor) and isinstance(value, torch.Tensor)):
+                self.stop("STORE_SUBSCR in a branch")
+            self.writes.append((out, value))
+            del f.stack[-3:]
+            del f.shadow_stack[-3:]
+            return False
+        return store
 
     def check_call(self, callee, args: tuple) -> None:
         """A native call in a fork: only pure ones (tensor operations are checked by the
@@ -773,6 +803,9 @@ class Branches(Observer):
             return
         if span is None and len(r) <= config.max_unroll:
             return
+        if r.start < 0 or r[-1] < 0:   # (x[t] from the end: the operator's rows count from the start)
+            self._note(f"for at {_where(frame)}: unrolled (a negative index)")
+            return
         if config.control_flow and self.enabled and self.breaker.brk is None and _site(frame) not in _REFUSED:
             self._record_range(frame, found, r, span)
 
@@ -796,9 +829,9 @@ class Branches(Observer):
                         shapes.row_twin(row, x)
         accs = [v for v in frame.locals if type(v) is list and not v and _only_in(v, frame)]
         with self._same_random_numbers() as drew:
-            arm1, fork1, why, items1 = self._step(frame, walk, 0, binding, found, accs)
+            arm1, fork1, why, items1, writes1 = self._step(frame, walk, 0, binding, found, accs)
             if why is None:
-                arm2, fork2, why, items2 = self._step(fork1, walk, 1, binding, found, accs)
+                arm2, fork2, why, items2, writes2 = self._step(fork1, walk, 1, binding, found, accs)
         if why is not None or drew:
             return why or "the loop draws random numbers"
         if not (len(frame.stack) == len(fork1.stack) == len(fork2.stack)):
@@ -809,18 +842,20 @@ class Branches(Observer):
         var = [i for slot in binding[1] for i in slots.step(slot)]
         groups, why = _carried_groups(slots.before, slots.after1, slots.after2, arm1, arm2, self._kind)
         filled = [(lst, a, b) for lst, a, b in zip(accs, items1, items2) if a or b]
-        why = why or _appended(filled, arm1, arm2, self._kind)
+        why = why or _appended(filled, arm1, arm2, self._kind) or self._stored(writes1, writes2, arm1, arm2)
         if why is not None:
             return why
+        stores = [(out, b) for (out, _), (_, b) in zip(writes1, writes2)]
+        outs = [out for out, _ in stores]
         state = [slots.after1[g[0]] for g in groups]
         extra = [c for c in arm2.captures if all(c is not s for s in (*walk.rows[1], *state))]
         if any(arm1.made(c) for c in extra):
             return "an iteration reads a tensor the one before made but did not keep"
         firsts = [next((slots.before[i] for i in g if slots.before[i] is not NULL), NULL) for g in groups]
-        read = [*walk.rows[0], *firsts, *extra]
+        read = [*walk.rows[0], *firsts, *extra, *outs]
         if torch.is_grad_enabled() and any(t.requires_grad for t in read if t is not NULL):
             return "the loop runs under autograd (torch.while_loop has no backward)"
-        real, why = self._run_real(frame, head, exit, [lst for lst, _, _ in filled])
+        real, why = self._run_real(frame, head, exit, [lst for lst, _, _ in filled], outs)
         held = slots.flat(real.locals + real.stack) if why is None else None
         if held is None:
             return why or "the loop leaves a different kind of value in a variable"
@@ -832,25 +867,56 @@ class Branches(Observer):
             stacks = [torch.stack(lst) for lst, _, _ in filled]
         self.recorder.for_loop(walk.over, walk.rows[1], walk.index, _entering(firsts, state), arm2, state,
                                extra, [slots.after2[g[0]] for g in groups], [b[0] for _, _, b in filled],
-                               finals, stacks)
+                               finals, stacks, stores)
         self._adopt(frame, real, exit)
         self._after_for(frame, {slots.slot[i] for g in groups for i in g}, {slots.slot[i] for i in var},
                         [(lst, out) for (lst, _, _), out in zip(filled, stacks)])
         return None
 
-    def _run_real(self, frame, head, exit, lists: list):
+    def _stored(self, writes1: list, writes2: list, arm1, arm2) -> str | None:
+        """Can the row stores ``out[t] = value`` of a loop's two steps (``(out, value)`` each)
+        be the operator's: the same tensors each step, each once, contiguous tensors this
+        piece's graph made before the loop (the operator's outputs are copied into them) that
+        the body does not read (a fork does not run the stores, the operator does), given rows
+        of their kind (``index_put`` converts nothing) that the step made or read?  The reason
+        not."""
+        ids = [id(o) for o, _ in writes1]
+        if ids != [id(o) for o, _ in writes2] or len(set(ids)) < len(ids):
+            return "the steps store rows into different tensors"
+        for (out, a), (_, b) in zip(writes1, writes2):
+            if arm1.made(out) or self.recorder.produced(out) is not self.recorder.piece:
+                return "a row is stored into a tensor the graph did not make before the loop"
+            if not out.is_contiguous():   # (index_put gives the operator's carried copy its layout)
+                return "a row is stored into a strided tensor"
+            if any(_shares_storage(c, out) for c in (*arm1.captures, *arm2.captures)):
+                return "the loop's body reads a tensor it stores rows into"
+            kind, row = self._kind(out), self._kind(b)
+            if self._kind(a) != row or (row[0], row[1], row[3]) != (kind[0], kind[1][1:], kind[3]):
+                return "a row stored is not of the tensor's dtype and row shape"
+            if not (arm2.made(b) or any(b is c for c in arm2.captures)):
+                return "a step stores a tensor it neither made nor read"
+        return None
+
+    def _run_real(self, frame, head, exit, lists: list, outs: list):
         """:meth:`_run_loop` for a ``for`` loop, on an iterator of its own (the program's is
         shared with the frame): a run that stops midway (a later step raises) leaves the
-        program's iterator, and the ``lists`` it appends to, as they were before the loop."""
+        program's iterator, the ``lists`` it appends to and the tensors ``outs`` it stores rows
+        into as they were before the loop."""
         it = frame.stack[-1]
         frame.stack[-1] = _restarted(it)
+        with self.recorder.paused():
+            saved = [t.clone() for t in outs]
         try:
-            real, why = self._run_loop(frame, head, exit, frozenset(map(id, lists)))
+            real, why = self._run_loop(frame, head, exit, Sandbox(frozenset(map(id, lists)),
+                                                                  writable=frozenset(map(id, outs))))
         finally:
             frame.stack[-1] = it
         if why is not None:
             for lst in lists:
                 lst.clear()   # (empty before the loop)
+            with self.recorder.paused():
+                for t, before in zip(outs, saved):
+                    t.copy_(before)
         return real, why
 
     def _after_for(self, frame, carried: set, var: set, filled: list) -> None:
@@ -871,7 +937,8 @@ class Branches(Observer):
     def _step(self, frame, walk: _Walk, k: int, binding: tuple, found, accs):
         """Step ``k`` of ``walk`` through a ``for`` loop's body from ``frame``'s state, in a fork
         that stops back at the loop's head: ``(arm, fork, why not, the tensors it appended to
-        each of the lists accs)``; the lists are left as they were.  The fork starts where the
+        each of the lists accs, its row stores (out, value))``; the lists are left as they were,
+        the stores not run (:class:`Sandbox`).  The fork starts where the
         body binds the iterator's value (``binding``), with the value on the stack (unpacked
         where the body unpacks it); a loop's index in it has the shadow ``LOOP_INDEX``, which
         tensor operations read as the operator's step count."""
@@ -879,11 +946,12 @@ class Branches(Observer):
         start, _, unpacks = binding
         pushed = walk.pushed(k, unpacks)
         sizes = [len(lst) for lst in accs]
+        counted = walk.index is not None
+        sandbox = Sandbox(frozenset(map(id, accs)), [] if counted else None)
         frame.stack.extend(v for v, _ in pushed)
         frame.shadow_stack.extend(sh for _, sh in pushed)
         try:
-            arm, fork, why = self._fork(frame, (start, exit), (head,), appendable=frozenset(map(id, accs)),
-                                        counted=walk.index is not None)
+            arm, fork, why = self._fork(frame, (start, exit), (head,), sandbox=sandbox, counted=counted)
         finally:
             del frame.stack[-len(pushed):]
             del frame.shadow_stack[-len(pushed):]
@@ -891,7 +959,7 @@ class Branches(Observer):
         for lst, n in zip(accs, sizes):
             appended.append(lst[n:])
             del lst[n:]
-        return arm, fork, why, appended
+        return arm, fork, why, appended, sandbox.writes or []
 
     def _iterate(self, frame, body, test, back_if):
         """One iteration of the loop's body from ``frame``'s state, in a fork that stops at the
@@ -974,13 +1042,13 @@ class Branches(Observer):
                 _set_shadow(frame, i, mark)
         return finals
 
-    def _run_loop(self, frame, body, exit, appendable: frozenset = frozenset()):
+    def _run_loop(self, frame, body, exit, sandbox: Sandbox | None = None):
         """Run the loop of ``frame`` for real, from ``body`` to ``exit``, on a copy of the
-        frame, unobserved and unrecorded but sandboxed (the forks showed the iterations have
-        no effects but appending to the lists ``appendable``; should one have, this stops
-        before it, leaving ``frame`` as it was): ``(the copy at exit, None)`` or ``(None, why
-        not)``."""
-        mon, sandbox = self.monitor, Sandbox(appendable)
+        frame, unobserved and unrecorded but under ``sandbox`` (the forks showed the iterations
+        have no effects but those it allows, appending to lists and storing rows; should one
+        have, this stops before it, leaving ``frame`` as it was): ``(the copy at exit, None)``
+        or ``(None, why not)``."""
+        mon, sandbox = self.monitor, sandbox or Sandbox()
         real = frame.copy(back=frame.back)
         saved = mon.observers, mon.sandbox
         mon.observers, mon.sandbox = [], sandbox
@@ -1016,13 +1084,14 @@ class Branches(Observer):
                     drew.append(True)
                 torch.default_generator.set_state(rng)
 
-    def _fork(self, frame, region, joins, arrive=_arrive, appendable: frozenset = frozenset(),
+    def _fork(self, frame, region, joins, arrive=_arrive, sandbox: Sandbox | None = None,
               counted: bool = False):
         """Run the arm ``region`` of ``frame`` on a copy of it, to one of the ``joins``: ``(arm,
         fork, None)``, or ``(None, None, why not)``.  ``arrive`` runs instead of a join's
-        instruction; the arm may append to the lists ``appendable``; ``counted``: it is a
-        range loop's body, whose tensor operations may read the step count."""
-        sandbox = Sandbox(appendable)
+        instruction; the arm runs under ``sandbox`` (a loop body's: the lists it may append
+        to); ``counted``: it is a range loop's body, whose tensor operations may read the step
+        count."""
+        sandbox = sandbox or Sandbox()
         fork = frame.copy(back=frame.back)
         fork.pc = region[0]
         with self._forking(sandbox):
@@ -1341,8 +1410,8 @@ def _iterating(f, x) -> tuple:
     if ins is None or ins.opname != "CALL" or not f.ins_inputs:
         return None, ()
     callee, args = bytecode.call_operands(f.ins_inputs)
-    if callee is enumerate and len(args) == 2 and type(args[1]) is int:
-        args = args[:1]   # (a start: the index's, not a tensor)
+    if callee is enumerate and len(args) == 2 and type(args[1]) is int and args[1] >= 0:
+        args = args[:1]   # (a start: the index's, not a tensor; a negative one indexes from the end)
     tensors = all(isinstance(a, torch.Tensor) for a in args) and any(a is x for a in args)
     if not (tensors and (callee is zip or callee is enumerate and len(args) == 1)):
         return None, ()
@@ -1431,6 +1500,11 @@ class _Slots:
         for i in var:
             self.before[i] = self.after1[i] = self.after2[i] = _STEP
         return var
+
+
+def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    with torch._C.DisableTorchFunction():   # (magpy's own reads)
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 def _tensor_tuples(*values) -> bool:

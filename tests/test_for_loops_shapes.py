@@ -1,7 +1,7 @@
 """Control flow operators: the ``for`` loop shapes of recurrent programs besides ``for x_t in
 x`` and ``for t in range(n)`` recorded as one ``torch.while_loop`` (magpy.controlflow):
-``for i, x_t in enumerate(x)``, ``for x_t, y_t in zip(x, y)`` and ``for t in range(a, n, s)``
-with a constant start and step.
+``for i, x_t in enumerate(x)``, ``for x_t, y_t in zip(x, y)``, ``for t in range(a, n, s)``
+with a constant start and step, and ``out[t] = h`` into a tensor made before the loop.
 
 As in tests/test_for_loops.py, every program runs through
 ``tests.compile_harness.check_compiled`` with sequences whose length changes from call to
@@ -124,6 +124,41 @@ def _range_from_one_by_three(x, h):
     return h
 
 
+def _store_rows(x, h):
+    out = torch.zeros(x.shape[0], 2, 4)
+    for t in range(x.shape[0]):
+        h = torch.tanh(x[t] + h * 0.5)
+        out[t] = h
+    return out
+
+
+def _store_before_the_update(x, h):
+    out = torch.empty(x.shape)
+    for t in range(x.shape[0]):
+        out[t] = h   # (the state the step before left)
+        h = torch.tanh(x[t] + h)
+    return out, h
+
+
+def _store_every_other_row(x, h):
+    out = x.new_ones(x.shape)
+    first = out[0]   # (a view of out from before the loop, read after it)
+    for t in range(1, x.shape[0], 2):
+        h = torch.sigmoid(x[t] - h)
+        out[t] = h * 2
+    return out, first + 1
+
+
+def _store_by_enumerate(x, h):
+    hs, cs = torch.zeros_like(x), torch.zeros_like(x)
+    c = h
+    for i, xt in enumerate(x):
+        h, c = torch.tanh(xt + c), torch.sigmoid(h - xt)
+        hs[i] = h
+        cs[i] = c
+    return hs - cs
+
+
 def _batch_first(n, width=4):
     return torch.randn(2, n, width), torch.randn(2, width)
 
@@ -131,8 +166,10 @@ def _batch_first(n, width=4):
 ALL = LENGTHS, EXPECT
 PROGRAMS = [(_enumerate_rnn, _seq, ALL), (_enumerate_index, _seq, ALL), (_enumerate_from_one, _seq, ALL),
             (_zip_rnn, _pair, ALL), (_zip_three, _pair, ALL), (_range_by_two, _seq, ALL),
-            (_range_from_one, _seq, FROM_TWO), (_range_from_one_by_three, _batch_first, FROM_TWO)]
-STACKS = (_enumerate_rnn, _zip_rnn, _range_from_one)
+            (_range_from_one, _seq, FROM_TWO), (_range_from_one_by_three, _batch_first, FROM_TWO),
+            (_store_rows, _seq, ALL), (_store_every_other_row, _seq, FROM_TWO),
+            (_store_by_enumerate, _seq, ALL), (_store_before_the_update, _seq, ALL)]
+STACKS = (_enumerate_rnn, _zip_rnn, _range_from_one, _store_every_other_row)
 
 
 @pytest.mark.parametrize("program, make, lengths", PROGRAMS, ids=lambda p: getattr(p, "__name__", "")[1:])
@@ -208,6 +245,13 @@ def _by_zip(m, x, y, state):
     return torch.stack(outs)
 
 
+def _by_stores(m, x, y, state):
+    out = x.new_zeros(x.size(0), x.size(1), 6)
+    for t in range(x.size(0)):
+        state, out[t] = m.step(x[t] * y[t], state)   # (out[t] = h)
+    return out
+
+
 def _by_range(m, x, y, state):
     outs = []
     for t in range(0, x.size(0), 2):
@@ -227,11 +271,12 @@ def _cell_inputs(n):
     return torch.randn(n, 3, 4), torch.randn(n, 3, 4), torch.randn(3, 6)
 
 
+CELL_LOOPS = [_by_enumerate, _by_zip, _by_range, _by_stores]
 CELL_LENGTHS = [3, 5, 4, 1, 9, 2]
 CELL_EXPECT = [MONITOR, MONITOR, MOCK, MONITOR, MOCK, MOCK]
 
 
-@pytest.mark.parametrize("loop", [_by_enumerate, _by_zip, _by_range], ids=lambda f: f.__name__[4:])
+@pytest.mark.parametrize("loop", CELL_LOOPS, ids=lambda f: f.__name__[4:])
 @pytest.mark.parametrize("cell", [nn.LSTMCell, nn.GRUCell], ids=["lstm", "gru"])
 def test_recurrent_cells_without_grad(cell, loop):
     steps = _calls(_cell_inputs, CELL_LENGTHS, CELL_EXPECT, torch.no_grad)
@@ -241,7 +286,7 @@ def test_recurrent_cells_without_grad(cell, loop):
     assert sorted(_loops(trace.compiled)) == [0, 0, 1]
 
 
-@pytest.mark.parametrize("loop", [_by_enumerate, _by_zip, _by_range], ids=lambda f: f.__name__[4:])
+@pytest.mark.parametrize("loop", CELL_LOOPS, ids=lambda f: f.__name__[4:])
 def test_recurrent_cells_under_autograd_are_unrolled(loop):
     # torch.while_loop has no backward: a record per length, each exact (outputs and gradients).
     steps = [Step(s.name, s.args, seed=s.seed, expect=MONITOR) for s in _calls(_cell_inputs, [3, 5, 4])]
@@ -253,7 +298,7 @@ def test_recurrent_cells_under_autograd_are_unrolled(loop):
 
 
 def test_loops_under_inductor():
-    for loop in (_by_enumerate, _by_zip, _by_range):
+    for loop in CELL_LOOPS:
         magpy.reset()
         steps = _calls(_cell_inputs, [3, 5, 8, 4], [MONITOR, MONITOR, MOCK, MOCK], torch.no_grad)
         trace = check_compiled(_tagger(nn.GRUCell, loop), steps, backend="inductor", rtol=1e-5, atol=1e-5)
@@ -313,12 +358,73 @@ def _range_reads_index_after(x, h):
     return h * t
 
 
+def _range_from_the_end(x, h):
+    for t in range(-2, x.size(0) - 2):
+        h = h + x[t]   # (rows from the end first)
+    return h
+
+
+def _enumerate_from_the_end(x, h):
+    for i, xt in enumerate(x, -1):
+        h = h + xt * x[i]
+    return h
+
+
+def _store_reads_out(x, h):
+    out = torch.zeros(x.shape[0], 2, 4)
+    for t in range(x.shape[0]):
+        h = torch.tanh(x[t] + out.mean())   # (reads what earlier steps stored)
+        out[t] = h
+    return out
+
+
+def _store_into(x, h, out):
+    for t in range(x.shape[0]):
+        h = torch.tanh(x[t] + h)
+        out[t] = h
+    return h
+
+
+def _store_another_dtype(x, h):
+    out = torch.zeros(x.shape, dtype=torch.float64)
+    for t in range(x.shape[0]):
+        h = torch.tanh(x[t] + h)
+        out[t] = h   # (converted)
+    return out
+
+
+def _store_a_column(x, h):
+    out = torch.zeros(2, x.shape[0], 4)
+    for t in range(x.shape[0]):
+        h = torch.tanh(x[t] + h)
+        out[:, t] = h   # (only out[t] is the operator's)
+    return out
+
+
 UNROLLED = [(_index_in_python, _seq, "the loop's index is used in Python"),
             (_index_as_a_number, _seq, None), (_index_after, _seq, None),
             (_pairs_whole, _seq, "the loop's index is used in Python"),
             (_zip_of_different_lengths, _pair, "zip of tensors of different lengths"),
             (_zip_keeps_a_row, _pair, None), (_range_next_row, _seq, "the loop's index is used in Python"),
-            (_range_reads_index_after, _seq, None)]
+            (_range_reads_index_after, _seq, None), (_range_from_the_end, _seq, "a negative index"),
+            (_enumerate_from_the_end, _seq, None),
+            (_store_reads_out, _seq, "the loop's body reads a tensor it stores rows into"),
+            (_store_another_dtype, _seq, "a row stored is not of the tensor's dtype and row shape"),
+            (_store_a_column, _seq, "STORE_SUBSCR in a branch")]
+
+
+def _seq_and_out(n):
+    return (*_seq(n), torch.zeros(n, 2, 4))
+
+
+def test_rows_stored_into_a_tensor_from_outside_are_unrolled():
+    # A graph input (the caller's tensor), not made by the graph: the caller sees it updated.
+    steps = [Step(s.name, s.args, seed=s.seed, expect=ANY) for s in _calls(_seq_and_out, [3, 5, 6, 7])]
+    trace = check_compiled(lambda: (_store_into, None), steps)
+    assert not any(_loops(trace.compiled))
+    conds = magpy.explain(trace.compiled, *_seq_and_out(6)).control_flow
+    why = "a row is stored into a tensor the graph did not make before the loop"
+    assert any(why in c for c in conds), conds
 
 
 @pytest.mark.parametrize("program, make, why", UNROLLED, ids=lambda p: getattr(p, "__name__", "")[1:])
