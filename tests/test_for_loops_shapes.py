@@ -190,6 +190,17 @@ def test_an_empty_sequence(program, make):
     assert 1 in _loops(trace.compiled)
 
 
+def test_zip_of_tensors_whose_lengths_part_later():
+    # The second record's operator walks x and y in step: a call where they differ misses it
+    # (zip stops at the shorter one) and is exact.
+    calls = [(3, 3, MONITOR), (5, 5, MONITOR), (6, 6, MOCK), (6, 4, MONITOR), (4, 7, ANY), (7, 7, MOCK)]
+    steps = [Step(f"lengths {n}, {m}", (lambda st, n=n, m=m: (torch.randn(n, 2, 4), torch.randn(m, 2, 4),
+                                                               torch.randn(2, 4))), seed=i, expect=e)
+             for i, (n, m, e) in enumerate(calls)]
+    trace = check_compiled(lambda: (_zip_three, None), steps, fullgraph=False)
+    assert magpy.stats(trace.compiled).eager_runs == 0
+
+
 def test_repeated_calls_hit_the_record():
     steps = _calls(_pair, [3, 5], [MONITOR, MONITOR])
     steps += [Step("the same inputs again", steps[1].args, seed=2, expect=MOCK),
@@ -288,7 +299,7 @@ def test_recurrent_cells_without_grad(cell, loop):
 
 @pytest.mark.parametrize("loop", CELL_LOOPS, ids=lambda f: f.__name__[4:])
 def test_recurrent_cells_under_autograd_are_unrolled(loop):
-    # torch.while_loop has no backward: a record per length, each exact (outputs and gradients).
+    # torch.while_loop has no backward: a record per length, each exact.
     steps = [Step(s.name, s.args, seed=s.seed, expect=MONITOR) for s in _calls(_cell_inputs, [3, 5, 4])]
     trace = check_compiled(_tagger(nn.LSTMCell, loop), steps, fullgraph=False)
     st = magpy.stats(trace.compiled)
