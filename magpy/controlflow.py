@@ -61,7 +61,37 @@ list the body appends one tensor to per step (``outs.append(h)``) becomes a buff
 operator fills (:class:`Accumulated`); after the loop only ``torch.stack`` or ``torch.cat``
 may read it, which the graph takes from that buffer.  Anything else a recording finds
 out too late (a read of the loop variable or the list) ends it, and the next recording
-unrolls that loop.
+unrolls that loop (``magpy.explain`` says why).
+
+The other loop shapes of recurrent code are recorded the same way (a :class:`_Walk` says
+what each step gives and how the operator's body reads it from its step count):
+
+==============================================  ============================================
+the loop                                        step ``k`` of the operator
+==============================================  ============================================
+``for x_t, y_t in zip(x, y):`` (tensors)        reads ``x[k]`` and ``y[k]``; the first sizes
+                                                must be one (the guard keeps that), else
+                                                the loop is unrolled
+``for i, x_t in enumerate(x[, start]):``        reads ``x[k]``; ``start + k`` is the loop's
+                                                index, as a range loop's
+``for t in range(n)``, ``range(a, n, s)``       ``t = a + s * k``, which only tensor
+(``n`` symbolic or above the unroll limit,      operations may read, as a row (``x[t]``,
+``a`` and ``s`` constants)                      ``x[:, t]``); any other use of ``t`` (Python
+                                                arithmetic, a comparison) unrolls the loop
+``out[t] = h`` in the body of one of the two    ``out`` is carried: ``index_put`` sets its
+above (``out`` made before the loop by the      row ``t``; after the operator its result is
+same graph, contiguous, not read in the body,   copied into ``out`` (``copy_``, in place as
+``h`` of its dtype and row shape)               the loop did)
+==============================================  ============================================
+
+``enumerate(x)`` and ``zip(x, y)`` run ``iter`` of the tensors inside the call: its
+``unbind`` calls run unrecorded, and the loop is recorded once the call completes (the
+``GET_ITER`` that follows gives the object itself).  The body's unpacking of each step's
+value (``UNPACK_SEQUENCE`` and the stores) starts each fork with the items on the stack.
+A fork does not run ``out[t] = h`` (:class:`Sandbox` takes it as a row store), the real
+run does; a real run that stops midway puts ``out`` back as it was.
+The operator's step count is ``len(range(a, n, s))`` computed on the symbolic ``n``; an
+index below 0 (``x[-1]``, the last row) unrolls the loop.
 """
 from __future__ import annotations
 
@@ -82,8 +112,9 @@ from magpy.monitor.observer import CALLS, RETURNS, Items, calling, returns_to_ca
 from magpy.opgraph import LOOP_INDEX
 from magpy.refgraph.graph import is_immutable
 
-# Ifs whose passed-through tensor escaped a recording: (file, first line, function, offset).
-_REFUSED: set[tuple] = set()
+# Jumps and loops a recording found cannot be operators, (file, first line, function, offset)
+# -> why (an if whose passed-through tensor escaped, a for loop explain names as unrolled).
+_REFUSED: dict[tuple, str] = {}
 # Tensor attributes that are metadata (a passed-through tensor and the cond's output agree).
 _METADATA = frozenset({"shape", "dtype", "device", "ndim", "layout", "requires_grad", "is_cuda", "size",
                        "dim"})
@@ -116,11 +147,16 @@ class Sandbox:
     """The rules a fork runs under: the monitor asks it before each native call and runs
     frames through its tables, whose effectful instructions stop the fork first."""
 
-    def __init__(self, appendable: frozenset = frozenset()):
+    def __init__(self, appendable: frozenset = frozenset(), writes: list | None = None,
+                 writable: frozenset = frozenset()):
         self.violation: str | None = None
         self._tables: dict[int, tuple] = {}   # id(code info) -> (info, guarded table)
         self._cells: set[int] = set()         # ids of the cells frames made in the fork
         self.appendable = appendable          # ids of the lists a loop body may append to
+        # A counted loop's body: its ``out[t] = value`` (``t`` the loop's index) as ``(out,
+        # value)``, not run (Branches._for_operator makes them the operator's); the loop's real
+        # run: the ids of the tensors it stores those rows into.
+        self.writes, self.writable = writes, writable
 
     def stop(self, why: str):
         if self.violation is None:
@@ -139,6 +175,8 @@ class Sandbox:
 
     def _guard(self, handler, opname: str):
         """``handler`` of instruction ``opname``, stopping the fork before an effect."""
+        if opname == "STORE_SUBSCR" and (self.writes is not None or self.writable):
+            return self._row_store(handler)
         if opname in bytecode.EFFECT_OPS:
             def refuse(f, arg):
                 self.stop(f"{opname} in a branch")
@@ -156,6 +194,22 @@ class Sandbox:
                 return handler(f, i)
             return write
         return handler
+
+    def _row_store(self, handler):
+        """``STORE_SUBSCR`` in a counted loop: ``out[t] = value`` of tensors, ``t`` the loop's
+        index, is taken (a fork) or run (the real run, for the tensors ``writable``)."""
+        def store(f, arg):
+            value, out, key = f.stack[-3:]
+            if id(out) in self.writable:
+                return handler(f, arg)
+            if not (self.writes is not None and f.shadow_stack[-1] is LOOP_INDEX and type(key) is int
+                    and isinstance(out, torch.Tensor) and isinstance(value, torch.Tensor)):
+                self.stop("STORE_SUBSCR in a branch")
+            self.writes.append((out, value))
+            del f.stack[-3:]
+            del f.shadow_stack[-3:]
+            return False
+        return store
 
     def check_call(self, callee, args: tuple) -> None:
         """A native call in a fork: only pure ones (tensor operations are checked by the
@@ -406,23 +460,40 @@ class Branches(Observer):
         return True
 
     def wants_iteration(self, x: torch.Tensor) -> bool:
-        """Is ``x.unbind(0)`` being run by ``iter(x)`` for a ``for`` loop this records as one
-        ``torch.while_loop``?  Then the recorder runs it unrecorded, and the loop is recorded
-        once ``iter(x)`` completes (module docstring)."""
+        """Is ``x.unbind(0)`` being run for the iterator of a ``for`` loop this records as one
+        ``torch.while_loop`` (``iter(x)``, or ``enumerate(x)``/``zip(x, y)`` whose result the
+        loop takes)?  Then the recorder runs it unrecorded, and the loop is recorded once the
+        instruction completes (module docstring)."""
         if not (config.control_flow and self.enabled) or self.breaker.brk is not None:
             return False
         f = self.monitor.current
         if self.monitor.sandbox is not None or f is None or not hasattr(f, "info"):
             return False
-        found = for_loop(f.info, f.lasti)
-        if found is None or _site(f) in _REFUSED or x.dim() == 0 or x.size(0) < 2:
+        pending = self._pending
+        if pending is not None and pending[3] == self._record_for and pending[:2] == (f, f.lasti):
+            return any(x is t for t in pending[2])   # zip(x, y)'s second tensor
+        found, over = _iterating(f, x)
+        if found is None or any(t.dim() == 0 or t.size(0) < 2 for t in over):
             return False
-        if not (self._symbolic_length(x) or x.size(0) > config.max_unroll):
+        if _site(f) in _REFUSED:
+            self._note(f"for at {_where(f)}: unrolled ({_REFUSED[_site(f)]})")
+            return False
+        if not all(self._symbolic_length(t) or t.size(0) > config.max_unroll for t in over):
             self._note(f"for at {_where(f)}: unrolled ({x.size(0)} slices, a static length up to "
                        f"config.max_unroll={config.max_unroll})")
             return False
-        self._pending = (f, f.lasti, x, self._record_for, found)
+        if not self._one_length(over):
+            self._note(f"for at {_where(f)}: unrolled (zip of tensors of different lengths)")
+            return False
+        self._pending = (f, f.lasti, over, self._record_for, found)
         return True
+
+    def _one_length(self, over: tuple) -> bool:
+        """Are the first sizes of the tensors ``over`` (a ``zip`` walks in step) one?  (Symbolic
+        ones: the guard keeps the outcome, as where the program compares them.)"""
+        shapes = self.recorder.shapes
+        sizes = [shapes.fake(t).shape[0] if shapes is not None and shapes.active else t.size(0) for t in over]
+        return all(bool(n == sizes[0]) for n in sizes[1:])
 
     def _symbolic_length(self, x) -> bool:
         shapes = self.recorder.shapes
@@ -624,7 +695,7 @@ class Branches(Observer):
         """End the recording (to be made again) and make the jump at ``site`` a break."""
         if self.monitor.sandbox is not None:
             self.monitor.sandbox.stop(why)   # in an arm: that arm's if is a break, nothing more
-        _REFUSED.add(site)
+        _REFUSED[site] = why
         self.live.clear()
         self.accs.clear()
         brk = self.breaker.where(f"{why}; that jump is a break from the next recording on")
@@ -678,39 +749,46 @@ class Branches(Observer):
             self.conds.append(f"while at {_where(frame)}: torch.while_loop")
         return why
 
-    def _record_for(self, frame, x, found) -> str | None:
-        """Record a ``for`` loop over the first dimension of ``x`` as one ``torch.while_loop``
-        (module docstring).  Unlike other jumps, one that cannot be ends the recording: ``iter(x)``
-        ran unrecorded."""
-        where = _where(frame)
-        slices = _iterated(frame.stack[-1])
-        why = self._for_operator(frame, x, found, slices) if slices else "its iterator is not over x's slices"
+    def _record_for(self, frame, over, found) -> str | None:
+        """Record a ``for`` loop over the first dimension of the tensors ``over`` (``x``, or
+        those ``enumerate``/``zip`` walk in step) as one ``torch.while_loop`` (module
+        docstring).  Unlike other jumps, one that cannot be ends the recording: ``iter(x)`` ran
+        unrecorded."""
+        where, it = _where(frame), frame.stack[-1]
+        frame.pc = found[0]   # (after enumerate(x) or zip(x, y): their GET_ITER gives the object itself)
+        walk = _walk(it, over)
+        why = self._counted(frame, walk, found) if walk else "its iterator is not over the tensors' slices"
         if why is not None:
             self._refuse(_site(frame), f"no while_loop for the for loop: {why}")
             return None
         self.conds.append(f"for at {where}: torch.while_loop over " + (
-            "a symbolic number of slices" if self._symbolic_length(x)
-            else f"more slices than config.max_unroll={config.max_unroll}"))
+            "a symbolic number of slices" if self._symbolic_length(over[0])
+            else f"more slices than config.max_unroll={config.max_unroll}") + _WALKERS[type(it)][1])
         return None
 
-    def _record_range(self, frame, found, n, span) -> None:
+    def _record_range(self, frame, found, r, span) -> None:
         """Record ``for i in range(n)`` as one ``torch.while_loop`` if its body can be one
         (module docstring); if not, the loop runs on, unrolled (``iter(range(n))`` was no
         tensor operation: nothing is lost)."""
         where = _where(frame)
-        self._counting = True
-        try:
-            why = self._for_operator(frame, n, found, (0, 1))
-        finally:
-            self._counting = False
+        why = self._counted(frame, _ranging(r, span), found)
         if why is not None:
             self._note(f"for at {where}: unrolled ({why})")
             return
         if span is not None:
             span.taken = True
-        self.conds.append(f"for at {where}: torch.while_loop over range(" + (
-            "a symbolic n)" if span is not None
-            else f"{n}), more steps than config.max_unroll={config.max_unroll}"))
+        self.conds.append(f"for at {where}: torch.while_loop over " + (
+            _range_words(r, "a symbolic n") if span is not None
+            else f"{_range_words(r, r.stop)}, more steps than config.max_unroll={config.max_unroll}"))
+
+    def _counted(self, frame, walk, found) -> str | None:
+        """:meth:`_for_operator`, with the loop's index (``walk.index``) read by the body's
+        tensor operations as the step count (``LOOP_INDEX``)."""
+        self._counting = walk.index is not None
+        try:
+            return self._for_operator(frame, walk, found)
+        finally:
+            self._counting = False
 
     def _ranged(self, frame) -> None:
         """At ``iter(range(n))`` of a ``for`` loop: record it as a ``while_loop`` where ``n`` is
@@ -721,61 +799,63 @@ class Branches(Observer):
             return
         _, (r,), pos = it.__reduce__()
         span = frame.ins_shadows[0] if type(frame.ins_shadows[0]) is Span else None
-        if pos or r.start != 0 or r.step != 1 or r.stop < 2 or not self.recorder.forks_allowed():
+        if pos or len(r) < 2 or not self.recorder.forks_allowed():
             return
-        if span is None and r.stop <= config.max_unroll:
+        if span is None and len(r) <= config.max_unroll:
+            return
+        if r.start < 0 or r[-1] < 0:   # (x[t] from the end: the operator's rows count from the start)
+            self._note(f"for at {_where(frame)}: unrolled (a negative index)")
             return
         if config.control_flow and self.enabled and self.breaker.brk is None and _site(frame) not in _REFUSED:
-            self._record_range(frame, found, span.stop if span is not None else r.stop, span)
+            self._record_range(frame, found, r, span)
 
     def _note(self, words: str) -> None:
         """An unrolled loop for explain, once (a loop in a loop meets it again)."""
         if words not in self.conds:
             self.conds.append(words)
 
-    def _for_operator(self, frame, over, found, steps: tuple) -> str | None:
-        """Record the ``for`` loop of ``frame`` over ``over`` (a tensor's slices, or ``range(n)``
-        for ``n`` an int) whose iterator gives ``steps`` first, as one ``while_loop``; the reason
-        it cannot be, or None."""
+    def _for_operator(self, frame, walk: _Walk, found) -> str | None:
+        """Record the ``for`` loop of ``frame`` that takes the steps ``walk`` as one
+        ``while_loop``; the reason it cannot be, or None."""
         head, body, exit = found
-        store = frame.info.instructions[body]
-        # (3.13's STORE_FAST_LOAD_FAST stores it, then loads another local.)
-        if store is None or store.opname not in ("STORE_FAST", "STORE_FAST_LOAD_FAST"):
-            return "the loop unpacks or stores its variable elsewhere"
-        var_slot = bytecode.fast_slots(bytecode.FAST_WRITES, store)[0]
-        counted = not isinstance(over, torch.Tensor)
+        binding = _binding(frame.info, body, walk.values[0])
+        if binding is None:
+            return "the loop stores its variables elsewhere than in local variables"
         shapes = self.recorder.shapes
-        if not counted and shapes is not None and shapes.active:
+        if shapes is not None and shapes.active and type(walk.over) is tuple:
             with self.recorder.paused():
-                for row in steps:
-                    shapes.row_twin(row, over)
+                for rows in walk.rows:
+                    for row, x in zip(rows, walk.over):
+                        shapes.row_twin(row, x)
         accs = [v for v in frame.locals if type(v) is list and not v and _only_in(v, frame)]
         with self._same_random_numbers() as drew:
-            arm1, fork1, why, items1 = self._step(frame, steps[0], found, accs, counted)
+            arm1, fork1, why, items1, writes1 = self._step(frame, walk, 0, binding, found, accs)
             if why is None:
-                arm2, fork2, why, items2 = self._step(fork1, steps[1], found, accs, counted)
+                arm2, fork2, why, items2, writes2 = self._step(fork1, walk, 1, binding, found, accs)
         if why is not None or drew:
             return why or "the loop draws random numbers"
         if not (len(frame.stack) == len(fork1.stack) == len(fork2.stack)):
             return "an iteration leaves a different stack"
         slots = _Slots(*(self._graph_values(f) for f in (frame, fork1, fork2)))
-        if not counted and (slots.holds(steps[0]) or any(c is steps[0] for c in arm2.captures)):
+        if any(slots.holds(row) or any(c is row for c in arm2.captures) for row in walk.rows[0]):
             return "an iteration keeps the slice of the one before"
-        var = slots.step(var_slot)
+        var = [i for slot in binding[1] for i in slots.step(slot)]
         groups, why = _carried_groups(slots.before, slots.after1, slots.after2, arm1, arm2, self._kind)
         filled = [(lst, a, b) for lst, a, b in zip(accs, items1, items2) if a or b]
-        why = why or _appended(filled, arm1, arm2, self._kind)
+        why = why or _appended(filled, arm1, arm2, self._kind) or self._stored(writes1, writes2, arm1, arm2)
         if why is not None:
             return why
+        stores = [(out, b) for (out, _), (_, b) in zip(writes1, writes2)]
+        outs = [out for out, _ in stores]
         state = [slots.after1[g[0]] for g in groups]
-        extra = [c for c in arm2.captures if c is not steps[1] and all(c is not s for s in state)]
+        extra = [c for c in arm2.captures if all(c is not s for s in (*walk.rows[1], *state))]
         if any(arm1.made(c) for c in extra):
             return "an iteration reads a tensor the one before made but did not keep"
         firsts = [next((slots.before[i] for i in g if slots.before[i] is not NULL), NULL) for g in groups]
-        read = [steps[0]] * (not counted) + firsts + extra
+        read = [*walk.rows[0], *firsts, *extra, *outs]
         if torch.is_grad_enabled() and any(t.requires_grad for t in read if t is not NULL):
             return "the loop runs under autograd (torch.while_loop has no backward)"
-        real, why = self._run_real(frame, head, exit, [lst for lst, _, _ in filled])
+        real, why = self._run_real(frame, head, exit, [lst for lst, _, _ in filled], outs)
         held = slots.flat(real.locals + real.stack) if why is None else None
         if held is None:
             return why or "the loop leaves a different kind of value in a variable"
@@ -785,27 +865,58 @@ class Branches(Observer):
             return "the loop leaves a tensor from before it"
         with self.recorder.paused():
             stacks = [torch.stack(lst) for lst, _, _ in filled]
-        self.recorder.for_loop(over, _entering(firsts, state), arm2, None if counted else steps[1], state,
+        self.recorder.for_loop(walk.over, walk.rows[1], walk.index, _entering(firsts, state), arm2, state,
                                extra, [slots.after2[g[0]] for g in groups], [b[0] for _, _, b in filled],
-                               finals, stacks)
+                               finals, stacks, stores)
         self._adopt(frame, real, exit)
         self._after_for(frame, {slots.slot[i] for g in groups for i in g}, {slots.slot[i] for i in var},
                         [(lst, out) for (lst, _, _), out in zip(filled, stacks)])
         return None
 
-    def _run_real(self, frame, head, exit, lists: list):
+    def _stored(self, writes1: list, writes2: list, arm1, arm2) -> str | None:
+        """Can the row stores ``out[t] = value`` of a loop's two steps (``(out, value)`` each)
+        be the operator's: the same tensors each step, each once, contiguous tensors this
+        piece's graph made before the loop (the operator's outputs are copied into them) that
+        the body does not read (a fork does not run the stores, the operator does), given rows
+        of their kind (``index_put`` converts nothing) that the step made or read?  The reason
+        not."""
+        ids = [id(o) for o, _ in writes1]
+        if ids != [id(o) for o, _ in writes2] or len(set(ids)) < len(ids):
+            return "the steps store rows into different tensors"
+        for (out, a), (_, b) in zip(writes1, writes2):
+            if arm1.made(out) or self.recorder.produced(out) is not self.recorder.piece:
+                return "a row is stored into a tensor the graph did not make before the loop"
+            if not out.is_contiguous():   # (index_put gives the operator's carried copy its layout)
+                return "a row is stored into a strided tensor"
+            if any(_shares_storage(c, out) for c in (*arm1.captures, *arm2.captures)):
+                return "the loop's body reads a tensor it stores rows into"
+            kind, row = self._kind(out), self._kind(b)
+            if self._kind(a) != row or (row[0], row[1], row[3]) != (kind[0], kind[1][1:], kind[3]):
+                return "a row stored is not of the tensor's dtype and row shape"
+            if not (arm2.made(b) or any(b is c for c in arm2.captures)):
+                return "a step stores a tensor it neither made nor read"
+        return None
+
+    def _run_real(self, frame, head, exit, lists: list, outs: list):
         """:meth:`_run_loop` for a ``for`` loop, on an iterator of its own (the program's is
         shared with the frame): a run that stops midway (a later step raises) leaves the
-        program's iterator, and the ``lists`` it appends to, as they were before the loop."""
+        program's iterator, the ``lists`` it appends to and the tensors ``outs`` it stores rows
+        into as they were before the loop."""
         it = frame.stack[-1]
-        frame.stack[-1] = iter(it.__reduce__()[1][0])   # (a range or tuple iterator not started)
+        frame.stack[-1] = _restarted(it)
+        with self.recorder.paused():
+            saved = [t.clone() for t in outs]
         try:
-            real, why = self._run_loop(frame, head, exit, frozenset(map(id, lists)))
+            real, why = self._run_loop(frame, head, exit, Sandbox(frozenset(map(id, lists)),
+                                                                  writable=frozenset(map(id, outs))))
         finally:
             frame.stack[-1] = it
         if why is not None:
             for lst in lists:
                 lst.clear()   # (empty before the loop)
+            with self.recorder.paused():
+                for t, before in zip(outs, saved):
+                    t.copy_(before)
         return real, why
 
     def _after_for(self, frame, carried: set, var: set, filled: list) -> None:
@@ -823,27 +934,32 @@ class Branches(Observer):
             self.accs[id(mark)] = mark
             frame.shadow_locals[next(i for i, v in enumerate(frame.locals) if v is lst)] = mark
 
-    def _step(self, frame, value, found, accs, counted: bool):
-        """One step of a ``for`` loop's body from ``frame``'s state on ``value`` (what the
-        iterator gives), in a fork that stops back at the loop's head: ``(arm, fork, why not,
-        the tensors it appended to each of the lists accs)``; the lists are left as they were.
-        ``counted``: ``value`` is the index of a ``range`` loop, which tensor operations read
-        as the operator's step count (``LOOP_INDEX``)."""
-        head, body, exit = found
+    def _step(self, frame, walk: _Walk, k: int, binding: tuple, found, accs):
+        """Step ``k`` of ``walk`` through a ``for`` loop's body from ``frame``'s state, in a fork
+        that stops back at the loop's head: ``(arm, fork, why not, the tensors it appended to
+        each of the lists accs, its row stores (out, value))``; the lists are left as they were,
+        the stores not run (:class:`Sandbox`).  The fork starts where the
+        body binds the iterator's value (``binding``), with the value on the stack (unpacked
+        where the body unpacks it); a loop's index in it has the shadow ``LOOP_INDEX``, which
+        tensor operations read as the operator's step count."""
+        head, _, exit = found
+        start, _, unpacks = binding
+        pushed = walk.pushed(k, unpacks)
         sizes = [len(lst) for lst in accs]
-        frame.stack.append(value)
-        frame.shadow_stack.append(LOOP_INDEX if counted else None)
+        counted = walk.index is not None
+        sandbox = Sandbox(frozenset(map(id, accs)), [] if counted else None)
+        frame.stack.extend(v for v, _ in pushed)
+        frame.shadow_stack.extend(sh for _, sh in pushed)
         try:
-            arm, fork, why = self._fork(frame, (body, exit), (head,), appendable=frozenset(map(id, accs)),
-                                        counted=counted)
+            arm, fork, why = self._fork(frame, (start, exit), (head,), sandbox=sandbox, counted=counted)
         finally:
-            frame.stack.pop()
-            frame.shadow_stack.pop()
+            del frame.stack[-len(pushed):]
+            del frame.shadow_stack[-len(pushed):]
         appended = []
         for lst, n in zip(accs, sizes):
             appended.append(lst[n:])
             del lst[n:]
-        return arm, fork, why, appended
+        return arm, fork, why, appended, sandbox.writes or []
 
     def _iterate(self, frame, body, test, back_if):
         """One iteration of the loop's body from ``frame``'s state, in a fork that stops at the
@@ -926,13 +1042,13 @@ class Branches(Observer):
                 _set_shadow(frame, i, mark)
         return finals
 
-    def _run_loop(self, frame, body, exit, appendable: frozenset = frozenset()):
+    def _run_loop(self, frame, body, exit, sandbox: Sandbox | None = None):
         """Run the loop of ``frame`` for real, from ``body`` to ``exit``, on a copy of the
-        frame, unobserved and unrecorded but sandboxed (the forks showed the iterations have
-        no effects but appending to the lists ``appendable``; should one have, this stops
-        before it, leaving ``frame`` as it was): ``(the copy at exit, None)`` or ``(None, why
-        not)``."""
-        mon, sandbox = self.monitor, Sandbox(appendable)
+        frame, unobserved and unrecorded but under ``sandbox`` (the forks showed the iterations
+        have no effects but those it allows, appending to lists and storing rows; should one
+        have, this stops before it, leaving ``frame`` as it was): ``(the copy at exit, None)``
+        or ``(None, why not)``."""
+        mon, sandbox = self.monitor, sandbox or Sandbox()
         real = frame.copy(back=frame.back)
         saved = mon.observers, mon.sandbox
         mon.observers, mon.sandbox = [], sandbox
@@ -968,13 +1084,14 @@ class Branches(Observer):
                     drew.append(True)
                 torch.default_generator.set_state(rng)
 
-    def _fork(self, frame, region, joins, arrive=_arrive, appendable: frozenset = frozenset(),
+    def _fork(self, frame, region, joins, arrive=_arrive, sandbox: Sandbox | None = None,
               counted: bool = False):
         """Run the arm ``region`` of ``frame`` on a copy of it, to one of the ``joins``: ``(arm,
         fork, None)``, or ``(None, None, why not)``.  ``arrive`` runs instead of a join's
-        instruction; the arm may append to the lists ``appendable``; ``counted``: it is a
-        range loop's body, whose tensor operations may read the step count."""
-        sandbox = Sandbox(appendable)
+        instruction; the arm runs under ``sandbox`` (a loop body's: the lists it may append
+        to); ``counted``: it is a range loop's body, whose tensor operations may read the step
+        count."""
+        sandbox = sandbox or Sandbox()
         fork = frame.copy(back=frame.back)
         fork.pc = region[0]
         with self._forking(sandbox):
@@ -1177,15 +1294,149 @@ def _equal(a, b) -> bool:
 
 
 _RANGE_ITERATOR = type(iter(range(0)))
+_TUPLE_ITERATOR = type(iter(()))
 
 
 def _iterated(it) -> tuple | None:
     """The tensors a tuple iterator that has not started goes over (``iter(x)`` of a tensor
     is one over ``x.unbind(0)``), else None."""
-    if type(it) is not type(iter(())):
+    if type(it) is not _TUPLE_ITERATOR:
         return None
     _, (items,), pos = it.__reduce__()
     return items if pos == 0 and all(isinstance(t, torch.Tensor) for t in items) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Walk:
+    """The steps of a ``for`` loop recorded as a ``while_loop``: ``over``, the tensors whose
+    first dimension it walks in step, or (a range) its number of steps; ``values``, what the
+    iterator gives on the first two steps, and ``rows``, the slices of ``over`` each holds;
+    ``index``, ``(start, step)`` of the number each gives (range, enumerate) or None, and
+    ``shadow``, a value's shadow (``LOOP_INDEX`` where that number is)."""
+
+    over: object
+    values: tuple
+    rows: tuple
+    index: tuple | None = None
+    shadow: object = None
+
+    def pushed(self, k: int, unpacks: bool) -> list:
+        """The ``(value, shadow)`` pairs step ``k`` puts on the stack for the body: its value,
+        or the value's items in the order ``UNPACK_SEQUENCE`` pushes them."""
+        v = self.values[k]
+        if not unpacks:
+            return [(v, self.shadow)]
+        return list(zip(reversed(v), reversed(self.shadow or (None,) * len(v))))
+
+
+def _sliced(iterators, over: tuple, index=None, shadow=None, start=0) -> _Walk | None:
+    """The walk of tuple iterators over the slices of the tensors ``over`` in step: each
+    value the row of one slice of each (one tensor: the slice), after its number from
+    ``start`` if ``index``; None if they are not such iterators, not started."""
+    items = [_iterated(i) for i in iterators]
+    if len(items) != len(over) or any(s is None for s in items):
+        return None
+    rows = tuple(zip(*(s[:2] for s in items)))
+    values = tuple(r if len(r) > 1 else r[0] for r in rows)
+    if index is not None:
+        values = tuple((start + k, v) for k, v in enumerate(values))
+    return _Walk(over, values, rows, index, shadow)
+
+
+def _walk_tuple(it, over):
+    return _sliced([it], over)
+
+
+def _walk_enumerate(it, over):
+    inner, start = it.__reduce__()[1]
+    return _sliced([inner], over, (start, 1), Items((LOOP_INDEX, None)), start)
+
+
+def _walk_zip(it, over):
+    return _sliced(it.__reduce__()[1], over)
+
+
+# How a for loop recorded as a while_loop walks tensors, by its iterator's type: its _Walk,
+# and the words explain adds.
+_WALKERS = {_TUPLE_ITERATOR: (_walk_tuple, ""), enumerate: (_walk_enumerate, " (enumerate)"),
+            zip: (_walk_zip, " (zip)")}
+
+
+def _walk(it, over: tuple) -> _Walk | None:
+    """The walk of ``it``, the iterator of a ``for`` loop over the slices of tensors ``over``
+    (not started); None if it is none magpy knows."""
+    walker = _WALKERS.get(type(it))
+    return None if walker is None else walker[0](it, over)
+
+
+def _range_words(r: range, end) -> str:
+    """``r`` as explain names it, with ``end`` (words for a symbolic one) as its end."""
+    return f"range({end})" if (r.start, r.step) == (0, 1) else f"range({r.start}, {end}, {r.step})"
+
+
+def _ranging(r: range, span) -> _Walk:
+    """The walk of ``range`` ``r``, whose end is ``span.stop`` (a SymInt) if ``span``: each
+    step gives its index, the operator's number of steps is ``len(r)``."""
+    if span is None:
+        return _Walk(len(r), (r[0], r[1]), ((), ()), (r.start, r.step), LOOP_INDEX)
+    with torch._C.DisableTorchFunction():   # (torch.sym_max is a torch function: magpy's own)
+        n = torch.sym_max(-((r.start - span.stop) // r.step), 0)   # (len of a range, either sign)
+    return _Walk(n, (r[0], r[1]), ((), ()), (r.start, r.step), LOOP_INDEX)
+
+
+# The restart of an iterator the real run of a for loop takes, by type, from its __reduce__
+# arguments (others: a range or tuple iterator).
+_RESTARTS = {enumerate: lambda args: enumerate(_restarted(args[0]), args[1]),
+             zip: lambda args: zip(*map(_restarted, args))}
+
+
+def _restarted(it):
+    """A copy of ``it``, a ``for`` loop's iterator that has not started: a range or tuple
+    iterator, or ``enumerate``/``zip`` of those."""
+    args = it.__reduce__()[1]
+    again = _RESTARTS.get(type(it))
+    return iter(args[0]) if again is None else again(args)
+
+
+def _iterating(f, x) -> tuple:
+    """``(the for loop, the tensors it walks the slices of in step)`` if ``x.unbind(0)`` runs
+    for the iterator of a ``for`` loop of frame ``f``: ``iter(x)`` at its ``GET_ITER``, or
+    the call ``enumerate(x)``/``zip(x, y, ...)`` whose result that ``GET_ITER`` takes; else
+    ``(None, ())``."""
+    found = for_loop(f.info, f.lasti)
+    if found is not None:
+        return found, (x,)
+    ins = f.info.instructions[f.lasti]
+    if ins is None or ins.opname != "CALL" or not f.ins_inputs:
+        return None, ()
+    callee, args = bytecode.call_operands(f.ins_inputs)
+    if callee is enumerate and len(args) == 2 and type(args[1]) is int and args[1] >= 0:
+        args = args[:1]   # (a start: the index's, not a tensor; a negative one indexes from the end)
+    tensors = all(isinstance(a, torch.Tensor) for a in args) and any(a is x for a in args)
+    if not (tensors and (callee is zip or callee is enumerate and len(args) == 1)):
+        return None, ()
+    found = for_loop(f.info, f.info.ops[f.lasti][2])
+    return (found, args) if found is not None else (None, ())
+
+
+def _binding(info, body: int, value) -> tuple | None:
+    """How a ``for`` loop's body, from code unit ``body``, binds the iterator's ``value``:
+    ``(the code unit the forks start at, the local variables' slots it stores, whether it
+    unpacks the value first)``; None unless it stores into local variables (unpacking only a
+    tuple of as many)."""
+    ins = info.instructions[body]
+    unpacks = ins is not None and ins.opname == "UNPACK_SEQUENCE"
+    if unpacks and not (type(value) is tuple and ins.arg == len(value) > 0):
+        return None
+    start, n = (info.ops[body][2], ins.arg) if unpacks else (body, 1)
+    slots, at = [], start
+    while len(slots) < n:
+        store = info.instructions[at]
+        if store is None or store.opname not in bytecode.FAST_STORES:
+            return None
+        slots += bytecode.fast_slots(bytecode.FAST_WRITES, store)
+        at = info.ops[at][2]
+    return (start, slots, unpacks) if len(slots) == n else None
 
 
 def _only_in(lst: list, frame) -> bool:
@@ -1249,6 +1500,11 @@ class _Slots:
         for i in var:
             self.before[i] = self.after1[i] = self.after2[i] = _STEP
         return var
+
+
+def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    with torch._C.DisableTorchFunction():   # (magpy's own reads)
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 def _tensor_tuples(*values) -> bool:

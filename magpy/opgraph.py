@@ -136,32 +136,38 @@ class Arm(Piece):
         g.output(tuple(results))
         return self._graph_module(g)
 
-    def step_module(self, step, state: list, extra: list, outputs: list, items: list) -> fx.GraphModule:
+    def step_module(self, rows: tuple, index, state: list, extra: list, outputs: list,
+                    items: list, stored: list) -> fx.GraphModule:
         """This arm as the body of a ``while_loop`` counting the steps of a ``for`` loop over
-        the first dimension of a tensor ``x`` or over ``range(n)`` (magpy.controlflow): a graph
-        of ``(count, *carried, *buffers, *extra, x or n)``, where the arm read ``step``
-        (``x[count]``; None for a range loop, whose index the arm read as ``count``), ``state``
-        (the carried tensors) and ``extra``, giving ``(count + 1, *outputs, *buffers with row
-        count set to items)``."""
+        the first dimension of tensors ``xs`` in step or over a range of ``n`` steps
+        (magpy.controlflow): a graph of ``(count, *carried, *buffers, *outs, *extra, *xs or
+        n)``, where the arm read ``rows`` (one of each ``x``: ``x[count]``), the loop's index
+        (as ``start + step * count``, ``index`` being ``(start, step)``), ``state`` (the
+        carried tensors) and ``extra``, giving ``(count + 1, *outputs, *buffers with row count
+        set to items, *outs with the row at the index set to stored)``."""
         g = fx.Graph()
         count = g.placeholder("count")
         carried = [g.placeholder(f"carried{i}") for i in range(len(state))]
         buffers = [g.placeholder(f"buffer{i}") for i in range(len(items))]
+        outs = [g.placeholder(f"out{i}") for i in range(len(stored))]
         inputs = {id(t): g.placeholder(f"extra{i}") for i, t in enumerate(extra)}
-        over = g.placeholder("over")   # x, or a range loop's length
-        if step is not None:
-            row = g.call_function(torch.index_select, (over, 0, g.call_method("reshape", (count, (1,)))))
-            inputs[id(step)] = g.call_method("squeeze", (row, 0))
+        overs = [g.placeholder(f"over{i}") for i in range(len(rows) or 1)]   # the xs, or n
+        at = g.call_method("reshape", (count, (1,))) if rows else None
+        for x, row in zip(overs, rows):
+            inputs[id(row)] = g.call_method("squeeze", (g.call_function(torch.index_select, (x, 0, at)), 0))
         inputs.update((id(t), p) for t, p in zip(state, carried))
         env = {self.nodes[id(c)]: inputs[id(c)] for c in self.captures}
+        i = count if index in (None, (0, 1)) else g.call_function(
+            torch.add, (g.call_function(torch.mul, (count, index[1])), index[0]))
         if self.count is not None:
-            env[self.count] = count
+            env[self.count] = i
         for node in self.graph.nodes:
             if node.op != "placeholder":
                 env[node] = g.node_copy(node, env.__getitem__)
         def copied(t):
             return env[self.nodes[id(t)]]
         filled = [g.call_method("index_put", (b, (count,), copied(t))) for b, t in zip(buffers, items)]
+        filled += [g.call_method("index_put", (o, (i,), copied(t))) for o, t in zip(outs, stored)]
         g.output((g.call_function(torch.add, (count, 1)), *map(copied, outputs), *filled))
         return self._graph_module(g)
 
@@ -793,33 +799,41 @@ class OpRecorder(TorchFunctionMode):
             if not none:
                 self.passes[id(final)] = Passes(goes_on, False, first)
 
-    def for_loop(self, over, carried: list, body: Arm, step, state: list, extra: list, outputs: list,
-                 items: list, finals: list, stacks: list) -> None:
-        """Record a ``for`` loop over the first dimension of tensor ``over``, or over
-        ``range(over)`` (an int or SymInt), as ``torch.while_loop`` counting its steps
-        (magpy.controlflow).  ``body`` is one step's arm (see :meth:`Arm.step_module`);
-        ``carried`` are the carried tensors before the loop, ``finals`` what the run's loop
-        left, ``stacks`` stand-ins of buffers holding the ``items`` of every step, one row per
-        step (the operator's other outputs)."""
+    def for_loop(self, over, rows: tuple, index, carried: list, body: Arm, state: list, extra: list,
+                 outputs: list, items: list, finals: list, stacks: list, stores: list) -> None:
+        """Record a ``for`` loop over the first dimension of the tensors ``over`` in step, or
+        over a range of ``over`` steps (an int or SymInt), as ``torch.while_loop`` counting its
+        steps (magpy.controlflow).  ``body`` is one step's arm, which read ``rows`` and the
+        loop's index from ``index`` (see :meth:`Arm.step_module`); ``carried`` are the carried
+        tensors before the loop, ``finals`` what the run's loop left, ``stacks`` stand-ins of
+        buffers holding the ``items`` of every step, one row per step (the operator's other
+        outputs).  ``stores`` are the body's ``out[index] = value`` as ``(out, value)``: each
+        ``out`` is an operand the operator gives back with its rows set, copied into ``out``
+        (in place, as the loop did)."""
         self._sync_modes()
         graph, piece = self.graph, self.piece
-        sliced = isinstance(over, torch.Tensor)
+        sliced = type(over) is tuple
         names = [f"_loop_{part}{len(piece.submodules)}" for part in ("test", "body")]
-        piece.submodules[names[0]] = _count_test(2 + len(carried) + len(items) + len(extra), sliced)
-        piece.submodules[names[1]] = body.step_module(step, state, extra, outputs, items)
         with self.paused():   # (magpy's own metadata reads: no size reads of the program)
-            rows = [((*t.shape,), {"dtype": t.dtype, "device": t.device}) for t in items]
-            device = next((t.device for t in (over, *carried, *items) if isinstance(t, torch.Tensor)), None)
+            shapes = [((*t.shape,), {"dtype": t.dtype, "device": t.device}) for t in items]
+            device = next((t.device for t in (*(over if sliced else ()), *carried, *items)
+                           if isinstance(t, torch.Tensor)), None)
         ints = {"dtype": torch.int64, "device": device}
-        if sliced:
-            last = self.tensor_node(over)
-            length = graph.call_method("size", (last, 0))
+        if sliced:   # (all of one length: the loop's)
+            lasts = list(map(self.tensor_node, over))
+            length = graph.call_method("size", (lasts[0], 0))
         else:
             length = self._arg(over)
-            last = graph.call_function(torch.scalar_tensor, (length,), ints)
+            lasts = [graph.call_function(torch.scalar_tensor, (length,), ints)]
+        outs = [self.tensor_node(out) for out, _ in stores]
+        operands = 1 + len(carried) + len(items) + len(outs) + len(extra) + len(lasts)
+        piece.submodules[names[0]] = _count_test(operands, sliced)
+        piece.submodules[names[1]] = body.step_module(rows, index, state, extra, outputs, items,
+                                                      [v for _, v in stores])
         count = graph.call_function(torch.zeros, ((),), ints)
-        buffers = [graph.call_function(torch.empty, ((length, *shape),), kw) for shape, kw in rows]
-        operands = (count, *map(self.tensor_node, carried), *buffers), (*map(self.tensor_node, extra), last)
+        buffers = [graph.call_function(torch.empty, ((length, *shape),), kw) for shape, kw in shapes]
+        operands = ((count, *map(self.tensor_node, carried), *buffers, *outs),
+                    (*map(self.tensor_node, extra), *lasts))
         loop = torch.ops.higher_order.while_loop
         node = graph.call_function(loop, (*map(graph.get_attr, names), *operands))
         piece.op_count += 1
@@ -827,10 +841,12 @@ class OpRecorder(TorchFunctionMode):
         for i, t in enumerate(finals + stacks, start=1):
             self._keep.append(t)
             self._made(t, graph.call_function(operator.getitem, (node, i)))
+        for i, out in enumerate(outs, start=1 + len(finals) + len(stacks)):
+            graph.call_method("copy_", (out, graph.call_function(operator.getitem, (node, i))))
         if self.shapes is not None and self.shapes.active:
             with self.paused():
                 for t in stacks:
-                    self.shapes.stacked(t, over)
+                    self.shapes.stacked(t, over[0] if sliced else over)
 
     def _twins_like(self, made: list, like: list) -> None:
         """With symbolic sizes: the operator's outputs ``made`` (the run's loop made them

@@ -33,8 +33,8 @@ compares it, branches on it               the outcome is guarded (``s0 > 8``), n
 does anything else with it (a store into  is *specialised*: the guard requires the value it
 program state, a native call, a format,   has now (``Eq(s0, 6)``), as if it were not lifted
 the call's result)
-makes ``range(b)``                        is a ``Span``: a ``for`` loop over it recorded as
-                                          one ``while_loop`` (magpy.controlflow) takes it
+makes ``range(b)`` (or ``range(a, b,     is a ``Span``: a ``for`` loop over it recorded as
+s)``, ``a`` and ``s`` not lifted)         one ``while_loop`` (magpy.controlflow) takes it
                                           whole; anything else specialises ``b``
 =======================================  ================================================
 

@@ -445,8 +445,9 @@ class Shapes(Observer):
             if walk is not None:
                 self.set_output(f, 0, walk)
             return walk is not None
-        if callee is range and len(args) == 1 and type(in_sh[-1]) is SymInt:
-            self.set_output(f, 0, Span(in_sh[-1]))   # (a for loop over it may take it whole)
+        stop = _range_end(callee, in_sh[len(in_sh) - len(args):])
+        if stop is not None:
+            self.set_output(f, 0, Span(stop))   # (a for loop over it may take it whole)
             return True
         fn = next((v for k, v in NATIVE_INT if k is callee), None)
         out = outputs[0] if outputs else None
@@ -583,6 +584,16 @@ class Shapes(Observer):
         loads, conds = self.conditions({id(t): f"t{i}" for i, t in enumerate(self.holders())})
         out.append(f"conditions: {' and '.join(conds) or 'none'}")
         return out
+
+
+def _range_end(callee, shadows: tuple) -> SymInt | None:
+    """The end of ``range(*args)`` (``shadows``: its arguments') if it is symbolic and its
+    start and step are not."""
+    if callee is not range or not 0 < len(shadows) < 4:
+        return None
+    at = 0 if len(shadows) == 1 else 1
+    stop, others = shadows[at], shadows[:at] + shadows[at + 1:]
+    return stop if type(stop) is SymInt and not any(map(symbolic, others)) else None
 
 
 def sym_fx(expr, leaf, call):

@@ -17,6 +17,7 @@ from magpy.monitor.opcodes import (  # noqa: F401 - the facts every version shar
     CELL_WRITES,
     FAST_MOVES,
     FAST_READS,
+    FAST_STORES,
     FAST_WRITES,
     FORWARD_JUMP,
     ITER_MAKE,

@@ -1361,6 +1361,8 @@ FAST_READS = {"LOAD_FAST": (_WHOLE,), "DELETE_FAST": (_WHOLE,), "LOAD_FAST_AND_C
 FAST_WRITES = {"STORE_FAST": (_WHOLE,), "DELETE_FAST": (_WHOLE,), "LOAD_FAST_AND_CLEAR": (_WHOLE,),
                "STORE_FAST_LOAD_FAST": (_HIGH,), "STORE_FAST_STORE_FAST": (_HIGH, _LOW)}
 FAST_MOVES = frozenset(FAST_READS) | frozenset(FAST_WRITES)
+# Those that pop stack values into their slots (a ``for`` loop's body binding its variables).
+FAST_STORES = frozenset({"STORE_FAST", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST"})
 
 
 def fast_slots(table: dict, ins) -> tuple:
