@@ -29,9 +29,11 @@ Why a thread is safe here:
   thread after.  Compiling may assume more of the sizes; the guard's size check is
   rewritten before the guard that lets the compiled graphs run, so no call that passed
   the old check runs them.
-- A process that ends drops the compiles not started yet and waits for the one running:
-  the interpreter would otherwise stop the worker inside the compiler's C++ code, which
-  aborts the process (``terminate called without an active exception``).
+- A process that ends drops the compiles not started yet, waits for the one running and
+  lets the worker end, before any atexit handler runs: the interpreter would otherwise
+  stop the worker inside the compiler's C++ code, or inside torch's deallocator of a
+  tensor a finished job held, which aborts the process (``terminate called without an
+  active exception``).
 - A process forked while the worker compiles (``DataLoader`` workers, ``multiprocessing``
   with "fork") has no worker but would inherit magpy's lock held: the child starts with a
   lock, a queue and a worker of its own; its records keep running their eager twins.
@@ -51,6 +53,7 @@ from torch._dynamo.convert_frame import compile_lock
 
 _lock = threading.RLock()                        # held by every compile
 _jobs: queue.SimpleQueue = queue.SimpleQueue()   # (future, job) for the worker, in order
+_STOP = None                                     # the worker's last item (_drain)
 _unfinished: set[Future] = set()                 # submitted, not yet done (synchronize, reset)
 _worker: threading.Thread | None = None
 
@@ -91,21 +94,26 @@ def _work() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
     except (AttributeError, OSError):  # pragma: no cover - other platforms
         pass
-    while True:
-        future, job = _jobs.get()
-        if not future.set_running_or_notify_cancel():
-            continue   # cancelled by magpy.reset() before it started
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(interval, SWITCH_INTERVAL))
-        try:
-            with _lock, compile_lock:
-                out = job()
-        except BaseException as e:  # noqa: BLE001 - handed to the calling thread (Deferred.results)
-            future.set_exception(e)
-        else:
-            future.set_result(out)
-        finally:
-            sys.setswitchinterval(interval)
+    while (item := _jobs.get()) is not _STOP:
+        _run(*item)
+        del item   # (the job may hold the last references to its record's tensors)
+
+
+def _run(future: Future, job: Callable[[], object]) -> None:
+    """Run one job, unless ``magpy.reset()`` cancelled it before it started."""
+    if not future.set_running_or_notify_cancel():
+        return
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, SWITCH_INTERVAL))
+    try:
+        with _lock, compile_lock:
+            out = job()
+    except BaseException as e:  # noqa: BLE001 - handed to the calling thread (Deferred.results)
+        future.set_exception(e)
+    else:
+        future.set_result(out)
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def synchronize(timeout: float | None = None) -> bool:
@@ -121,10 +129,22 @@ def cancel_queued() -> None:
         future.cancel()
 
 
-@atexit.register
 def _drain() -> None:
+    """At exit: drop the compiles not started, wait for the one running, and let the worker
+    end.  A worker still alive when the interpreter finalizes dies where it next waits for
+    the GIL, and a tensor it frees there (a finished job's closure) releases the GIL inside
+    torch's C++ deallocator: the thread's forced unwinding through it aborts the process."""
     cancel_queued()
     synchronize()
+    worker = _worker
+    if worker is not None and worker.is_alive():
+        _jobs.put(_STOP)
+        worker.join()
+
+
+# Before any atexit handler: Inductor's (registered when a compile first imports it, so
+# after magpy's and run before it) shut down its compile workers, under a running compile.
+getattr(threading, "_register_atexit", atexit.register)(_drain)
 
 
 def _anew_in_child() -> None:
