@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import magpy
+from magpy import background
 from magpy import cache as magpy_cache
 from magpy.eager import PYTHON_CONTROL_FLOW, eager_twin
 from tests.compile_harness import fresh_magpy  # noqa: F401 - autouse fixture
@@ -37,6 +38,7 @@ class Noting:
         self.fail, self.gate = fail, gate
         self.entered = threading.Event()   # a compile has begun
         self.compiles: list[tuple[str, bool]] = []
+        self.intervals: list[float] = []   # the interpreter's switch interval during each compile
         self.calls = 0
 
     def __call__(self, gm, example_inputs):
@@ -44,6 +46,7 @@ class Noting:
         if self.gate is not None:
             assert self.gate.wait(60)
         self.compiles.append((threading.current_thread().name, torch.is_grad_enabled()))
+        self.intervals.append(sys.getswitchinterval())
         if self.fail:
             raise RuntimeError("the backend broke")
 
@@ -85,6 +88,19 @@ def test_first_call_compiles_nothing_first_reuse_compiles_in_the_worker(no_trial
     same(c(x2, w), affine(x2, w))
     assert backend.calls == 2 and len(backend.compiles) == 1
     assert magpy.stats(c).monitor_runs == 1
+
+
+def test_the_gil_changes_hands_more_often_only_while_a_compile_runs(no_trial):
+    # Each torch operation of a call releases the GIL and waits to get it back from the worker.
+    before = sys.getswitchinterval()
+    backend = Noting()
+    c = magpy.compile(affine, backend=backend)
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    c(x, w)
+    c(x, w)
+    assert magpy.synchronize(60)
+    assert backend.intervals == [pytest.approx(background.SWITCH_INTERVAL)] and before > background.SWITCH_INTERVAL
+    assert sys.getswitchinterval() == before
 
 
 def test_compile_runs_under_the_recording_grad_mode(no_trial):
