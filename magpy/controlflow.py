@@ -473,6 +473,9 @@ class Branches(Observer):
         if pending is not None and pending[3] == self._record_for and pending[:2] == (f, f.lasti):
             return any(x is t for t in pending[2])   # zip(x, y)'s second tensor
         found, over = _iterating(f, x)
+        if found is None and _wrapped_walk(f, x):
+            self._note(f"for at {_where(f)}: unrolled (zip or enumerate of tensors inside another call, "
+                       "e.g. enumerate(zip(x, y)): not a walk recorded as one operator)")
         if found is None or any(t.dim() == 0 or t.size(0) < 2 for t in over):
             return False
         if _site(f) in _REFUSED:
@@ -1406,17 +1409,42 @@ def _iterating(f, x) -> tuple:
     found = for_loop(f.info, f.lasti)
     if found is not None:
         return found, (x,)
+    args = _walk_call(f, x)
+    found = for_loop(f.info, f.info.ops[f.lasti][2]) if args else None
+    return (found, args) if found is not None else (None, ())
+
+
+def _walk_call(f, x) -> tuple | None:
+    """The tensors of the call ``enumerate(x)``/``zip(x, y, ...)`` at ``f``'s instruction, if
+    that is one."""
     ins = f.info.instructions[f.lasti]
     if ins is None or ins.opname != "CALL" or not f.ins_inputs:
-        return None, ()
+        return None
     callee, args = bytecode.call_operands(f.ins_inputs)
     if callee is enumerate and len(args) == 2 and type(args[1]) is int and args[1] >= 0:
         args = args[:1]   # (a start: the index's, not a tensor; a negative one indexes from the end)
     tensors = all(isinstance(a, torch.Tensor) for a in args) and any(a is x for a in args)
-    if not (tensors and (callee is zip or callee is enumerate and len(args) == 1)):
-        return None, ()
-    found = for_loop(f.info, f.info.ops[f.lasti][2])
-    return (found, args) if found is not None else (None, ())
+    return args if tensors and (callee is zip or callee is enumerate and len(args) == 1) else None
+
+
+# How many instructions after a zip/enumerate call a loop may start and still be the one it
+# feeds through other calls (``enumerate(zip(x, y))``, ``list(zip(x, y))``).
+_WRAPPED_WITHIN = 4
+
+
+def _wrapped_walk(f, x) -> bool:
+    """Is the call at ``f``'s instruction an ``enumerate``/``zip`` of tensors whose result
+    another call wraps before a ``for`` loop takes it (not a walk :func:`_iterating` knows)?"""
+    if _walk_call(f, x) is None:
+        return False
+    at = f.info.ops[f.lasti][2]
+    for _ in range(_WRAPPED_WITHIN):
+        if at is None or at >= len(f.info.instructions):
+            return False
+        if for_loop(f.info, at) is not None:
+            return True
+        at = f.info.ops[at][2]
+    return False
 
 
 def _binding(info, body: int, value) -> tuple | None:

@@ -349,6 +349,12 @@ def _zip_of_different_lengths(x, y, h):
     return h
 
 
+def _enumerate_of_zip(x, y, h):
+    for t, (xt, yt) in enumerate(zip(x, y)):   # not (yet) one of the walks
+        h = h * 0.9 + xt - yt
+    return h
+
+
 def _zip_keeps_a_row(x, y, h):
     prev = h
     for xt, yt in zip(x, y):
@@ -416,7 +422,8 @@ UNROLLED = [(_index_in_python, _seq, "the loop's index is used in Python"),
             (_index_as_a_number, _seq, None), (_index_after, _seq, None),
             (_pairs_whole, _seq, "the loop's index is used in Python"),
             (_zip_of_different_lengths, _pair, "zip of tensors of different lengths"),
-            (_zip_keeps_a_row, _pair, None), (_range_next_row, _seq, "the loop's index is used in Python"),
+            (_zip_keeps_a_row, _pair, None),
+            (_enumerate_of_zip, _pair, "zip or enumerate of tensors inside another call"), (_range_next_row, _seq, "the loop's index is used in Python"),
             (_range_reads_index_after, _seq, None), (_range_from_the_end, _seq, "a negative index"),
             (_enumerate_from_the_end, _seq, None),
             (_store_reads_out, _seq, "the loop's body reads a tensor it stores rows into"),
