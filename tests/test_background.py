@@ -65,6 +65,17 @@ def affine(x, w):
     return torch.relu(x @ w) + 1
 
 
+def compiled_and_reused(backend):
+    """``affine`` compiled with ``backend``, called twice (a recording, then the first reuse,
+    which starts the compile; both eager's results) and the compile waited for; with its inputs."""
+    c = magpy.compile(affine, backend=backend)
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    same(c(x, w), affine(x, w))
+    same(c(x, w), affine(x, w))
+    assert magpy.synchronize(60)
+    return c, x, w
+
+
 @pytest.fixture
 def no_trial():
     """Compiled graphs run on every call from the start (no autopilot alternation)."""
@@ -94,12 +105,9 @@ def test_the_gil_changes_hands_more_often_only_while_a_compile_runs(no_trial):
     # Each torch operation of a call releases the GIL and waits to get it back from the worker.
     before = sys.getswitchinterval()
     backend = Noting()
-    c = magpy.compile(affine, backend=backend)
-    x, w = torch.randn(4, 3), torch.randn(3, 5)
-    c(x, w)
-    c(x, w)
-    assert magpy.synchronize(60)
-    assert backend.intervals == [pytest.approx(background.SWITCH_INTERVAL)] and before > background.SWITCH_INTERVAL
+    compiled_and_reused(backend)
+    assert before > background.SWITCH_INTERVAL
+    assert backend.intervals == [pytest.approx(background.SWITCH_INTERVAL)]
     assert sys.getswitchinterval() == before
 
 
@@ -147,11 +155,7 @@ def test_off_compiles_while_recording_in_the_calling_thread(no_trial):
 
 def test_a_failed_background_compile_warns_once_and_runs_eagerly():
     backend = Noting(fail=True)
-    c = magpy.compile(affine, backend=backend)
-    x, w = torch.randn(4, 3), torch.randn(3, 5)
-    same(c(x, w), affine(x, w))
-    same(c(x, w), affine(x, w))
-    assert magpy.synchronize(60)
+    c, x, w = compiled_and_reused(backend)
     with pytest.warns(RuntimeWarning, match="backend 'noting' failed to compile a graph"):
         same(c(x, w), affine(x, w))
     import warnings
@@ -164,11 +168,7 @@ def test_a_failed_background_compile_warns_once_and_runs_eagerly():
 def test_a_failed_background_compile_raises_once_when_asked():
     magpy.config.on_backend_error = "raise"
     backend = Noting(fail=True)
-    c = magpy.compile(affine, backend=backend)
-    x, w = torch.randn(4, 3), torch.randn(3, 5)
-    c(x, w)
-    c(x, w)
-    assert magpy.synchronize(60)
+    c, x, w = compiled_and_reused(backend)
     with pytest.raises(magpy.BackendError, match="the backend broke"):
         c(x, w)
     same(c(x, w), affine(x, w))          # the graph has its eager twin in its place
@@ -184,11 +184,7 @@ def test_a_compile_job_that_fails_itself_leaves_every_graph_eager(monkeypatch):
 
     monkeypatch.setattr(record, "_attempt", broken)
     backend = Noting()
-    c = magpy.compile(affine, backend=backend)
-    x, w = torch.randn(4, 3), torch.randn(3, 5)
-    same(c(x, w), affine(x, w))
-    same(c(x, w), affine(x, w))
-    assert magpy.synchronize(60)
+    c, x, w = compiled_and_reused(backend)
     with pytest.warns(RuntimeWarning, match="failed to compile a graph.*the job broke"):
         same(c(x, w), affine(x, w))
     w.mul_(2)
