@@ -51,6 +51,8 @@ from typing import Callable
 import torch
 from torch._dynamo.convert_frame import compile_lock
 
+from magpy import collector
+
 _lock = threading.RLock()                        # held by every compile
 _jobs: queue.SimpleQueue = queue.SimpleQueue()   # (future, job) for the worker, in order
 _STOP = None                                     # the worker's last item (_drain)
@@ -108,7 +110,7 @@ def _run(future: Future, job: Callable[[], object]) -> None:
     interval = sys.getswitchinterval()
     sys.setswitchinterval(min(interval, SWITCH_INTERVAL))
     try:
-        with _lock, compile_lock:
+        with _lock, compile_lock, collector.full_collections_deferred():
             out = job()
     except BaseException as e:  # noqa: BLE001 - handed to the calling thread (Deferred.results)
         future.set_exception(e)

@@ -34,6 +34,7 @@ from magpy import (
     autopilot,
     backends,
     background,
+    collector,
     continuations,
     joint,
     logs,
@@ -259,6 +260,11 @@ def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | Non
     ``lifting``: the callable's memory of input sizes, to lift those that keep changing
     (None: the backend cannot compile symbolic sizes).
     """
+    with collector.full_collections_deferred():
+        return _capture(fn, args, kwargs, backend, roots, errors, lifting)
+
+
+def _capture(fn, args, kwargs, backend, roots, errors, lifting):
     try:
         with _stage("setting up the recording"):
             cap = _recording(fn, args, kwargs, roots, lifting)
@@ -298,6 +304,11 @@ def _parameter_names(fn) -> list[str]:
 def capture_continuation(resume: Resume, backend, errors: list | None = None) -> tuple[object, Record | None]:
     """Resume the monitor on the frames of a failed check and record the rest of the call: a
     continuation, whose arguments are the frames' values (``Resume.values``)."""
+    with collector.full_collections_deferred():
+        return _capture_continuation(resume, backend, errors)
+
+
+def _capture_continuation(resume, backend, errors):
     values = resume.values()
     try:
         with _stage("setting up the recording"):
