@@ -470,16 +470,17 @@ class Branches(Observer):
         if self.monitor.sandbox is not None or f is None or not hasattr(f, "info"):
             return False
         pending = self._pending
-        if pending is not None and pending[3] == self._record_for and pending[:2] == (f, f.lasti):
+        if pending is not None and pending[3] == self._record_for and pending[0] is f:
             return any(x is t for t in pending[2])   # zip(x, y)'s second tensor
-        found, over = _iterating(f, x)
+        found, over, ready = _iterating(f, x)
         if found is None and _wrapped_walk(f, x):
-            self._note(f"for at {_where(f)}: unrolled (zip or enumerate of tensors inside another call, "
-                       "e.g. enumerate(zip(x, y)): not a walk recorded as one operator)")
+            self._note(f"for at {_where(f)}: unrolled (zip or enumerate of tensors inside another call "
+                       "than enumerate(zip(...)), e.g. list(zip(x, y)): not a walk recorded as one operator)")
         if found is None or any(t.dim() == 0 or t.size(0) < 2 for t in over):
             return False
-        if _site(f) in _REFUSED:
-            self._note(f"for at {_where(f)}: unrolled ({_REFUSED[_site(f)]})")
+        site = _site(f, ready)   # (where the loop's refusals are kept: its iterator made)
+        if site in _REFUSED:
+            self._note(f"for at {_where(f)}: unrolled ({_REFUSED[site]})")
             return False
         if not all(self._symbolic_length(t) or t.size(0) > config.max_unroll for t in over):
             self._note(f"for at {_where(f)}: unrolled ({x.size(0)} slices, a static length up to "
@@ -488,7 +489,7 @@ class Branches(Observer):
         if not self._one_length(over):
             self._note(f"for at {_where(f)}: unrolled (zip of tensors of different lengths)")
             return False
-        self._pending = (f, f.lasti, over, self._record_for, found)
+        self._pending = (f, ready, over, self._record_for, found)
         return True
 
     def _one_length(self, over: tuple) -> bool:
@@ -1212,9 +1213,10 @@ def _where(frame) -> str:
     return f"{frame.code.co_filename}:{frame.f_lineno} ({frame.code.co_qualname})"
 
 
-def _site(frame) -> tuple:
+def _site(frame, at: int | None = None) -> tuple:
+    """The jump or loop at ``frame``'s instruction (or code unit ``at``), across recordings."""
     code = frame.code
-    return code.co_filename, code.co_firstlineno, code.co_qualname, frame.lasti
+    return code.co_filename, code.co_firstlineno, code.co_qualname, frame.lasti if at is None else at
 
 
 def _bound_self(f, first, live: dict):
@@ -1332,18 +1334,15 @@ class _Walk:
         return list(zip(reversed(v), reversed(self.shadow or (None,) * len(v))))
 
 
-def _sliced(iterators, over: tuple, index=None, shadow=None, start=0) -> _Walk | None:
+def _sliced(iterators, over: tuple) -> _Walk | None:
     """The walk of tuple iterators over the slices of the tensors ``over`` in step: each
-    value the row of one slice of each (one tensor: the slice), after its number from
-    ``start`` if ``index``; None if they are not such iterators, not started."""
+    value the row of one slice of each (one tensor: the slice); None if they are not such
+    iterators, not started."""
     items = [_iterated(i) for i in iterators]
     if len(items) != len(over) or any(s is None for s in items):
         return None
     rows = tuple(zip(*(s[:2] for s in items)))
-    values = tuple(r if len(r) > 1 else r[0] for r in rows)
-    if index is not None:
-        values = tuple((start + k, v) for k, v in enumerate(values))
-    return _Walk(over, values, rows, index, shadow)
+    return _Walk(over, tuple(r if len(r) > 1 else r[0] for r in rows), rows)
 
 
 def _walk_tuple(it, over):
@@ -1351,8 +1350,13 @@ def _walk_tuple(it, over):
 
 
 def _walk_enumerate(it, over):
+    """``enumerate`` of a tensor's slices or of a ``zip`` of them: each value after its number."""
     inner, start = it.__reduce__()[1]
-    return _sliced([inner], over, (start, 1), Items((LOOP_INDEX, None)), start)
+    walk = _walk_zip(inner, over) if type(inner) is zip else _sliced([inner], over)
+    if walk is None:
+        return None
+    values = tuple((start + k, v) for k, v in enumerate(walk.values))
+    return _Walk(over, values, walk.rows, (start, 1), Items((LOOP_INDEX, None)))
 
 
 def _walk_zip(it, over):
@@ -1402,21 +1406,25 @@ def _restarted(it):
 
 
 def _iterating(f, x) -> tuple:
-    """``(the for loop, the tensors it walks the slices of in step)`` if ``x.unbind(0)`` runs
-    for the iterator of a ``for`` loop of frame ``f``: ``iter(x)`` at its ``GET_ITER``, or
-    the call ``enumerate(x)``/``zip(x, y, ...)`` whose result that ``GET_ITER`` takes; else
-    ``(None, ())``."""
+    """``(the for loop, the tensors it walks the slices of in step, the code unit after which
+    the loop's iterator is made)`` if ``x.unbind(0)`` runs for the iterator of a ``for`` loop
+    of frame ``f``: ``iter(x)`` at its ``GET_ITER``, the call ``enumerate(x)``/``zip(x, y,
+    ...)`` whose result that ``GET_ITER`` takes, or such a ``zip`` in ``enumerate(zip(x, y))``;
+    else ``(None, (), None)``."""
     found = for_loop(f.info, f.lasti)
     if found is not None:
-        return found, (x,)
-    args = _walk_call(f, x)
-    found = for_loop(f.info, f.info.ops[f.lasti][2]) if args else None
-    return (found, args) if found is not None else (None, ())
+        return found, (x,), f.lasti
+    call = _walk_call(f, x)
+    ready = f.lasti if call is not None else None
+    if call is not None and call[0] is zip and for_loop(f.info, f.info.ops[ready][2]) is None:
+        ready = _enumerating(f)
+    found = for_loop(f.info, f.info.ops[ready][2]) if ready is not None else None
+    return (found, call[1], ready) if found is not None else (None, (), None)
 
 
 def _walk_call(f, x) -> tuple | None:
-    """The tensors of the call ``enumerate(x)``/``zip(x, y, ...)`` at ``f``'s instruction, if
-    that is one."""
+    """``(callee, the tensors)`` of the call ``enumerate(x)``/``zip(x, y, ...)`` at ``f``'s
+    instruction, if that is one."""
     ins = f.info.instructions[f.lasti]
     if ins is None or ins.opname != "CALL" or not f.ins_inputs:
         return None
@@ -1424,12 +1432,37 @@ def _walk_call(f, x) -> tuple | None:
     if callee is enumerate and len(args) == 2 and type(args[1]) is int and args[1] >= 0:
         args = args[:1]   # (a start: the index's, not a tensor; a negative one indexes from the end)
     tensors = all(isinstance(a, torch.Tensor) for a in args) and any(a is x for a in args)
-    return args if tensors and (callee is zip or callee is enumerate and len(args) == 1) else None
+    return (callee, args) if tensors and (callee is zip or callee is enumerate and len(args) == 1) else None
+
+
+# What may come between the call of a zip and enumerate's call taking it: the start (a
+# constant) and, before 3.12, the PRECALL.
+_BEFORE_ENUMERATE = frozenset({"LOAD_CONST", "PRECALL"})
+
+
+def _enumerating(f) -> int | None:
+    """The code unit of the call ``enumerate(<the zip f's call makes>[, a constant start])``
+    right after that call, the builtin ``enumerate`` (nothing of the program runs between
+    the two calls); else None."""
+    if not any(v is enumerate for v in f.stack[-2:]):   # (the callee beside its NULL, by version)
+        return None
+    at, consts = f.info.ops[f.lasti][2], 0
+    for _ in range(_WRAPPED_WITHIN):
+        ins = f.info.instructions[at] if at is not None and at < len(f.info.instructions) else None
+        if ins is None or ins.opname == "LOAD_CONST" and not (type(ins.argval) is int and ins.argval >= 0):
+            return None
+        if ins.opname == "CALL":
+            return at if ins.arg == 1 + consts else None
+        if ins.opname not in _BEFORE_ENUMERATE:
+            return None
+        consts += ins.opname == "LOAD_CONST"
+        at = f.info.ops[at][2]
+    return None
 
 
 # How many instructions after a zip/enumerate call a loop may start and still be the one it
 # feeds through other calls (``enumerate(zip(x, y))``, ``list(zip(x, y))``).
-_WRAPPED_WITHIN = 4
+_WRAPPED_WITHIN = 5
 
 
 def _wrapped_walk(f, x) -> bool:
@@ -1450,21 +1483,32 @@ def _wrapped_walk(f, x) -> bool:
 def _binding(info, body: int, value) -> tuple | None:
     """How a ``for`` loop's body, from code unit ``body``, binds the iterator's ``value``:
     ``(the code unit the forks start at, the local variables' slots it stores, whether it
-    unpacks the value first)``; None unless it stores into local variables (unpacking only a
-    tuple of as many)."""
+    unpacks the value first)``; None unless it stores into local variables (unpacking only
+    tuples of as many, ``for t, (a, b) in ...`` too)."""
     ins = info.instructions[body]
-    unpacks = ins is not None and ins.opname == "UNPACK_SEQUENCE"
-    if unpacks and not (type(value) is tuple and ins.arg == len(value) > 0):
+    unpacks = _unpacks(ins, value)
+    if ins is not None and ins.opname == "UNPACK_SEQUENCE" and not unpacks:
         return None
-    start, n = (info.ops[body][2], ins.arg) if unpacks else (body, 1)
-    slots, at = [], start
-    while len(slots) < n:
+    start = info.ops[body][2] if unpacks else body
+    slots, at, left = [], start, list(value) if unpacks else [value]   # the values still to store
+    while left:
         store = info.instructions[at]
-        if store is None or store.opname not in bytecode.FAST_STORES:
+        if _unpacks(store, left[0]):   # (the fork runs this one: the value is a real tuple)
+            left[:1] = left[0]
+        elif store is not None and store.opname in bytecode.FAST_STORES:
+            stored = bytecode.fast_slots(bytecode.FAST_WRITES, store)
+            slots += stored
+            del left[:len(stored)]
+        else:
             return None
-        slots += bytecode.fast_slots(bytecode.FAST_WRITES, store)
         at = info.ops[at][2]
-    return (start, slots, unpacks) if len(slots) == n else None
+    return start, slots, unpacks
+
+
+def _unpacks(ins, value) -> bool:
+    """Is ``ins`` an ``UNPACK_SEQUENCE`` of the tuple ``value``?"""
+    return (ins is not None and ins.opname == "UNPACK_SEQUENCE" and type(value) is tuple
+            and ins.arg == len(value) > 0)
 
 
 def _only_in(lst: list, frame) -> bool:

@@ -137,14 +137,15 @@ class Arm(Piece):
         return self._graph_module(g)
 
     def step_module(self, rows: tuple, index, state: list, extra: list, outputs: list,
-                    items: list, stored: list) -> fx.GraphModule:
+                    items: list, stored: list, xs: tuple = ()) -> fx.GraphModule:
         """This arm as the body of a ``while_loop`` counting the steps of a ``for`` loop over
         the first dimension of tensors ``xs`` in step or over a range of ``n`` steps
         (magpy.controlflow): a graph of ``(count, *carried, *buffers, *outs, *extra, *xs or
         n)``, where the arm read ``rows`` (one of each ``x``: ``x[count]``), the loop's index
         (as ``start + step * count``, ``index`` being ``(start, step)``), ``state`` (the
         carried tensors) and ``extra``, giving ``(count + 1, *outputs, *buffers with row count
-        set to items, *outs with the row at the index set to stored)``."""
+        set to items, *outs with the row at the index set to stored)``.  A whole ``x`` the arm
+        read is that operand (not one of ``extra``: an operand twice would alias itself)."""
         g = fx.Graph()
         count = g.placeholder("count")
         carried = [g.placeholder(f"carried{i}") for i in range(len(state))]
@@ -152,6 +153,7 @@ class Arm(Piece):
         outs = [g.placeholder(f"out{i}") for i in range(len(stored))]
         inputs = {id(t): g.placeholder(f"extra{i}") for i, t in enumerate(extra)}
         overs = [g.placeholder(f"over{i}") for i in range(len(rows) or 1)]   # the xs, or n
+        inputs.update((id(x), p) for x, p in zip(xs, overs))
         at = g.call_method("reshape", (count, (1,))) if rows else None
         for x, row in zip(overs, rows):
             inputs[id(row)] = g.call_method("squeeze", (g.call_function(torch.index_select, (x, 0, at)), 0))
@@ -788,7 +790,8 @@ class OpRecorder(TorchFunctionMode):
         names = [f"_loop_{part}{len(piece.submodules)}" for part in ("test", "body")]
         piece.submodules[names[0]] = _loop_test(len(state) + len(extra), len(state) - 1)
         piece.submodules[names[1]] = body.module(outputs + [body.goes_on], state + extra)
-        operands = tuple(map(self.tensor_node, carried + [goes_on])), tuple(map(self.tensor_node, extra))
+        node_of = self.tensor_node
+        operands = _apart(graph, [*map(node_of, carried + [goes_on])], [*map(node_of, extra)])
         node = graph.call_function(torch.ops.higher_order.while_loop,
                                    (*map(graph.get_attr, names), *operands))
         piece.op_count += 1
@@ -826,14 +829,15 @@ class OpRecorder(TorchFunctionMode):
             length = self._arg(over)
             lasts = [graph.call_function(torch.scalar_tensor, (length,), ints)]
         outs = [self.tensor_node(out) for out, _ in stores]
+        extra = [t for t in extra if not (sliced and any(t is x for x in over))]   # (step_module)
         operands = 1 + len(carried) + len(items) + len(outs) + len(extra) + len(lasts)
         piece.submodules[names[0]] = _count_test(operands, sliced)
         piece.submodules[names[1]] = body.step_module(rows, index, state, extra, outputs, items,
-                                                      [v for _, v in stores])
+                                                      [v for _, v in stores], over if sliced else ())
         count = graph.call_function(torch.zeros, ((),), ints)
         buffers = [graph.call_function(torch.empty, ((length, *shape),), kw) for shape, kw in shapes]
-        operands = ((count, *map(self.tensor_node, carried), *buffers, *outs),
-                    (*map(self.tensor_node, extra), *lasts))
+        operands = _apart(graph, [count, *map(self.tensor_node, carried), *buffers, *outs],
+                          [*map(self.tensor_node, extra), *lasts])
         loop = torch.ops.higher_order.while_loop
         node = graph.call_function(loop, (*map(graph.get_attr, names), *operands))
         piece.op_count += 1
@@ -936,6 +940,19 @@ def _loop_test(n: int, goes_on: int) -> fx.GraphModule:
     inputs = [g.placeholder(f"op{i}") for i in range(n)]
     g.output(g.call_method("clone", (inputs[goes_on],)))
     return fx.GraphModule(torch.nn.Module(), g)
+
+
+def _apart(graph: fx.Graph, carried: list, extra: list) -> tuple[tuple, tuple]:
+    """A ``while_loop``'s carried and other operands, each node that comes again a clone:
+    operands may not alias one another (torch rejects the graph), as where a carried tensor
+    starts as one the body also reads unchanged."""
+    seen: set = set()
+
+    def once(node: fx.Node) -> fx.Node:
+        again = node in seen
+        seen.add(node)
+        return graph.call_method("clone", (node,)) if again else node
+    return tuple(map(once, carried)), tuple(map(once, extra))
 
 
 def _count_test(n: int, sliced: bool) -> fx.GraphModule:

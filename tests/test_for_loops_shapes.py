@@ -1,6 +1,7 @@
 """Control flow operators: the ``for`` loop shapes of recurrent programs besides ``for x_t in
 x`` and ``for t in range(n)`` recorded as one ``torch.while_loop`` (magpy.controlflow):
-``for i, x_t in enumerate(x)``, ``for x_t, y_t in zip(x, y)``, ``for t in range(a, n, s)``
+``for i, x_t in enumerate(x)``, ``for x_t, y_t in zip(x, y)``, ``for t, (x_t, y_t) in
+enumerate(zip(x, y))``, ``for t in range(a, n, s)``
 with a constant start and step, and ``out[t] = h`` into a tensor made before the loop.
 
 As in tests/test_for_loops.py, every program runs through
@@ -104,6 +105,21 @@ def _zip_three(x, y, h):
     return h
 
 
+def _enumerate_of_zip(x, y, h):
+    outs = []
+    for t, (xt, yt) in enumerate(zip(x, y)):
+        h = h * 0.9 + xt - yt
+        outs.append(h)
+    return h, torch.stack(outs)
+
+
+def _enumerate_of_zip_from_one(x, y, h):
+    z = torch.cat([x[:1], x])
+    for t, (xt, yt) in enumerate(zip(x, y), 1):
+        h = torch.tanh(xt - yt * z[t] + h)   # (the index one ahead of the rows)
+    return h
+
+
 def _range_by_two(x, h):
     for t in range(0, x.size(0), 2):
         h = torch.tanh(x[t] + h)
@@ -165,11 +181,12 @@ def _batch_first(n, width=4):
 
 ALL = LENGTHS, EXPECT
 PROGRAMS = [(_enumerate_rnn, _seq, ALL), (_enumerate_index, _seq, ALL), (_enumerate_from_one, _seq, ALL),
-            (_zip_rnn, _pair, ALL), (_zip_three, _pair, ALL), (_range_by_two, _seq, ALL),
+            (_zip_rnn, _pair, ALL), (_zip_three, _pair, ALL), (_enumerate_of_zip, _pair, ALL),
+            (_enumerate_of_zip_from_one, _pair, ALL), (_range_by_two, _seq, ALL),
             (_range_from_one, _seq, FROM_TWO), (_range_from_one_by_three, _batch_first, FROM_TWO),
             (_store_rows, _seq, ALL), (_store_every_other_row, _seq, FROM_TWO),
             (_store_by_enumerate, _seq, ALL), (_store_before_the_update, _seq, ALL)]
-STACKS = (_enumerate_rnn, _zip_rnn, _range_from_one, _store_every_other_row)
+STACKS = (_enumerate_rnn, _zip_rnn, _enumerate_of_zip, _range_from_one, _store_every_other_row)
 
 
 @pytest.mark.parametrize("program, make, lengths", PROGRAMS, ids=lambda p: getattr(p, "__name__", "")[1:])
@@ -214,8 +231,9 @@ def test_explain_names_the_loops():
     where = f"for at {__file__}:"
     for program, words in ((_enumerate_rnn, "over more slices than config.max_unroll=2 (enumerate)"),
                            (_zip_rnn, "over more slices than config.max_unroll=2 (zip)"),
+                           (_enumerate_of_zip, "over more slices than config.max_unroll=2 (enumerate)"),
                            (_range_by_two, "over range(0, 10, 2), more steps than config.max_unroll=2")):
-        e = magpy.explain(program, *(_pair if program is _zip_rnn else _seq)(9))
+        e = magpy.explain(program, *(_pair if program in (_zip_rnn, _enumerate_of_zip) else _seq)(9))
         line = program.__code__.co_firstlineno + (2 if program is not _range_by_two else 1)
         assert f"{where}{line} ({program.__name__}): {WHILE} {words}" in e.control_flow, e.control_flow
         assert e.graph_count == 1 and not e.break_reasons
@@ -256,6 +274,14 @@ def _by_zip(m, x, y, state):
     return torch.stack(outs)
 
 
+def _by_enumerate_zip(m, x, y, state):
+    outs = []
+    for t, (xt, yt) in enumerate(zip(x, y)):
+        state, h = m.step(xt * yt + x[t], state)
+        outs.append(h)
+    return torch.stack(outs)
+
+
 def _by_stores(m, x, y, state):
     out = x.new_zeros(x.size(0), x.size(1), 6)
     for t in range(x.size(0)):
@@ -282,7 +308,7 @@ def _cell_inputs(n):
     return torch.randn(n, 3, 4), torch.randn(n, 3, 4), torch.randn(3, 6)
 
 
-CELL_LOOPS = [_by_enumerate, _by_zip, _by_range, _by_stores]
+CELL_LOOPS = [_by_enumerate, _by_zip, _by_enumerate_zip, _by_range, _by_stores]
 CELL_LENGTHS = [3, 5, 4, 1, 9, 2]
 CELL_EXPECT = [MONITOR, MONITOR, MOCK, MONITOR, MOCK, MOCK]
 
@@ -309,12 +335,45 @@ def test_recurrent_cells_under_autograd_are_unrolled(loop):
 
 
 def test_loops_under_inductor():
+    magpy.config.on_backend_error = "raise"   # (a graph Inductor refused would run eagerly)
     for loop in CELL_LOOPS:
         magpy.reset()
         steps = _calls(_cell_inputs, [3, 5, 8, 4], [MONITOR, MONITOR, MOCK, MOCK], torch.no_grad)
         trace = check_compiled(_tagger(nn.GRUCell, loop), steps, backend="inductor", rtol=1e-5, atol=1e-5)
         assert magpy.stats(trace.compiled).records == 2
         assert sorted(_loops(trace.compiled)) == [0, 1]
+
+
+def _walked_and_read_whole(x, h):
+    for i, xt in enumerate(x):
+        h = torch.tanh(xt + x[i] * 0.5 + h * x.mean(0))   # (x: walked, and an operand as a whole)
+    return h
+
+
+def _carried_from_a_read(x, h):
+    y = h
+    for xt in x:
+        h = torch.tanh(xt + h * y)   # (y: the carried h's first value, read as it is)
+    return h
+
+
+def _while_carried_from_a_read(x, h):
+    y = h
+    while h.abs().sum() < x.size(0) * 10:
+        h = h * 2 + y.abs() + 0.1
+    return h
+
+
+@pytest.mark.parametrize("program", [_walked_and_read_whole, _carried_from_a_read, _while_carried_from_a_read],
+                         ids=lambda f: f.__name__[1:])
+def test_operands_of_a_loop_that_are_one_tensor_compile_under_inductor(program):
+    # An operator's operands may not alias one another: each is given once (a whole x the body
+    # reads is the walked operand) or as a copy.
+    magpy.config.on_backend_error = "raise"
+    expect = [MONITOR, MONITOR, MOCK, MOCK] if program is not _while_carried_from_a_read else [MONITOR] + [ANY] * 3
+    steps = _calls(_seq, [3, 5, 8, 4], expect, torch.no_grad)
+    trace = check_compiled(lambda: (program, None), steps, backend="inductor", rtol=1e-5, atol=1e-5)
+    assert 1 in _loops(trace.compiled)
 
 
 # ---------------------------------------------------------------------------- stays unrolled
@@ -349,8 +408,34 @@ def _zip_of_different_lengths(x, y, h):
     return h
 
 
-def _enumerate_of_zip(x, y, h):
-    for t, (xt, yt) in enumerate(zip(x, y)):   # not (yet) one of the walks
+def _enumerate_of_zip_index_after(x, y, h):
+    for t, (xt, yt) in enumerate(zip(x, y)):
+        h = h * 0.9 + xt - yt
+    return h * t   # (t unbound if the loop does not run)
+
+
+def _enumerate_of_zip_start_by_keyword(x, y, h):
+    for t, (xt, yt) in enumerate(zip(x, y), start=1):
+        h = h * 0.9 + xt - yt
+    return h
+
+
+def _list_of_zip(x, y, h):
+    for xt, yt in list(zip(x, y)):
+        h = h * 0.9 + xt - yt
+    return h
+
+
+def _numbered(items):
+    i = 0
+    for item in items:
+        yield i, item
+        i += 1
+
+
+def _enumerate_not_the_builtin(x, y, h):
+    enumerate = _numbered   # (a Python generator by that name)
+    for t, (xt, yt) in enumerate(zip(x, y)):
         h = h * 0.9 + xt - yt
     return h
 
@@ -423,7 +508,11 @@ UNROLLED = [(_index_in_python, _seq, "the loop's index is used in Python"),
             (_pairs_whole, _seq, "the loop's index is used in Python"),
             (_zip_of_different_lengths, _pair, "zip of tensors of different lengths"),
             (_zip_keeps_a_row, _pair, None),
-            (_enumerate_of_zip, _pair, "zip or enumerate of tensors inside another call"), (_range_next_row, _seq, "the loop's index is used in Python"),
+            (_enumerate_of_zip_index_after, _pair, "t, unbound if the loop does not run, is read after it"),
+            (_enumerate_of_zip_start_by_keyword, _pair, "inside another call than enumerate(zip(...))"),
+            (_list_of_zip, _pair, "inside another call than enumerate(zip(...))"),
+            (_enumerate_not_the_builtin, _pair, "inside another call than enumerate(zip(...))"),
+            (_range_next_row, _seq, "the loop's index is used in Python"),
             (_range_reads_index_after, _seq, None), (_range_from_the_end, _seq, "a negative index"),
             (_enumerate_from_the_end, _seq, None),
             (_store_reads_out, _seq, "the loop's body reads a tensor it stores rows into"),
