@@ -730,3 +730,49 @@ def test_array_numpy_drew_given_to_torch_is_the_same_under_a_seed():
     assert all(torch.equal(a, b) for a, b in zip(want, got))
     st = magpy.stats(compiled)
     assert (st.monitor_runs, st.mock_runs, st.eager_runs) == (1, 4, 0)
+
+
+# ============================================================================ 10. containers with Python reads
+# A dict subclass whose __getitem__ is Python, reading its entries with super().__getitem__:
+# transformers' ACT2FN makes a new activation module per read (ClassInstantier).  The guard
+# reads the entry as the program did (dict.__getitem__), not through the override, which
+# would give a new object every call (and the record would never be reused).
+
+class _Instantier(collections.OrderedDict):
+    def __getitem__(self, key):
+        content = super().__getitem__(key)
+        cls, kwargs = content if isinstance(content, tuple) else (content, {})
+        return cls(**kwargs)
+
+
+def _activations(x):
+    return ACTIVATIONS["silu"](x) * ACTIVATIONS["gelu"](x)   # noqa: F821 - the isolated global
+
+
+def _instantier():
+    return _Instantier({"silu": torch.nn.SiLU, "gelu": (torch.nn.GELU, {"approximate": "tanh"})})
+
+
+def _to_relu(ns):
+    ns["ACTIVATIONS"]["silu"] = torch.nn.ReLU
+
+
+def _to_exact_gelu(ns):
+    ns["ACTIVATIONS"]["gelu"] = (torch.nn.GELU, {"approximate": "none"})
+
+
+def test_entries_of_a_dict_whose_getitem_is_python_are_read_as_the_program_read_them():
+    check_compiled(lambda: isolated(_activations, ACTIVATIONS=_instantier()),
+                   standard(lambda s: (torch.randn(5),)) + [after(_to_relu), again(), after(_to_exact_gelu)],
+                   observe=lambda ns: None)
+
+
+def test_transformers_act2fn_is_one_record():
+    from transformers.activations import ACT2FN
+
+    class Gate(torch.nn.Module):
+        def forward(self, x, gate):
+            return x * ACT2FN["silu"](gate) + ACT2FN["gelu_new"](x)   # (as Qwen3-Next's norm)
+
+    check_compiled(lambda: (Gate(), None), standard(lambda s: (torch.randn(2, 8), torch.randn(2, 8))),
+                   expect_records=1)

@@ -255,7 +255,11 @@ class GuardWriter:
         if rel == DICT:
             return f"{p}.__dict__[{key!r}]"
         if rel == ITEM:
-            return f"{p}[{self.literal(key)}]"
+            native = _native_getitem(type(parent.value))
+            if native is None:
+                return f"{p}[{self.literal(key)}]"
+            owner = native.__name__ if native in _BUILTIN_CONTAINERS else self.names.const(native)
+            return f"{owner}.__getitem__({p}, {self.literal(key)})"
         if rel == CELL:
             return f"{p}.cell_contents"
         if rel == VAR:
@@ -403,6 +407,20 @@ def _fast_plan(g: RefGraph, nodes: list) -> _FastPlan:
                 versioned[parent.id] = parent
     return _FastPlan(known, pinned, sorted(versioned.values(), key=lambda n: n.id),
                      [n for n in nodes if n.id in anchored])
+
+
+_BUILTIN_CONTAINERS = (dict, list, tuple)
+
+
+def _native_getitem(cls: type) -> type | None:
+    """The class whose native ``__getitem__`` an item read of a ``cls`` was, where ``cls``
+    overrides it in Python (``transformers``' ``ACT2FN``, a dict whose ``__getitem__`` makes a
+    new object per read, reads its entries with ``super().__getitem__``): the guard reads the
+    item as the program did, not through the override.  None where ``cls[key]`` is native."""
+    if not isinstance(type_lookup(cls, "__getitem__"), types.FunctionType):
+        return None
+    return next((base for base in cls.__mro__ if "__getitem__" in base.__dict__
+                 and not isinstance(base.__dict__["__getitem__"], types.FunctionType)), None)
 
 
 def _stable_step(parent, rel, key) -> str | None:
