@@ -45,6 +45,7 @@ import weakref
 from typing import Callable
 
 import torch
+import torch.utils._pytree as pytree
 
 from magpy.monitor import operators
 from magpy.monitor.frame import Frame
@@ -332,6 +333,56 @@ TORCH_METADATA = frozenset({
     "is_nested", "names", "itemsize", "nbytes", "is_inference", "is_conj", "is_neg",
     "__torch_function__", "_is_view", "is_set_to", "dim_order", "is_xpu", "is_mps", "is_vulkan",
 })
+
+# Operations whose result's shape follows the data of a tensor argument, not only the shapes
+# of the arguments (torch's dynamic_output_shape operators; sizes given as tensors), by name:
+# None (always), or whether these arguments make it so.  Reading the size of such a result, or
+# of a tensor computed from one, reads tensor data (magpy.opgraph): a size baked into a record
+# would be wrong for other data.
+def _tensor_repeats(args, kwargs) -> bool:
+    repeats = kwargs.get("repeats", args[1] if len(args) > 1 else None)
+    return isinstance(repeats, torch.Tensor) and repeats.numel() > 1
+
+
+def _mask_or_tensor_bounds(args, kwargs) -> bool:
+    keys = args[1] if len(args) > 1 and type(args[1]) is tuple else args[1:2]
+    return any(isinstance(k, torch.Tensor) and k.dtype in (torch.bool, torch.uint8)
+               or type(k) is slice and any(isinstance(b, torch.Tensor) for b in (k.start, k.stop, k.step))
+               for k in keys)
+
+
+def _integer_tensor_size(args, kwargs) -> bool:
+    """A 0-d integer tensor where the operation takes sizes (``torch.zeros((2, n))``)."""
+    given = args[1:] if args and isinstance(args[0], torch.Tensor) else args
+    return any(isinstance(a, torch.Tensor) and a.dim() == 0 and not a.is_floating_point()
+               for a in pytree.tree_leaves((given, kwargs)))
+
+
+TORCH_DATA_SHAPED: dict[str, Callable | None] = {
+    "nonzero": None, "argwhere": None, "masked_select": None, "unique": None, "_unique": None,
+    "_unique2": None, "unique_consecutive": None, "bincount": None,
+    "where": lambda args, kwargs: len(args) + len(kwargs) == 1,
+    "repeat_interleave": _tensor_repeats, "__getitem__": _mask_or_tensor_bounds,
+    **dict.fromkeys(("zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange",
+                     "linspace", "logspace", "eye", "new_zeros", "new_ones", "new_empty", "new_full",
+                     "expand", "view", "reshape", "repeat", "narrow", "tile", "broadcast_to",
+                     "unflatten", "topk", "kthvalue", "pad"), _integer_tensor_size),
+}
+
+# Metadata reads that depend on a tensor's sizes, and operations whose number of results does.
+TORCH_SIZE_READS = frozenset({"size", "shape", "numel", "nelement", "__len__", "stride",
+                              "is_contiguous", "is_same_size", "nbytes"})
+TORCH_SIZED_RESULTS = frozenset({"unbind", "split", "chunk", "tensor_split", "split_with_sizes",
+                                 "unsafe_split", "unsafe_chunk", "hsplit", "vsplit", "dsplit"})
+
+
+def shaped_by_data(name: str, args: tuple, kwargs: dict) -> bool:
+    """Does operation ``name`` on these arguments give a result whose shape follows tensor data?"""
+    if name not in TORCH_DATA_SHAPED:
+        return False
+    given = TORCH_DATA_SHAPED[name]
+    return given is None or given(args, kwargs)
+
 
 # Tensor attributes that hold another tensor: state of the tensor, like an object's attribute
 # (the RefGraph tracks reads and writes of a leaf's ``.grad``, magpy.training), not a data read.

@@ -233,6 +233,9 @@ class OpRecorder(TorchFunctionMode):
         self.pieces: list[Piece] = [Piece(0)]
         self.made: dict[int, Piece] = {}   # id(tensor) -> the piece whose operations made it
         self.eager: dict[int, str] = {}          # id(tensor) -> expression of the eager step that made it
+        # ids of the tensors the graphs made whose shapes follow tensor data (nonzero, x[mask],
+        # and what is computed from them): their sizes are data (ann.TORCH_DATA_SHAPED).
+        self.data_shaped: set[int] = set()
         self._keep: list = []
         self._opaque = 0                                # inside an operation recorded whole
         # A Python value an eager step computed, about to become a constant of the graph:
@@ -330,6 +333,11 @@ class OpRecorder(TorchFunctionMode):
     def _recorded_name(self, func, args) -> str | None:
         """The name ``func`` is recorded under, or None when it is not a graph operation."""
         name = ann.torch_name(func)
+        if self.data_shaped and (name in ann.TORCH_SIZE_READS or name in ann.TORCH_SIZED_RESULTS) and \
+                any(id(a) in self.data_shaped for a in args[:2] if isinstance(a, torch.Tensor)):
+            self.dynamic(f"{_qualname(func)} reads the size of a tensor whose shape follows tensor data",
+                         step=True)
+            return None
         if name in ann.TORCH_GRAD_MODE or name in ann.TORCH_METADATA or name in ann.TORCH_REFERENCES:
             return None   # graph state (_sync_modes records it where it matters), metadata, a .grad
         if name == "unbind" and args[1:] == (0,) and self.forks_allowed() and \
@@ -498,10 +506,23 @@ class OpRecorder(TorchFunctionMode):
                     self._made(t, self.graph.call_function(operator.getitem, (node, i)))
         elif out is not None:
             raise _Unsupported(f"{_qualname(func)} returned {type(out).__name__}")
+        self._follow_data_shapes(name, args, kwargs, out)
         if shapes is not None and shapes.symbols:
             if indexed:   # (every step gives its index's operations results of one kind: step 0's)
                 args, kwargs = pytree.tree_map(lambda a: 0 if a is LOOP_INDEX else a, (args, kwargs))
             shapes.propagate(func, args, kwargs, out)
+
+    def _follow_data_shapes(self, name, args, kwargs, out) -> None:
+        """Mark the results of an operation whose shape follows tensor data: one of
+        ann.TORCH_DATA_SHAPED, or any operation on such a tensor (conservatively: a size read
+        of its result is then an eager step).  Not a tensor updated in place: its shape stays."""
+        leaves = pytree.tree_leaves((args, kwargs))
+        if not (ann.shaped_by_data(name, args, kwargs) or
+                any(isinstance(t, torch.Tensor) and id(t) in self.data_shaped for t in leaves)):
+            return
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and not any(t is a for a in leaves):
+                self.data_shaped.add(id(t))
 
     def _row(self, name, args, kwargs, fargs) -> fx.Node:
         """``x[i]`` or ``x[:, i]`` with ``i`` a range loop's index: that row of ``x`` by the
