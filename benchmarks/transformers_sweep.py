@@ -51,6 +51,7 @@ import dataclasses
 import gc
 import inspect
 import json
+import logging
 import os
 import re
 import signal
@@ -130,7 +131,8 @@ _SMALL_DIM_KEYS = {"qk_rope_head_dim": 8, "rotary_dim": 8, "q_lora_rank": 32, "k
                    "ssm_state_size": 16, "mamba_d_state": 16, "d_state": 16, "time_step_rank": 8,
                    "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_head_dim": 16, "n_groups": 1,
                    "mamba_n_groups": 1, "lru_width": 64, "block_size": 16,
-                   "chunk_size": 16, "num_query_tokens": 4, "max_2d_position_embeddings": 128,
+                   "chunk_size": 16, "mamba_chunk_size": 16,
+                   "num_query_tokens": 4, "max_2d_position_embeddings": 128,
                    "max_source_positions": 64, "max_target_positions": 64, "num_codebooks": 2}
 _FFN_KEYS = {"intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "d_inner",
              "n_inner", "moe_intermediate_size", "shared_expert_intermediate_size",
@@ -150,6 +152,9 @@ _HEAD_LIST_KEYS = {"num_heads", "num_attention_heads", "heads"}
 EXTRA: dict[str, dict] = {
     "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1),
     "recurrent_gemma": dict(num_hidden_layers=3),   # block_types recurrent, recurrent, attention
+    # hybrids whose default (or 2-layer) pattern has no attention layer, which their cache needs
+    "bamba": dict(attn_layer_indices=[1]),
+    "granitemoehybrid": dict(layer_types=["linear_attention", "attention"]),
     "reformer": dict(axial_pos_embds_dim=[32, 32], axial_pos_shape=[4, 4], max_position_embeddings=16,
                      local_attn_chunk_length=4, lsh_attn_chunk_length=4, num_buckets=4),
     "mobilevitv2": dict(image_size=64),
@@ -222,6 +227,8 @@ def shrink(defaults: dict) -> dict:
                 and isinstance(hidden, int) and ("state_size" in defaults or expand == "mamba_expand"):
             out[dim_key] = 16
             out[heads_key] = defaults[expand] * hidden // 16
+            if isinstance(defaults.get("mamba_d_ssm"), int):
+                out["mamba_d_ssm"] = out[heads_key] * 16
     for key in _FFN_KEYS:
         small(key, FFN)
     for key in _EXPERT_KEYS:
@@ -596,12 +603,45 @@ def prepare(model_type: str, res: SweepResult):
     raise Skip("eager", "eager forward fails on every input candidate: " + " | ".join(errors))
 
 
-def _mode_verdict(r: ModeResult, deterministic: bool) -> tuple[str, str]:
-    verdict, reason = _mode_verdict_raw(r, deterministic)
+class _LogList(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def magpy_logs(topics=("recompiles", "breaks")):
+    """The messages of magpy's loggers ``magpy.<topic>`` at INFO (``MAGPY_LOGS``' topics): why a
+    record's guard missed, and where each eager step is."""
+    handler = _LogList()
+    loggers = [logging.getLogger(f"magpy.{t}") for t in topics]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.INFO)
+        lg.addHandler(handler)
+    try:
+        yield handler.messages
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+
+
+def _mode_verdict(r: ModeResult, deterministic: bool, logs: list[str] = ()) -> tuple[str, str]:
+    verdict, reason = _mode_verdict_raw(r, deterministic, logs)
     return verdict, re.sub(r"\S*/(site|dist)-packages/", "", reason)
 
 
-def _mode_verdict_raw(r: ModeResult, deterministic: bool) -> tuple[str, str]:
+def _log_reason(logs, marker: str) -> str | None:
+    """The first log message with ``marker``, from the marker on, on one line."""
+    msg = next((m for m in logs if marker in m), None)
+    return " ".join(msg.split(marker, 1)[1].split()) if msg else None
+
+
+def _mode_verdict_raw(r: ModeResult, deterministic: bool, logs=()) -> tuple[str, str]:
     if r.error:
         if "SweepTimeout" in (r.traceback or "") or r.error.startswith("SweepTimeout"):
             return "TIMEOUT", r.reason()
@@ -617,10 +657,12 @@ def _mode_verdict_raw(r: ModeResult, deterministic: bool) -> tuple[str, str]:
     if eager or r.break_reasons or (graphs > 1 and monitor == 1):
         reasons = [_first_line(b) for b in r.break_reasons]
         magpy_warning = next((w for w in r.warnings if "magpy" in w), None)
-        text = reasons[0] if reasons else (magpy_warning or r.reason())
+        step = _log_reason(logs, "eager step: ")
+        text = reasons[0] if reasons else (f"eager step: {step}" if step else magpy_warning or r.reason())
         return "BREAK", text + (f" (+{len(set(reasons)) - 1} more)" if len(set(reasons)) > 1 else "")
     if monitor > 1:
-        return "GUARD_MISS", r.reason()
+        why = _log_reason(logs, "recording again; ")
+        return "GUARD_MISS", f"{monitor} monitor runs for 3 calls: {why}" if why else r.reason()
     return "ONE_GRAPH", ""
 
 
@@ -644,8 +686,9 @@ def run_model(model_type: str, timeout: float) -> SweepResult:
         verdicts = []
         for mode in MODES:
             hf_zoo.HF_ZOO[key] = builder
+            logs: list[str] = []
             try:
-                with time_limit(timeout):
+                with time_limit(timeout), magpy_logs() as logs:
                     r = _run(key, mode, "magpy", lambda m: magpy.compile(m, backend="eager"))
             except SweepTimeout as exc:
                 r = ModeResult(model_type, mode, "magpy", error=f"SweepTimeout: {exc}", error_call="?")
@@ -653,8 +696,8 @@ def run_model(model_type: str, timeout: float) -> SweepResult:
                 hf_zoo.HF_ZOO.pop(key, None)
                 magpy.reset()
             r.model = model_type
-            res.modes.append(dataclasses.asdict(r))
-            verdicts.append(_mode_verdict(r, deterministic))
+            res.modes.append(dict(dataclasses.asdict(r), logs=logs[:20]))
+            verdicts.append(_mode_verdict(r, deterministic, logs))
             if verdicts[-1][0] == "TIMEOUT":
                 break
         verdict, reason = min(verdicts, key=lambda v: _VERDICT_ORDER.index(v[0]))
