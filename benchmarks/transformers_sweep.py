@@ -42,6 +42,13 @@ gets one verdict, worst first:
 The table has one row per model, then a summary groups the models by verdict and reason.
 ``--json`` writes every result (tracebacks included) after each model, so an interrupted sweep
 keeps what it did; ``--resume`` skips the models already in that file.
+
+Last run (torch 2.13.0, transformers 5.24.0, Python 3.11, one thread; 900 s wall): 582 model types
+tried, 511 built (71 not: 21 configs and 32 models this shrinking or transformers' defaults break,
+18 needing timm/natten/torchaudio/detectron2), 368 ran eagerly on the generated inputs and were
+compiled; 328 one graph and correct in both modes, 2 one graph whose eager run draws random
+numbers (NONDET), 17 BREAK, 19 GUARD_MISS (all ``ACT2FN["silu"]``), 2 FALLBACK (vilt, fastspeech2
+-conformer), no WRONG, CRASH or TIMEOUT.  ``sweep_repros/`` reduces each finding (README there).
 """
 from __future__ import annotations
 
@@ -621,16 +628,18 @@ def magpy_logs(topics=("recompiles", "breaks")):
     record's guard missed, and where each eager step is."""
     handler = _LogList()
     loggers = [logging.getLogger(f"magpy.{t}") for t in topics]
-    levels = [lg.level for lg in loggers]
+    saved = [(lg.level, lg.propagate) for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.INFO)
+        lg.propagate = False   # (not also printed by magpy's own stderr handler)
         lg.addHandler(handler)
     try:
         yield handler.messages
     finally:
-        for lg, level in zip(loggers, levels):
+        for lg, (level, propagate) in zip(loggers, saved):
             lg.removeHandler(handler)
             lg.setLevel(level)
+            lg.propagate = propagate
 
 
 def _mode_verdict(r: ModeResult, deterministic: bool, logs: list[str] = ()) -> tuple[str, str]:
