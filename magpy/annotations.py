@@ -376,6 +376,13 @@ TORCH_SIZED_RESULTS = frozenset({"unbind", "split", "chunk", "tensor_split", "sp
                                  "unsafe_split", "unsafe_chunk", "hsplit", "vsplit", "dsplit"})
 
 
+# Operations whose result has the shape of their first argument whatever the others hold (an
+# index of data-dependent length writes into a tensor of fixed shape).
+TORCH_SHAPE_OF_FIRST = frozenset({"index_add", "index_copy", "index_fill", "index_put", "scatter",
+                                  "scatter_add", "scatter_reduce", "masked_fill", "masked_scatter",
+                                  "put"})
+
+
 def shaped_by_data(name: str, args: tuple, kwargs: dict) -> bool:
     """Does operation ``name`` on these arguments give a result whose shape follows tensor data?"""
     if name not in TORCH_DATA_SHAPED:

@@ -517,8 +517,9 @@ class OpRecorder(TorchFunctionMode):
         ann.TORCH_DATA_SHAPED, or any operation on such a tensor (conservatively: a size read
         of its result is then an eager step).  Not a tensor updated in place: its shape stays."""
         leaves = pytree.tree_leaves((args, kwargs))
+        shaping = args[:1] if name in ann.TORCH_SHAPE_OF_FIRST else leaves
         if not (ann.shaped_by_data(name, args, kwargs) or
-                any(isinstance(t, torch.Tensor) and id(t) in self.data_shaped for t in leaves)):
+                any(isinstance(t, torch.Tensor) and id(t) in self.data_shaped for t in shaping)):
             return
         for t in pytree.tree_leaves(out):
             if isinstance(t, torch.Tensor) and not any(t is a for a in leaves):

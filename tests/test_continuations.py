@@ -338,3 +338,32 @@ def test_branch_inside_with_blocks_and_try_finally_resumes(monkeypatch):
     _compare(_scoped_build, inputs, monitor_runs=2)
     monkeypatch.setattr(magpy.config, "control_flow", True)
     _compare(_scoped_build, inputs, monitor_runs=1)
+
+
+def _list_loop_branch(x):
+    """A branch inside ``for i, (a, b) in enumerate(zip(list, list))`` after an effect (a draw
+    from the global generator), as in ViLT's visual embedding.  Not yet resumed: writing the
+    resume point fails on the list iterators' state (codegen), so the call runs eagerly; where
+    that is mended, a continuation's own resume point must also see the iterator the
+    continuation advanced (a third outcome gave three rows instead of two when only the
+    first was mended)."""
+    outs = []
+    for i, (a, b) in enumerate(zip([1.0, 2.0], [3.0, 4.0])):
+        noise = torch.rand(1)
+        if x.sum() - a * 8 <= 0:
+            outs.append(x * b + noise)
+        else:
+            outs.append(x - b)
+    return torch.stack(outs)
+
+
+def test_a_branch_in_a_loop_over_lists_gives_eagers_results_on_every_outcome():
+    compiled = magpy.compile(_list_loop_branch, backend="eager")
+    for v in (0.1, 1.5, 3.0, 0.1, 1.5, 3.0):
+        x = torch.full((2, 4), v)
+        torch.manual_seed(0)
+        want = _list_loop_branch(x)
+        torch.manual_seed(0)
+        got = compiled(x)
+        assert same(got, want), (v, got, want)
+    assert magpy.stats(compiled).monitor_runs >= 1

@@ -116,3 +116,16 @@ def test_sizes_that_follow_shapes_only_stay_constants_of_one_graph():
     check_compiled(lambda: (_shaped_by_shapes, None),
                    [Step("first call", make, expect=MONITOR), Step("fresh data", make, seed=1, expect=MOCK)],
                    expect_graphs=1)
+
+
+def _scattered(x):
+    idx = torch.nonzero(x > 0).squeeze(1)
+    out = torch.zeros_like(x).index_add(0, idx, x[idx])   # (x's shape, whatever idx holds)
+    return out * out.size(0)
+
+
+def test_a_write_through_an_index_that_follows_data_keeps_a_fixed_shape():
+    make = lambda s: (torch.randn(6),)   # noqa: E731
+    check_compiled(lambda: (_scattered, None),
+                   [Step("first call", make, expect=MONITOR), Step("other data", make, seed=3, expect=MOCK)],
+                   expect_graphs=1)
