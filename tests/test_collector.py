@@ -59,10 +59,11 @@ def test_where_objects_are_frozen_already_the_window_keeps_them_and_raises_the_t
     gc.freeze()   # (a program freezing its heap, e.g. before forking workers)
     try:
         frozen, thresholds = gc.get_freeze_count(), gc.get_threshold()
+        # (Never fewer frozen: CPython 3.12's collections also move immortal objects there.)
         with collector.full_collections_deferred():
             assert gc.get_threshold() == (*thresholds[:2], collector.OUT_OF_REACH)
-            assert gc.get_freeze_count() == frozen
-        assert (gc.get_freeze_count(), gc.get_threshold()) == (frozen, thresholds)
+            assert gc.get_freeze_count() >= frozen
+        assert gc.get_freeze_count() >= frozen and gc.get_threshold() == thresholds
     finally:
         gc.unfreeze()
 
