@@ -418,6 +418,22 @@ TORCH_DYNAMIC = frozenset({
     "__setstate__", "share_memory_", "pin_memory", "__dlpack__", "__array_wrap__", "_base",
 })
 
+# What the dynamic operations that read no tensor data do instead, as their break reasons say
+# (the others read tensor data into Python).
+TORCH_DYNAMIC_EFFECTS = {
+    **dict.fromkeys(("backward", "register_hook", "retain_grad", "requires_grad_", "grad_fn"),
+                    "reaches autograd outside the graph"),
+    **dict.fromkeys(("data_ptr", "untyped_storage", "storage", "_version", "_base", "share_memory_",
+                     "pin_memory", "__dlpack__"), "reaches the tensor's storage outside the graph"),
+    **dict.fromkeys(("__hash__", "__reduce_ex__", "__deepcopy__", "__setstate__"),
+                    "uses the tensor object itself outside the graph"),
+}
+
+
+def dynamic_reason(name: str) -> str:
+    """Why the dynamic operation ``name`` is not a graph operation, in words for its break."""
+    return TORCH_DYNAMIC_EFFECTS.get(name, "reads tensor data into Python")
+
 
 def is_tensor_method(func) -> bool:
     """A Tensor method: bound to a tensor, a C ``TensorBase`` descriptor, or a Python

@@ -355,7 +355,7 @@ class OpRecorder(TorchFunctionMode):
                 return None   # a branch: recorded as a cond once the jump completes
             if name == "numpy" and self.arrays is not None and self.arrays.follows(args[0]):
                 return None   # numpy on its array: torch operations (magpy.arrays)
-            self.dynamic(f"{_qualname(func)} reads tensor data into Python", step=True)
+            self.dynamic(f"{_qualname(func)} {ann.dynamic_reason(name)}", step=True)
             return None
         return name
 

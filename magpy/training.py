@@ -31,6 +31,7 @@ import types
 import torch
 from torch.optim import optimizer as _optimizer
 
+from magpy import annotations as ann
 from magpy import joint
 from magpy.monitor.policy import CallPolicy
 from magpy.refgraph.graph import ATTR
@@ -157,7 +158,7 @@ def backward_intrinsic(recorder):
             found = None if other or breaker.brk is not None else joint.reach(loss)
         if found is None or not all(map(recorder.knows, found.leaves)):
             # An ordinary dynamic operation: an eager step whose effects are not tracked.
-            breaker("Tensor.backward reads tensor data into Python", step=True)
+            breaker(f"Tensor.backward {ann.dynamic_reason('backward')}", step=True)
             return torch.Tensor.backward(*args, **(kwargs or {}))
         leaves = found.leaves
         with recorder.paused():

@@ -776,3 +776,19 @@ def test_transformers_act2fn_is_one_record():
 
     check_compiled(lambda: (Gate(), None), standard(lambda s: (torch.randn(2, 8), torch.randn(2, 8))),
                    expect_records=1)
+
+
+# ============================================================================ 11. break reasons
+# A dynamic operation that reads no tensor data says what it does instead (MRA's
+# ``zeros_like(q).requires_grad_()`` was reported as reading tensor data).
+
+def _new_leaf(q):
+    k = torch.zeros_like(q).requires_grad_()
+    return (q * 2).sum() + k.sum()
+
+
+def test_a_break_on_autograd_state_says_so():
+    trace = check_compiled(lambda: (_new_leaf, None),
+                           [first(lambda s: (torch.randn(3),)), again(expect=None)], fullgraph=False)
+    reasons = trace.stats["break_reasons"] + list(trace.stats.get("breaks", {}))
+    assert any("Tensor.requires_grad_ reaches autograd outside the graph" in r for r in reasons), reasons
