@@ -409,17 +409,15 @@ TORCH_TRUTH = frozenset({"__bool__"})
 # truth they read is seen as an assertion (``torch._assert``: ``if not c: raise AssertionError``).
 MONITORED_TORCH_FUNCTIONS = (torch._assert,)
 
-# Tensor operations that read tensor data into Python, or have effects outside the graph.
-TORCH_DYNAMIC = frozenset({
+# Tensor operations that read tensor data into Python ...
+TORCH_DATA_READS = frozenset({
     "item", "tolist", "__bool__", "__int__", "__float__", "__complex__", "__index__", "numpy",
-    "__array__", "__format__", "__repr__", "__str__", "data_ptr", "untyped_storage", "storage",
-    "__reduce_ex__", "__hash__", "backward", "register_hook", "retain_grad", "requires_grad_",
-    "equal", "allclose", "is_nonzero", "__contains__", "grad_fn", "_version", "__deepcopy__",
-    "__setstate__", "share_memory_", "pin_memory", "__dlpack__", "__array_wrap__", "_base",
+    "__array__", "__format__", "__repr__", "__str__", "equal", "allclose", "is_nonzero",
+    "__contains__", "__array_wrap__",
 })
 
-# What the dynamic operations that read no tensor data do instead, as their break reasons say
-# (the others read tensor data into Python).
+# ... and those that read no tensor data but reach outside the graph, with what they do, as
+# their break reasons say.
 TORCH_DYNAMIC_EFFECTS = {
     **dict.fromkeys(("backward", "register_hook", "retain_grad", "requires_grad_", "grad_fn"),
                     "reaches autograd outside the graph"),
@@ -428,6 +426,9 @@ TORCH_DYNAMIC_EFFECTS = {
     **dict.fromkeys(("__hash__", "__reduce_ex__", "__deepcopy__", "__setstate__"),
                     "uses the tensor object itself outside the graph"),
 }
+
+# The dynamic tensor operations: never graph operations.
+TORCH_DYNAMIC = TORCH_DATA_READS | TORCH_DYNAMIC_EFFECTS.keys()
 
 
 def dynamic_reason(name: str) -> str:

@@ -1446,9 +1446,9 @@ def _enumerating(f) -> int | None:
     the two calls); else None."""
     if not any(v is enumerate for v in f.stack[-2:]):   # (the callee beside its NULL, by version)
         return None
-    at, consts = f.info.ops[f.lasti][2], 0
-    for _ in range(_WRAPPED_WITHIN):
-        ins = f.info.instructions[at] if at is not None and at < len(f.info.instructions) else None
+    consts = 0
+    for at in _following(f):
+        ins = f.info.instructions[at]
         if ins is None or ins.opname == "LOAD_CONST" and not (type(ins.argval) is int and ins.argval >= 0):
             return None
         if ins.opname == "CALL":
@@ -1456,7 +1456,6 @@ def _enumerating(f) -> int | None:
         if ins.opname not in _BEFORE_ENUMERATE:
             return None
         consts += ins.opname == "LOAD_CONST"
-        at = f.info.ops[at][2]
     return None
 
 
@@ -1468,16 +1467,17 @@ _WRAPPED_WITHIN = 5
 def _wrapped_walk(f, x) -> bool:
     """Is the call at ``f``'s instruction an ``enumerate``/``zip`` of tensors whose result
     another call wraps before a ``for`` loop takes it (not a walk :func:`_iterating` knows)?"""
-    if _walk_call(f, x) is None:
-        return False
+    return _walk_call(f, x) is not None and any(for_loop(f.info, at) is not None for at in _following(f))
+
+
+def _following(f):
+    """The code units of the instructions after ``f``'s, up to ``_WRAPPED_WITHIN`` of them."""
     at = f.info.ops[f.lasti][2]
     for _ in range(_WRAPPED_WITHIN):
         if at is None or at >= len(f.info.instructions):
-            return False
-        if for_loop(f.info, at) is not None:
-            return True
+            return
+        yield at
         at = f.info.ops[at][2]
-    return False
 
 
 def _binding(info, body: int, value) -> tuple | None:

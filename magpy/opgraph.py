@@ -516,6 +516,8 @@ class OpRecorder(TorchFunctionMode):
         """Mark the results of an operation whose shape follows tensor data: one of
         ann.TORCH_DATA_SHAPED, or any operation on such a tensor (conservatively: a size read
         of its result is then an eager step).  Not a tensor updated in place: its shape stays."""
+        if not self.data_shaped and name not in ann.TORCH_DATA_SHAPED:
+            return   # (the common case: every recorded operation passes here)
         leaves = pytree.tree_leaves((args, kwargs))
         shaping = args[:1] if name in ann.TORCH_SHAPE_OF_FIRST else leaves
         if not (ann.shaped_by_data(name, args, kwargs) or
