@@ -25,6 +25,14 @@ class CompiledModule(torch.nn.Module):
     It shares the original module's state (its ``__dict__``: parameters, submodules,
     ``training``, hooks), so ``state_dict()``, ``train()``/``eval()``, ``to()`` and attribute
     access act on the original; other methods of the original's class are forwarded.
+
+    Each compiled module is an instance of a subclass made for its original's class
+    (:func:`compiled_module`): of this class first, then of the original's, so that
+    ``isinstance`` and the original's methods (``save_pretrained``, ``generate``) see the module
+    they were given (methods run on the compiled module, so their ``self(...)`` is compiled),
+    and its ``forward`` has the original ``forward``'s name, docstring and signature, which
+    libraries inspect (transformers' Trainer keeps only the dataset columns and labels its
+    parameters name).
     """
 
     __slots__ = ("_orig_mod", "_magpy_cache")
@@ -47,6 +55,25 @@ class CompiledModule(torch.nn.Module):
         return f"CompiledModule({self._orig_mod!r})"
 
 
+def compiled_module(module: torch.nn.Module, cache: RecordCache) -> CompiledModule:
+    """``module`` compiled: a :class:`CompiledModule` of a subclass named after its class."""
+    cls = type(module)
+
+    @functools.wraps(cls.forward)
+    def forward(self, *args, **kwargs):
+        return self._magpy_cache(args, kwargs)
+
+    # A class per call, not cached per original class: a cache would keep every class
+    # (a test's local one too) alive through its forward's __wrapped__.
+    namespace = {"__slots__": (), "forward": forward, "__module__": __name__, "__doc__": CompiledModule.__doc__}
+    name = f"Compiled{cls.__name__}"
+    try:
+        sub = type(name, (CompiledModule, cls), namespace)
+    except TypeError:   # a layout or metaclass the two bases cannot share (__slots__, TorchScript)
+        sub = type(name, (CompiledModule,), namespace)
+    return sub(module, cache)
+
+
 def compile(fn: Callable | None = None, *, backend: str | Callable = "inductor", fullgraph: bool = False):
     """Compile a function, method or ``nn.Module`` with magpy; usable as a decorator.
 
@@ -67,7 +94,7 @@ def compile(fn: Callable | None = None, *, backend: str | Callable = "inductor",
     if isinstance(fn, CompiledModule) or hasattr(fn, "_magpy_cache"):
         fn = _original(fn)
     if isinstance(fn, torch.nn.Module):
-        return CompiledModule(fn, RecordCache(fn, resolved, fullgraph, roots=_roots(fn)))
+        return compiled_module(fn, RecordCache(fn, resolved, fullgraph, roots=_roots(fn)))
     if type(fn) is functools.partial:
         return _compile_partial(fn, backend, fullgraph)
     cache = RecordCache(fn, resolved, fullgraph, roots=_roots(fn))
