@@ -16,6 +16,11 @@ with which it cannot raise (real 0-d tensors and real numbers), so no traceback 
 iterates the program's generator natively (a dynamic operation); its stand-in is the Python
 version ``collections`` itself falls back to, so the iteration is monitored.  It can raise
 only what the program's own iterable or keys raise.
+
+Legacy tensor constructors (``torch.FloatTensor([0.5])``, ``torch.Tensor(2, 3)``) make their
+tensor in C, out of the operation recorder's sight (a tensor of unknown origin); given sizes
+or Python numbers, their stand-in makes it with ``torch.empty``/``torch.tensor``, which are
+recorded (raising, for ragged data, what the constructor raises).
 """
 from __future__ import annotations
 
@@ -105,7 +110,48 @@ def at_site(stand_in, caller):
     return fn
 
 
+def _legacy_standin(dtype: torch.dtype, device: str):
+    """What ``torch.FloatTensor(...)`` (a legacy constructor of ``dtype`` on ``device``) does
+    with sizes or with Python data, as the factories torch records."""
+    def legacy_constructor(*args):
+        if len(args) == 1 and type(args[0]) in (list, tuple):
+            return torch.tensor(args[0], dtype=dtype, device=device)
+        return torch.empty(args[0] if len(args) == 1 else args, dtype=dtype, device=device)
+    legacy_constructor.__qualname__ = f"legacy {dtype} constructor"
+    return legacy_constructor
+
+
+def _data(v) -> bool:
+    return type(v) in _NUMBERS or (type(v) in (list, tuple) and all(map(_data, v)))
+
+
+def _legacy(kind):
+    """The ``choose`` of a legacy constructor (``torch.FloatTensor``, ``torch.Tensor``): its
+    stand-in for sizes (ints, one ``torch.Size``) or one list or tuple of Python numbers;
+    natively (a tensor of unknown origin, a graph break) for anything else (a tensor, a
+    storage, ``device=``)."""
+    standins: dict[tuple, types.FunctionType] = {}
+
+    def choose(caller, args, kwargs):
+        sizes = all(type(a) is int and a >= 0 for a in args) or (len(args) == 1 and type(args[0]) is torch.Size)
+        if kwargs or not (sizes or (len(args) == 1 and type(args[0]) in (list, tuple) and _data(args[0]))):
+            return None
+        # torch.Tensor makes the default dtype (read now: the record keeps it, as torch.tensor's)
+        key = (kind.dtype, "cuda" if kind.is_cuda else "cpu") if kind is not torch.Tensor else \
+            (torch.get_default_dtype(), "cpu")
+        if key not in standins:
+            standins[key] = _legacy_standin(*key)
+        return standins[key]
+    return choose
+
+
+_LEGACY_CONSTRUCTORS = (torch.Tensor, *(getattr(module, name) for module in (torch, torch.cuda)
+                                         for name in ("FloatTensor", "DoubleTensor", "HalfTensor",
+                                                      "BFloat16Tensor", "LongTensor", "IntTensor", "ShortTensor",
+                                                      "CharTensor", "ByteTensor", "BoolTensor")))
+
 # (builtin, choose) for magpy.record's call policy.
 REROUTES = ((max, extremum(max_)), (min, extremum(min_)),
-            (collections._count_elements, _always(count_elements)))
+            (collections._count_elements, _always(count_elements)),
+            *((kind, _legacy(kind)) for kind in _LEGACY_CONSTRUCTORS))
 FILE = __file__
