@@ -139,8 +139,9 @@ def _verify_fast(rec: Record, env, other, what: str) -> None:
 @functools.lru_cache(maxsize=None)
 def _native_module(name: str) -> bool:
     # torch's own Python code runs natively (its tensor operations reach __torch_function__),
-    # except nn.Module code and parametrizations (weight_norm ...), whose attribute reads
-    # are the program's reads.
+    # except nn.Module code, parametrizations and the old-style weight_norm/spectral_norm
+    # (forward pre-hooks that set module.weight on every call), whose attribute reads and
+    # writes are the program's.
     return (name == "torch" or name.startswith("torch.")) and not name.startswith(_MONITORED_TORCH) \
         or name.startswith("magpy.") or name == "inspect" or annotations.is_numpy_module(name)
 
@@ -149,7 +150,8 @@ def _native_module(name: str) -> bool:
 # guarded, and each call it makes to its reducer (torch.distributed natives) is an eager step.
 # torch.distributions' argument validation (``if not valid: raise ValueError``) becomes a
 # check in the graph only where the monitor sees the jump.
-_MONITORED_TORCH = ("torch.nn.modules", "torch.nn.utils.parametriz", "torch.nn.parallel.distributed",
+_MONITORED_TORCH = ("torch.nn.modules", "torch.nn.utils.parametriz", "torch.nn.utils.weight_norm",
+                    "torch.nn.utils.spectral_norm", "torch.nn.parallel.distributed",
                     "torch.distributions",
                     "torch.distributed.algorithms.join", *training.MONITORED_TORCH)
 
