@@ -38,9 +38,26 @@ FUNCTIONS = {
     np.square: torch.square, np.add: torch.add, np.subtract: torch.sub, np.multiply: torch.mul,
     np.maximum: torch.maximum, np.minimum: torch.minimum, np.sum: torch.sum, np.mean: torch.mean,
     np.max: torch.amax, np.amax: torch.amax, np.min: torch.amin, np.amin: torch.amin, np.prod: torch.prod,
+    np.log1p: torch.log1p, np.expm1: torch.expm1, np.floor: torch.floor, np.ceil: torch.ceil,
+    np.round: torch.round, np.sign: torch.sign, np.power: torch.pow, np.divide: torch.div,
+    np.true_divide: torch.div, np.matmul: torch.matmul, np.clip: torch.clamp, np.where: torch.where,
+    np.all: torch.all, np.any: torch.any, np.argmax: torch.argmax, np.argmin: torch.argmin,
+    np.reshape: torch.reshape, np.transpose: lambda t, axes=None: _transpose(t, axes),
+    np.std: lambda t, **kw: torch.std(t, correction=0, **kw),      # numpy's ddof=0
+    np.var: lambda t, **kw: torch.var(t, correction=0, **kw),
+    np.asarray: lambda t: t,      # the array itself
+    np.array: torch.clone,        # a copy
+    np.linalg.norm: lambda t, **kw: torch.linalg.vector_norm(t, **kw),   # 2-norm (Frobenius) of all
+    np.fft.fft: torch.fft.fft, np.fft.ifft: torch.fft.ifft, np.fft.rfft: torch.fft.rfft,
 }
 # ndarray method -> torch function of the array's tensor and the same arguments.
-METHODS = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin, "prod": torch.prod}
+METHODS = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin, "prod": torch.prod,
+           "copy": torch.clone, "reshape": torch.Tensor.reshape, "transpose": lambda t, *axes: _transpose(t, axes),
+           "all": torch.all, "any": torch.any, "argmax": torch.argmax, "argmin": torch.argmin,
+           "clip": torch.clamp, "flatten": lambda t: torch.flatten(t).clone(), "ravel": torch.ravel,
+           "squeeze": torch.squeeze, "std": FUNCTIONS[np.std], "var": FUNCTIONS[np.var]}
+# ndarray attribute computed from the values -> torch function of the array's tensor.
+ATTRIBUTES = {"T": lambda t: _transpose(t, ()), "real": torch.real, "imag": torch.imag}
 # numpy keyword -> torch keyword (``axis=None`` is torch's default: left out).
 KEYWORDS = {"axis": "dim", "keepdims": "keepdim"}
 # Operators on followed arrays (the instruction) -> the torch operation.
@@ -174,6 +191,8 @@ class Arrays(Observer):
         try:
             if name == "BINARY_OP" and ins.argrepr in OPERATORS:
                 self._translate(OPERATORS[ins.argrepr], inputs, {}, outputs[0], held[0])
+            elif name == "LOAD_ATTR" and ins.argval in ATTRIBUTES:
+                self._translate(ATTRIBUTES[ins.argval], inputs[:1], {}, outputs[-1], held[0])
             elif name == "UNARY_NEGATIVE":
                 self._translate(operator.neg, inputs, {}, outputs[0], held[0])
             else:
@@ -248,6 +267,13 @@ class Escaped(Exception):
     def __init__(self, followed: Followed, how: str):
         super().__init__(how)
         self.followed = followed
+
+
+def _transpose(t, axes):
+    """numpy's transpose: the axes reversed, or permuted as given (one tuple or several ints)."""
+    if not axes:
+        return t.permute(*reversed(range(t.dim())))
+    return t.permute(*(axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes))
 
 
 def _same_kind(t, v) -> bool:
