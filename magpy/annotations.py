@@ -174,6 +174,10 @@ _DEQUE_METHODS = {
     **{m: _inplace(NONE, NONE) for m in ("append", "appendleft")},
     **{m: _inplace(NONE, STRUCT) for m in ("extend", "extendleft")},
     **{m: _inplace(STRUCT) for m in ("pop", "popleft", "rotate", "clear")},
+    # as a list's: a deque is a sequence (insert, remove, index, count, indexing, iteration)
+    **{m: _LIST_METHODS[m] for m in ("insert", "remove", "reverse", "index", "count", "copy", "__getitem__",
+                                     "__len__", "__contains__", "__iter__", "__setitem__", "__delitem__",
+                                     "__iadd__")},
 }
 
 METHODS: dict[tuple[type, str], Annotation] = {

@@ -510,13 +510,25 @@ def _deque_methods(x):
     return a + b + sum(q), len(q), q[0] * 1
 
 
+def _deque_as_a_sequence(x):
+    q = collections.deque([1.0, 2.0, 3.0])
+    q.insert(1, 1.5)
+    q.remove(2.0)
+    q.reverse()
+    q[0] = q[0] - 1
+    del q[-1]
+    t = collections.deque([x, x * 2])
+    t.insert(0, x - 1)
+    return x * sum(q) + q.index(1.5) + q.count(2.0) + len(q.copy()), sum(t), t[1]
+
+
 def _chain_from_iterable(x):
     parts = [[x, x + 1], [x * 2]]
     return sum(itertools.chain.from_iterable(parts)), list(itertools.chain(*parts))[1]
 
 
 IDIOMS = [_namedtuple_made_inside, _namedtuple_methods, _classes_made_inside, _deque_methods,
-          _chain_from_iterable]
+          _deque_as_a_sequence, _chain_from_iterable]
 
 
 @pytest.mark.parametrize("program", IDIOMS, ids=lambda f: f.__name__.lstrip("_"))

@@ -8,6 +8,7 @@ calls follow their annotation (Figure 12): unannotated or impure natives are dyn
 from __future__ import annotations
 
 import array
+import collections
 import os
 import sys
 import sysconfig
@@ -253,9 +254,7 @@ class RefGraphBuilder(Observer):
         node = self.node(v)
         if node is None:
             return
-        if node.kind is Kind.OPAQUE and kind != ann.TYPE and isinstance(v, _mutable_opaque()):
-            # Their contents are not guarded (only their identity): a read must not be baked in.
-            self.dynamic(f"native {_describe(what)} reads a {type(v).__qualname__} from outside the call")
+        if self.opaque_contents(v, f"native {_describe(what)} reads"):
             return
         if kind == ann.OPERAND:
             if node.kind in _CONTAINERS:
@@ -482,10 +481,21 @@ class RefGraphBuilder(Observer):
         self.dynamic(f"{type(obj).__qualname__}.{name} (a Python method) called by a native operation")
         return True
 
+    def opaque_contents(self, v, what: str) -> bool:
+        """``what`` (a read or a write) reaches the contents of ``v``, a mutable C container
+        from outside the call (a deque, an ndarray, a bytearray): the guard checks only its
+        identity and the mock cannot make a change to it, so a read must not be baked in nor
+        a write left out: a dynamic operation (True)."""
+        node = self.node(v)
+        if node is None or node.kind is not Kind.OPAQUE or not isinstance(v, _mutable_opaque()):
+            return False
+        self.dynamic(f"{what} a {type(v).__qualname__} from outside the call")
+        return True
+
     # ------------------------------------------------------------------ writes
     def write(self, obj):
         node = self.node(obj)
-        if node is not None:
+        if node is not None and not self.opaque_contents(obj, "a write to"):
             if py_method(type(obj), "__setattr__") in scripted.NATIVE_SETATTRS:
                 # The mock makes the writes it sees in snapshots of __dict__s; this one is not.
                 self.dynamic(f"a write to {type(obj).__qualname__}, which keeps its attributes "
@@ -540,7 +550,7 @@ def _binary_subscr(b, frame, ins, inputs, outputs):
     node = b.node(container)
     if node is not None and node.kind in _CONTAINERS:
         b.read_item(node, key, outputs[0])
-    elif node is not None:
+    elif node is not None and not b.opaque_contents(container, "an item read of"):
         b.python_dunder(container, "__getitem__")
 
 
@@ -556,7 +566,8 @@ def _store_attr(b, frame, ins, inputs, outputs):
 def _store_subscr(b, frame, ins, inputs, outputs):
     if isinstance(inputs[1], dict) and b.hashes(inputs[1], (inputs[2],), "a dict store"):
         return
-    b.python_dunder(inputs[1], "__setitem__")
+    if not b.opaque_contents(inputs[1], "an item store into"):
+        b.python_dunder(inputs[1], "__setitem__")
     b.write(inputs[1])
 
 
@@ -568,8 +579,9 @@ def _store_slice(b, frame, ins, inputs, outputs):
 def _delete_subscr(b, frame, ins, inputs, outputs):
     if isinstance(inputs[0], dict) and b.hashes(inputs[0], (inputs[1],), "a dict deletion"):
         return
-    b.python_dunder(inputs[0], "__delitem__")
-    b.write(inputs[0])
+    if not b.opaque_contents(inputs[0], "an item deletion from"):
+        b.python_dunder(inputs[0], "__delitem__")
+        b.write(inputs[0])
 
 
 def _delete_attr(b, frame, ins, inputs, outputs):
@@ -584,7 +596,7 @@ def _struct_read(position, dunder=None):
     def rule(b, frame, ins, inputs, outputs):
         v = inputs[position]
         node = b.node(v)
-        if node is None:
+        if node is None or b.opaque_contents(v, f"{ins.opname} reads"):
             return
         if node.kind in _CONTAINERS:
             b.expand(node)
@@ -615,6 +627,8 @@ def _expand_inputs(deep):
             node = b.node(v)
             if node is not None and node.kind in _CONTAINERS:
                 b.expand(node, deep=deep)
+            elif b.opaque_contents(v, f"{ins.opname} reads"):
+                return
         for v in inputs:
             b.set_order(v, ann.STRUCT, ins.opname)
     return rule
@@ -625,6 +639,8 @@ def _binary_op(b, frame, ins, inputs, outputs):
         node = b.node(v)
         if node is not None and node.kind in _CONTAINERS:
             b.expand(node, deep=True)
+        elif b.opaque_contents(v, f"operator {ins.argrepr} reads"):
+            return
         elif node is not None and node.kind is Kind.OBJECT:
             for name in _op_dunders(ins):
                 if b.python_dunder(v, name):
@@ -811,7 +827,8 @@ def _python_eq(tp) -> bool:
 def _mutable_opaque() -> tuple:
     """Mutable C containers whose value the guard cannot check (numpy only if it is loaded)."""
     np = sys.modules.get("numpy")
-    return (bytearray, array.array) if np is None else (bytearray, array.array, np.ndarray)
+    opaque = (bytearray, array.array, collections.deque)
+    return opaque if np is None else (*opaque, np.ndarray)
 
 
 def _describe(callee) -> str:

@@ -1,0 +1,97 @@
+"""Mutable C containers from outside the call: a deque, a numpy array, a bytearray, an
+``array.array``.  The guard checks only their identity (their contents are not Python
+objects it can compare) and the mock cannot replay a change to them, so every read or write
+of their contents (an item read or store, iteration, ``in``, ``len``, arithmetic, a method
+like ``deque.append``) is a dynamic operation, run as an eager step.  Before, an item read
+was baked into the record and an item store or ``append`` was left out of the mock: the
+repeated call gave the first call's value and the program's container stayed as it was.
+Each case runs against eager, with the container changed from outside between calls.
+"""
+import array
+import collections
+
+import numpy as np
+import pytest
+import torch
+
+import magpy
+from tests.compile_harness import after, again, check_compiled, first, isolated
+
+
+@pytest.fixture(autouse=True)
+def _no_records():
+    magpy.reset()
+
+
+CONTAINERS = {
+    "deque": lambda: collections.deque([1.0, 2.0, 3.0], maxlen=4),
+    "ndarray": lambda: np.array([1.0, 2.0, 3.0]),
+    "bytearray": lambda: bytearray(b"\x01\x02\x03"),
+    "array": lambda: array.array("d", [1.0, 2.0, 3.0]),
+}
+
+
+def _item_read(x):
+    return x * float(BOX[0])
+
+
+def _item_store(x):
+    BOX[1] = 7
+    return x + 1
+
+
+def _iteration(x):
+    for v in BOX:
+        x = x * float(v)
+    return x
+
+
+def _membership_and_length(x):
+    return x * (7 in BOX) + len(BOX)
+
+
+def _deque_methods(x):
+    BOX.append(float(x.sum() > 0))
+    BOX.rotate(1)
+    return x * BOX[0]
+
+
+def _changed(ns):
+    ns["BOX"][0] = 5
+    ns["BOX"][1] = 0
+
+
+def _state(ns):
+    return list(ns["BOX"])
+
+
+def _x(s):
+    return (torch.randn(3),)
+
+
+def _steps():
+    return [first(_x, expect=None), again(expect=None), after(_changed, expect=None), again(expect=None)]
+
+
+@pytest.mark.parametrize("kind", sorted(CONTAINERS))
+@pytest.mark.parametrize("program", [_item_read, _item_store, _iteration, _membership_and_length],
+                         ids=lambda f: f.__name__.lstrip("_"))
+def test_contents_of_a_mutable_c_container_from_outside_are_read_and_written_as_eager(kind, program):
+    check_compiled(lambda: isolated(program, BOX=CONTAINERS[kind]()), _steps(), fullgraph=False,
+                   observe=_state)
+
+
+def test_deque_methods_on_a_deque_from_outside():
+    check_compiled(lambda: isolated(_deque_methods, BOX=CONTAINERS["deque"]()), _steps(), fullgraph=False,
+                   observe=_state)
+
+
+def test_a_deque_made_in_the_call_is_still_one_graph():
+    def program(x):
+        q = collections.deque([x, x * 2], maxlen=3)
+        q.insert(0, x - 1)
+        q.append(x + 1)
+        return sum(q), q[0]
+
+    trace = check_compiled(lambda: (program, None), [first(_x), again()], expect_graphs=1)
+    assert trace.stats["break_reasons"] == []
