@@ -316,3 +316,105 @@ def test_transformers_bert_on_cuda():
     steps = [first(kwargs=kwargs, ctx=torch.no_grad), again(ctx=torch.no_grad)]
     trace = check_compiled(build, steps, backend="inductor", rtol=1e-3, atol=1e-3)
     same_devices(trace)
+
+
+# ------------------------------------------------------------------------------ CUDA graphs
+
+
+@pytest.fixture
+def cuda_graphs():
+    """``magpy.config.cuda_graphs`` on (fresh_magpy restores it), and a count of the replays."""
+    magpy.config.cuda_graphs = True
+    replays = []
+    if CUDA:
+        original = torch.cuda.CUDAGraph.replay
+
+        def counted(graph):
+            replays.append(graph)
+            return original(graph)
+        torch.cuda.CUDAGraph.replay = counted
+    yield replays
+    if CUDA:
+        torch.cuda.CUDAGraph.replay = original
+
+
+def test_cuda_graphs_option_is_a_flag():
+    with pytest.raises(ValueError):
+        magpy.config.cuda_graphs = "auto"
+    assert magpy.config.cuda_graphs is False
+
+
+def test_cuda_graphs_leave_cpu_graphs_alone(cuda_graphs):
+    """On CPU tensors the option changes nothing: the graphs run as compiled."""
+    check_compiled(lambda: (Small(), None), more_calls(on("cpu"), ctx=torch.no_grad))
+    assert not cuda_graphs
+
+
+def more_calls(args, n=3, ctx=None):
+    """first, again, then ``n`` fresh inputs: the capture is the second call, replays after."""
+    return [first(args, ctx=ctx), again(ctx=ctx)] + [fresh(args, seed=s, ctx=ctx) for s in range(1, n + 1)]
+
+
+@needs_cuda
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_cuda_graphs_replay_equals_eager(cuda_graphs, backend):
+    trace = check_compiled(small_on_cuda, more_calls(on("cuda"), ctx=torch.no_grad), backend=backend,
+                           rtol=RTOL, atol=ATOL, expect_records=1)
+    same_devices(trace)
+    assert cuda_graphs, "no CUDA graph was replayed"
+
+
+@needs_cuda
+def test_cuda_graph_outputs_survive_the_next_replay(cuda_graphs):
+    torch.manual_seed(0)
+    model = Small().cuda()
+    compiled = magpy.compile(model, backend="eager")
+    xs = [torch.randn(4, 8, device="cuda") for _ in range(5)]
+    with torch.no_grad():
+        outs = [compiled(x) for x in xs]
+        for x, out in zip(xs, outs):
+            assert torch.allclose(out, model(x), rtol=RTOL, atol=ATOL)
+    assert len(cuda_graphs) >= 2
+
+
+def accumulate(x, total):
+    total.add_(x)
+    return total * 2
+
+
+@needs_cuda
+def test_cuda_graphs_skip_graphs_that_update_inputs(cuda_graphs):
+    """A graph that updates an input in place runs as compiled (a capture would update its own
+    copy of the input, not the program's tensor)."""
+    def build():
+        total = torch.zeros(4, 8, device="cuda")
+        return (lambda x: accumulate(x, total)), {"total": total}
+    check_compiled(build, more_calls(on("cuda")))
+    assert not cuda_graphs
+
+
+@needs_cuda
+def test_cuda_graphs_skip_graphs_that_draw_random_numbers(cuda_graphs):
+    """Dropout in training draws from the CUDA generator: a replay would repeat one draw."""
+    torch.manual_seed(0)
+    model = Dropping().cuda().train()
+    compiled = magpy.compile(model, backend="eager")
+    with torch.no_grad():
+        outs = [compiled(torch.ones(4, 8, device="cuda")) for _ in range(4)]
+    masks = {tuple((o != 0).flatten().tolist()) for o in outs}
+    assert len(masks) > 1, "every call drew the same dropout mask"
+    assert not cuda_graphs
+
+
+@needs_cuda
+def test_cuda_graphs_skip_graphs_that_need_autograd(cuda_graphs):
+    """With grad on and parameters requiring grad, the outputs need their autograd graph."""
+    torch.manual_seed(0)
+    model = Small().cuda()
+    compiled = magpy.compile(model, backend="eager")
+    for seed in range(4):
+        x = torch.randn(4, 8, device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
+        out = compiled(x)
+        assert out.grad_fn is not None
+        assert torch.allclose(out, model(x), rtol=RTOL, atol=ATOL)
+    assert not cuda_graphs
