@@ -1,8 +1,8 @@
 """The GPU table (issue 28): eager, torch.compile, its CUDA graphs and magpy, side by side.
 
     python -m benchmarks.gpu [--device cuda|cpu] [--out DIR] [--quick] [--sections mlp,bert,...]
-                             [--variants ...] [--size bench|test] [--budget-s S] [--compile-threads N]
-                             [--tf32]
+                             [--variants ...] [--size bench|test] [--calls N] [--budget-s S]
+                             [--compile-threads N] [--threads N] [--train-model bert|resnet50] [--tf32]
 
 One prepared run for a lent GPU machine (``PYTHONPATH=.`` from a checkout, the machine's own
 torch; nothing is downloaded).  Sections, cheapest first, each a set of rows, one per variant:
@@ -27,8 +27,9 @@ Variants (``--variants`` picks some; eager always runs): ``eager``; ``torch.comp
 (inductor, default mode); ``torch.compile-ro``
 (``mode="reduce-overhead"``: CUDA graphs; on a CPU the same as torch.compile, so left out);
 ``magpy-foreground`` (``magpy.config.background_compile = False``: graphs compiled while
-recording, as torch.compile does); ``magpy`` (defaults: background compile, autopilot).  The
-train section runs eager, torch.compile and magpy.
+recording, as torch.compile does); ``magpy`` (defaults: background compile, autopilot);
+``magpy-cudagraphs`` (``magpy.config.cuda_graphs = True``: compiled graphs replayed as CUDA
+graphs, ``magpy.cudagraphs``; GPU only).  The train section runs eager, torch.compile and magpy.
 
 Columns: ``steady ms``: the median call once compiled (magpy after ``magpy.synchronize()`` and
 its autopilot trial; ``benchmarks.run.run_variant`` for mlp/bert/resnet50, the control-flow
@@ -85,10 +86,11 @@ from benchmarks.device import to_device  # noqa: E402
 from benchmarks.models import MODELS  # noqa: E402
 
 SECTIONS = ("mlp", "bert", "resnet50", "blockdrop", "lstm", "train")
-VARIANTS = ("eager", "torch.compile", "torch.compile-ro", "magpy-foreground", "magpy")
+VARIANTS = ("eager", "torch.compile", "torch.compile-ro", "magpy-foreground", "magpy", "magpy-cudagraphs")
 TRAIN_VARIANTS = ("eager", "torch.compile", "magpy")
+CUDA_ONLY = ("torch.compile-ro", "magpy-cudagraphs")   # on a CPU they are their plain twins
 # magpy.config while a variant runs
-CONFIG = {"magpy-foreground": {"background_compile": False}}
+CONFIG = {"magpy-foreground": {"background_compile": False}, "magpy-cudagraphs": {"cuda_graphs": True}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,6 +106,7 @@ class Run:
     train_model: str
     size: str
     variants: tuple
+    calls: int | None
     start: float = dataclasses.field(default_factory=time.perf_counter)
     rows: list = dataclasses.field(default_factory=list)
     info: dict = dataclasses.field(default_factory=dict)
@@ -150,8 +153,7 @@ def magpy_config(**options):
 
 def variants_for(r: Run, names=VARIANTS) -> list[str]:
     cuda = r.device.startswith("cuda")
-    return [v for v in names if (v == "eager" or v in r.variants)
-            and (cuda or v not in run.CUDA_ONLY_VARIANTS)]
+    return [v for v in names if (v == "eager" or v in r.variants) and (cuda or v not in CUDA_ONLY)]
 
 
 def skipped(section: str, variant: str, why: str) -> dict:
@@ -170,7 +172,8 @@ def build_mlp(size: str = "bench"):   # (one size: it is small on any device)
 
 
 BUILDERS = {"mlp": build_mlp, "bert": MODELS["bert"], "resnet50": MODELS["resnet50"]}
-RUN_VARIANTS = {**run.VARIANTS, "magpy-foreground": run.Variant("magpy-foreground", "magpy", "inductor")}
+RUN_VARIANTS = {**run.VARIANTS, **{name: run.Variant(name, "magpy", "inductor")
+                                    for name in ("magpy-foreground", "magpy-cudagraphs")}}
 
 
 def forward_section(r: Run, section: str) -> None:
@@ -209,7 +212,7 @@ def _forward_row(section: str, row: dict) -> dict:
 def control_flow_section(r: Run, section: str) -> None:
     """BlockDrop or the LSTM LM through ``benchmarks.control_flow.run_variant``: N calls
     (compiles included), then the steady state."""
-    calls = 12 if r.quick else 50
+    calls = r.calls or (12 if r.quick else 50)
     try:
         if section == "blockdrop":
             model = control_flow.build(3 if r.quick else 6)
@@ -229,7 +232,8 @@ def control_flow_section(r: Run, section: str) -> None:
                 r.add(skipped(section, name, "time budget spent"))
                 continue
             r.say(f"{section}: {name} ({calls} calls) ...")
-            row = control_flow.run_variant(name, model, inputs, reference)
+            with magpy_config(**CONFIG.get(name, {})):
+                row = control_flow.run_variant(name, model, inputs, reference)
             outputs = row.pop("outputs")
             if name == "eager":
                 reference = outputs if not row["error"] else None
@@ -241,7 +245,6 @@ def control_flow_section(r: Run, section: str) -> None:
                    "mismatching_calls": row["mismatches"], "max_abs_diff": row["max_diff"],
                    "error": row["error"], "notes": [row["note"]] if row.get("note") else []})
             r.say(f"{section}: {name} done: {_summary(r.rows[-1])}")
-    magpy.config.background_compile = True   # (run_variant sets it per variant)
 
 
 def train_section(r: Run, section: str) -> None:
@@ -381,6 +384,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--size", choices=("test", "bench"),
                         help="zoo size of bert, resnet50 (and train without --quick); default: bench on a "
                              "GPU, test on a CPU")
+    parser.add_argument("--calls", type=int, help="control-flow calls per variant (default 50; --quick 12)")
     parser.add_argument("--compile-threads", type=int, help="torch._inductor.config.compile_threads")
     parser.add_argument("--threads", type=int,
                         help="torch.set_num_threads (default: torch's on a GPU, 1 on a CPU: a shared "
@@ -423,7 +427,7 @@ def main(argv=None) -> int:
     if opts.compile_threads:
         torch._inductor.config.compile_threads = opts.compile_threads
     r = Run(opts.device, opts.quick, Path(opts.out), opts.budget_s, opts.train_model, opts.size,
-            opts.variant_list)
+            opts.variant_list, opts.calls)
     r.info = dict(run.machine_info(), device=describe_device(opts.device), tf32=opts.tf32, size=opts.size,
                   compile_threads=torch._inductor.config.compile_threads,
                   date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))

@@ -166,8 +166,11 @@ class Replay:
 
 
 def _plain_outputs(out, args) -> bool:
-    """Every output a CUDA tensor, none sharing storage with an input or another output."""
-    if not isinstance(out, (list, tuple)) or not all(isinstance(o, torch.Tensor) and o.is_cuda for o in out):
+    """Every output a tensor on the inputs' device (CUDA: :func:`wrap` checked them), none sharing
+    storage with an input or another output."""
+    device = args[0].device
+    if not isinstance(out, (list, tuple)) or not all(isinstance(o, torch.Tensor) and o.device == device
+                                                     for o in out):
         return False
     storages = [o.untyped_storage().data_ptr() for o in out]
     inputs = {a.untyped_storage().data_ptr() for a in args}
@@ -183,6 +186,7 @@ def _captured(fn: Callable, inputs: list):
         fn(*inputs)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    # thread_local: CUDA calls of other threads (a background compile) go on during the capture
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
         out = fn(*inputs)
     return graph, out

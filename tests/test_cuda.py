@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import magpy
+from magpy import cudagraphs
 from tests.compile_harness import (
     ANY,
     MONITOR,
@@ -348,6 +349,85 @@ def test_cuda_graphs_leave_cpu_graphs_alone(cuda_graphs):
     """On CPU tensors the option changes nothing: the graphs run as compiled."""
     check_compiled(lambda: (Small(), None), more_calls(on("cpu"), ctx=torch.no_grad))
     assert not cuda_graphs
+
+
+class SimulatedGraph:
+    """A capture on the CPU: replay() recomputes into the captured outputs from the captured
+    inputs, as a CUDA graph does (same buffers, same addresses)."""
+
+    def __init__(self, fn, inputs):
+        self.fn, self.inputs = fn, inputs
+        self.outputs = fn(*inputs)
+
+    def replay(self):
+        for out, new in zip(self.outputs, self.fn(*self.inputs)):
+            out.copy_(new)
+
+
+@pytest.fixture
+def simulated(monkeypatch):
+    """``magpy.cudagraphs`` on CPU tensors, with :class:`SimulatedGraph` captures: the list of
+    captures made."""
+    captures = []
+
+    def capture(fn, inputs):
+        captures.append(SimulatedGraph(fn, inputs))
+        return captures[-1], captures[-1].outputs
+    monkeypatch.setattr(cudagraphs, "_captured", capture)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", torch.get_rng_state)
+    return captures
+
+
+def mlp_graph():
+    torch.manual_seed(0)
+    layer1, layer2 = nn.Linear(8, 16), nn.Linear(16, 8)
+    params = [layer1.weight, layer1.bias, layer2.weight, layer2.bias]
+
+    def graph(x, w1, b1, w2, b2):   # as backends return it: the graph's outputs as a list
+        return [torch.nn.functional.linear(torch.relu(torch.nn.functional.linear(x, w1, b1)), w2, b2)]
+    return graph, params
+
+
+def test_replay_reads_stable_inputs_in_place_and_copies_the_others(simulated):
+    """The state machine of :class:`magpy.cudagraphs.Replay` on the CPU: plain first call,
+    capture on the second, replays after; fresh inputs are copied in, results are copies that
+    survive the next replay, a moved parameter makes a new capture."""
+    graph, params = mlp_graph()
+    replay = cudagraphs.Replay(graph)
+    xs = [torch.randn(4, 8) for _ in range(6)]
+    with torch.no_grad():
+        outs = [replay(x, *params) for x in xs]
+        assert len(simulated) == 1
+        assert [i for i, _ in replay.fixed] == [1, 2, 3, 4]   # the parameters; x is copied in
+        for x, out in zip(xs, outs):
+            assert torch.equal(out[0], graph(x, *params)[0])
+        params[0] = nn.Parameter(params[0].detach() * 2)      # a parameter at a new address
+        assert torch.equal(replay(xs[0], *params)[0], graph(xs[0], *params)[0])
+        assert len(simulated) == 2
+        assert torch.equal(replay(xs[1], *params)[0], graph(xs[1], *params)[0])
+        other = torch.randn(2, 8)                             # another shape: run plainly
+        assert torch.equal(replay(other, *params)[0], graph(other, *params)[0])
+
+
+def test_replay_runs_plainly_what_a_capture_would_get_wrong(simulated):
+    """Graphs that update an input, draw random numbers or need autograd never get captured."""
+    graph, params = mlp_graph()
+
+    def updating(x, total):
+        total.add_(x)
+        return [total * 2]
+
+    def dropping(x):
+        return [torch.nn.functional.dropout(x, 0.5)]
+    cases = [(updating, lambda: (torch.ones(3), torch.zeros(3)), torch.no_grad),
+             (dropping, lambda: (torch.ones(3),), torch.no_grad),
+             (graph, lambda: (torch.randn(4, 8), *params), torch.enable_grad)]
+    for fn, args, mode in cases:
+        replay = cudagraphs.Replay(fn)
+        with mode():
+            for _ in range(4):
+                replay(*args())
+        assert not simulated, fn.__name__
 
 
 def more_calls(args, n=3, ctx=None):
