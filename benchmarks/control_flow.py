@@ -45,7 +45,8 @@ median of the last half of the calls.  ``steady ms``: once the calls are done an
 ``magpy.synchronize()`` has waited for a background compile, a warm-up pass (at least the
 autopilot's trial) and then every input again, timed: their median (outputs checked too).
 ``--device cuda``: the models and inputs on the GPU, and the variant ``torch.compile-ro``
-(``torch.compile(model, mode="reduce-overhead")``: CUDA graphs) after torch.compile.  ``speedup``: eager median / median.  ``total/tc``: total /
+(``torch.compile(model, mode="reduce-overhead")``: CUDA graphs) after torch.compile.
+``speedup``: eager median / median.  ``total/tc``: total /
 torch.compile's total.  ``compilations``: magpy: ``magpy.stats(c).monitor_runs`` recordings,
 ``graph_count`` graphs compiled and ``graphs_per_call`` of the last call, and for ``magpy``
 the first call that ran what the background compile made (or "compiling past the end":
@@ -183,7 +184,7 @@ def run_variant(variant: str, model, inputs: list, reference: list | None) -> di
     compile is done, the steady state: a warm-up pass (at least the autopilot's trial) and the
     inputs again, timed (``steady``: their median ms)."""
     row = {"variant": variant, "times": [], "steady": None, "mismatches": [], "max_diff": 0.0,
-           "error": None, "compiled_by": None}
+           "error": None, "compiled_by": None, "wait": 0.0}
     outputs, compiled = [], None
     magpy.config.background_compile = variant != "magpy-foreground"
 
@@ -207,7 +208,9 @@ def run_variant(variant: str, model, inputs: list, reference: list | None) -> di
                 if taken and row["compiled_by"] is None:
                     row["compiled_by"] = i + 1   # this call put the compiled graphs in place
                 checked(i, out)
+            t0 = now()
             magpy.synchronize()
+            row["wait"] = now() - t0   # a background compile still running after the calls
             for i in range(max(len(inputs), autopilot.TRIAL_CALLS)):
                 compiled(inputs[i % len(inputs)])
             steady = []

@@ -76,11 +76,11 @@ import torch._inductor.utils  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 
 import magpy  # noqa: E402
-from benchmarks.models import densenet, hf, resnet  # noqa: E402
-from benchmarks.models._utils import calibrate_batchnorm, example_image  # noqa: E402
 from benchmarks.device import add_argument as add_device_argument  # noqa: E402
 from benchmarks.device import describe as describe_device  # noqa: E402
 from benchmarks.device import now  # noqa: E402
+from benchmarks.models import densenet, hf, resnet  # noqa: E402
+from benchmarks.models._utils import calibrate_batchnorm, example_image  # noqa: E402
 from benchmarks.run import machine_info, write_json  # noqa: E402
 
 VARIANTS = ("eager", "torch.compile", "magpy")
