@@ -29,7 +29,8 @@ Variants (``--variants`` picks some; eager always runs): ``eager``; ``torch.comp
 ``magpy-foreground`` (``magpy.config.background_compile = False``: graphs compiled while
 recording, as torch.compile does); ``magpy`` (defaults: background compile, autopilot);
 ``magpy-cudagraphs`` (``magpy.config.cuda_graphs = True``: compiled graphs replayed as CUDA
-graphs, ``magpy.cudagraphs``; GPU only).  The train section runs eager, torch.compile and magpy.
+graphs, ``magpy.cudagraphs``; GPU only; compiled in the foreground, as magpy-foreground, to
+keep the run short: its figure is the steady state).  The train section runs eager, torch.compile and magpy.
 
 Columns: ``steady ms``: the median call once compiled (magpy after ``magpy.synchronize()`` and
 its autopilot trial; ``benchmarks.run.run_variant`` for mlp/bert/resnet50, the control-flow
@@ -91,7 +92,8 @@ VARIANTS = ("eager", "torch.compile", "torch.compile-ro", "magpy-foreground", "m
 TRAIN_VARIANTS = ("eager", "torch.compile", "magpy")
 CUDA_ONLY = ("torch.compile-ro", "magpy-cudagraphs")   # on a CPU they are their plain twins
 # magpy.config while a variant runs
-CONFIG = {"magpy-foreground": {"background_compile": False}, "magpy-cudagraphs": {"cuda_graphs": True}}
+CONFIG = {"magpy-foreground": {"background_compile": False},
+          "magpy-cudagraphs": {"cuda_graphs": True, "background_compile": False}}
 
 
 # ---------------------------------------------------------------------------------------------
