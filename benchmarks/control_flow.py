@@ -2,6 +2,7 @@
 language model written as Python loops (paper §8.4).
 
     python -m benchmarks.control_flow [--model blockdrop|lstm|all] [--calls N] [--threads N] [--quick]
+                                      [--device cuda]
 
 **BlockDrop.** A policy network looks at the input and switches residual blocks on or off, so
 different inputs run different block subsets through the Python ``if gates[i] > 0.5: x = x +
@@ -38,8 +39,14 @@ branch asserts to be contiguous; ``torch.compile(fn, fullgraph=True)`` of the sa
 ``torch.cond`` fails alike.  magpy compiles graphs with conds without layout optimisation.)
 
 Columns: ``total s``: all calls, compilations included (each call timed with
-``time.perf_counter``, the comparisons with eager outside the timed region).  ``median ms``: the
-median of the last half of the calls.  ``speedup``: eager median / median.  ``total/tc``: total /
+``benchmarks.device.now``: ``time.perf_counter`` after ``torch.cuda.synchronize()`` on a GPU; the
+comparisons with eager outside the timed region).  ``median ms``: the
+median of the last half of the calls.  ``steady ms``: once the calls are done and
+``magpy.synchronize()`` has waited for a background compile, a warm-up pass (at least the
+autopilot's trial) and then every input again, timed: their median (outputs checked too).
+``--device cuda``: the models and inputs on the GPU, and the variant ``torch.compile-ro``
+(``torch.compile(model, mode="reduce-overhead")``: CUDA graphs) after torch.compile.
+``speedup``: eager median / median.  ``total/tc``: total /
 torch.compile's total.  ``compilations``: magpy: ``magpy.stats(c).monitor_runs`` recordings,
 ``graph_count`` graphs compiled and ``graphs_per_call`` of the last call, and for ``magpy``
 the first call that ran what the background compile made (or "compiling past the end":
@@ -66,11 +73,16 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 import magpy
+from benchmarks.device import add_argument as add_device_argument
+from benchmarks.device import describe as describe_device
+from benchmarks.device import now
 from benchmarks.dynamic import _fmt, compile_cache, make, reset_compilers
 from benchmarks.models._utils import example_image, init_resnet_style
 from benchmarks.run import machine_info
+from magpy import autopilot
 
 VARIANTS = ("eager", "torch.compile", "magpy-foreground", "magpy")
+CUDA_VARIANTS = ("eager", "torch.compile", "torch.compile-ro", "magpy-foreground", "magpy")
 RTOL = ATOL = 1e-4
 BATCH, CHANNELS, IMAGE, CLASSES = 8, 32, 32, 10
 GATE_SPREAD = 2.0    # std of each gate's logit over the calibration images
@@ -161,28 +173,54 @@ def image(seed: int) -> torch.Tensor:
     return example_image((BATCH, 3, IMAGE, IMAGE), seed=seed)
 
 
+def _make(variant: str, model):
+    if variant == "torch.compile-ro":   # CUDA graphs (on a CPU: torch.compile again)
+        return torch.compile(model, mode="reduce-overhead")
+    return make(variant.split("-")[0], model)
+
+
 def run_variant(variant: str, model, inputs: list, reference: list | None) -> dict:
-    row = {"variant": variant, "times": [], "mismatches": [], "max_diff": 0.0, "error": None,
-           "compiled_by": None}
+    """All calls timed one by one (compilations included), then, once magpy's background
+    compile is done, the steady state: a warm-up pass (at least the autopilot's trial) and the
+    inputs again, timed (``steady``: their median ms)."""
+    row = {"variant": variant, "times": [], "steady": None, "mismatches": [], "max_diff": 0.0,
+           "error": None, "compiled_by": None, "wait": 0.0}
     outputs, compiled = [], None
     magpy.config.background_compile = variant != "magpy-foreground"
+
+    def checked(i: int, out) -> None:
+        if reference is None:
+            outputs.append(out)
+            return
+        if not torch.allclose(out, reference[i], rtol=RTOL, atol=ATOL) and i not in row["mismatches"]:
+            row["mismatches"].append(i)
+        row["max_diff"] = max(row["max_diff"], float((out - reference[i]).abs().max()))
+
     with compile_cache(variant):
         reset_compilers()
         try:
-            compiled = make(variant.split("-")[0], model)
+            compiled = _make(variant, model)
             for i, x in enumerate(inputs):
-                t0 = time.perf_counter()
+                t0 = now()
                 out = compiled(x)
-                row["times"].append(time.perf_counter() - t0)
+                row["times"].append(now() - t0)
                 taken = variant == "magpy" and magpy.stats(compiled).compiled_in_background
                 if taken and row["compiled_by"] is None:
                     row["compiled_by"] = i + 1   # this call put the compiled graphs in place
-                if reference is None:
-                    outputs.append(out)
-                elif not torch.allclose(out, reference[i], rtol=RTOL, atol=ATOL):
-                    row["mismatches"].append(i)
+                checked(i, out)
+            t0 = now()
+            magpy.synchronize()
+            row["wait"] = now() - t0   # a background compile still running after the calls
+            for i in range(max(len(inputs), autopilot.TRIAL_CALLS)):
+                compiled(inputs[i % len(inputs)])
+            steady = []
+            for i, x in enumerate(inputs):
+                t0 = now()
+                out = compiled(x)
+                steady.append(now() - t0)
                 if reference is not None:
-                    row["max_diff"] = max(row["max_diff"], float((out - reference[i]).abs().max()))
+                    checked(i, out)
+            row["steady"] = statistics.median(steady) * 1e3
         except Exception as e:  # a failing variant is a result: report it and go on
             row["error"] = f"{type(e).__name__} at call {len(row['times'])}: {str(e).strip()[:300]}"
             traceback.print_exc()
@@ -238,15 +276,15 @@ def correct_cell(r: dict, calls: int) -> str:
 def print_table(rows: list[dict], calls: int) -> None:
     eager_med = rows[0]["median"]
     tc_total = next((r["total"] for r in rows if r["variant"] == "torch.compile"), None)
-    head = ("variant", "total s", "median ms", "speedup", "total/tc", "compilations", "correct")
-    cells = [(r["variant"], _fmt(r["total"], ".2f"), _fmt(r["median"], ".2f"),
+    head = ("variant", "total s", "median ms", "steady ms", "speedup", "total/tc", "compilations", "correct")
+    cells = [(r["variant"], _fmt(r["total"], ".2f"), _fmt(r["median"], ".2f"), _fmt(r["steady"], ".2f"),
               _fmt(eager_med / r["median"] if eager_med and r["median"] else None, ".2f"),
               _fmt(r["total"] / tc_total if tc_total and r["total"] else None, ".2f"),
               r.get("compilations", "-"), correct_cell(r, calls)) for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
 
     def line(values):
-        return "  ".join(v.rjust(w) if 1 <= i <= 4 else v.ljust(w)
+        return "  ".join(v.rjust(w) if 1 <= i <= 5 else v.ljust(w)
                          for i, (v, w) in enumerate(zip(values, widths))).rstrip()
     print("\n".join([line(head), "-" * len(line(head))] + [line(c) for c in cells]))
     for r in rows:
@@ -269,6 +307,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch.set_num_threads (default 1: the machine is shared)")
     parser.add_argument("--quick", action="store_true", help="10 calls, 3 blocks")
+    add_device_argument(parser)
     opts = parser.parse_args(argv)
     calls = opts.calls or (10 if opts.quick else 50)
     blocks = opts.blocks or (3 if opts.quick else 6)
@@ -280,12 +319,14 @@ def main(argv=None) -> int:
     info = machine_info()
     load = info.get("loadavg")
     print(f"torch {info['torch']}, magpy {info['magpy']} (config.control_flow="
-          f"{magpy.config.control_flow}); {info['cpu']}, threads {torch.get_num_threads()}"
+          f"{magpy.config.control_flow}); {info['cpu']}, threads {torch.get_num_threads()}, "
+          f"device {describe_device(opts.device)}"
           + (f", load average {load[0]:.2f}" if load else ""))
     ok = True
+    variants = CUDA_VARIANTS if opts.device.startswith("cuda") else VARIANTS
     if opts.model in ("blockdrop", "all"):
-        model = build(blocks)
-        inputs = [image(i) for i in range(calls)]
+        model = build(blocks).to(opts.device)
+        inputs = [image(i).to(opts.device) for i in range(calls)]
         with torch.no_grad():
             subsets = ["".join("1" if g > 0.5 else "0" for g in model.gates(x)) for x in inputs]
         print(f"BlockDrop: {blocks} blocks x {CHANNELS} channels, batch {BATCH}, {IMAGE}x{IMAGE} images; "
@@ -293,26 +334,26 @@ def main(argv=None) -> int:
         print(f"{len(set(subsets))} distinct block subsets of {2 ** blocks} over {calls} calls "
               f"(blocks run per call: mean {statistics.mean(s.count('1') for s in subsets):.1f}); "
               f"first calls: {' '.join(subsets[:8])}\n", flush=True)
-        ok &= compare(model, inputs)
+        ok &= compare(model, inputs, variants)
     if opts.model in ("lstm", "all"):
         torch.manual_seed(0)
-        model = LSTMLanguageModel(layers).eval()
-        inputs = lstm_inputs(calls)
+        model = LSTMLanguageModel(layers).eval().to(opts.device)
+        inputs = [x.to(opts.device) for x in lstm_inputs(calls)]
         lengths = [x.size(0) for x in inputs]
         print(f"LSTM language model: {layers} x LSTMCell(256), vocab {LSTM_VOCAB}, batch {BATCH}; "
               f"{calls} calls, "
               f"{len(set(lengths))} distinct lengths in {LSTM_LENGTHS[0]}..{LSTM_LENGTHS[1]} "
               f"(first calls: {' '.join(map(str, lengths[:8]))}), no_grad\n", flush=True)
-        ok &= compare(model, inputs)
+        ok &= compare(model, inputs, variants)
     print(f"\nwall time {time.perf_counter() - start:.1f} s")
     return 0 if ok else 1
 
 
-def compare(model, inputs: list) -> bool:
+def compare(model, inputs: list, variants=VARIANTS) -> bool:
     """Run every variant on ``inputs``, print the table; True if all were correct."""
     rows, reference = [], None
     with torch.no_grad():
-        for variant in VARIANTS:
+        for variant in variants:
             print(f"  {variant} ...", flush=True)
             row = run_variant(variant, model, inputs, reference)
             if variant == "eager":

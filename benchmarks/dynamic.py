@@ -3,7 +3,7 @@
 Reproduces the MagPy paper's Figure 17 on this CPU:
 
     python -m benchmarks.dynamic [--models bert,deberta,resnet50,densenet121,generate] [--calls N]
-                                 [--quick] [--threads N] [--json PATH]
+                                 [--quick] [--threads N] [--json PATH] [--device cuda]
 
 Each model is called ``--calls`` times (default 100) under ``torch.no_grad()`` in eval mode, with
 input sizes drawn from ``random.Random(0)``; every variant gets the same sequence of inputs:
@@ -27,7 +27,7 @@ variants compile in a fresh, empty inductor cache (``torch._inductor.utils.fresh
 Columns:
 
 * ``total s``: wall time of all the calls, compilations included (each call timed with
-  ``time.perf_counter``; the comparisons with eager are outside the timed region).
+  ``benchmarks.device.now``: synchronised on a GPU; the comparisons with eager are outside the timed region).
 * ``median ms``: the median call over the last half of the calls (the steady state).
 * ``speedup``: eager median / variant median.
 * ``total/tc``: variant total / torch.compile total (the paper's target for magpy: <= 1).
@@ -76,6 +76,9 @@ import torch._inductor.utils  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 
 import magpy  # noqa: E402
+from benchmarks.device import add_argument as add_device_argument  # noqa: E402
+from benchmarks.device import describe as describe_device  # noqa: E402
+from benchmarks.device import now  # noqa: E402
 from benchmarks.models import densenet, hf, resnet  # noqa: E402
 from benchmarks.models._utils import calibrate_batchnorm, example_image  # noqa: E402
 from benchmarks.run import machine_info, write_json  # noqa: E402
@@ -264,9 +267,9 @@ def run_variant(variant: str, model, spec: Spec, inputs: list, reference: list |
             compiled = make(variant, model)
             for i, x in enumerate(inputs):
                 before = compilations(variant, compiled)
-                t0 = time.perf_counter()
+                t0 = now()
                 out = call(compiled, spec.kind, x)
-                row["times_s"].append(time.perf_counter() - t0)
+                row["times_s"].append(now() - t0)
                 if compilations(variant, compiled) > before:
                     row["compiled_at"].append([i, list(x.shape)])
                 out = main_output(out).detach()
@@ -307,12 +310,12 @@ def summarise(row: dict) -> None:
     row["median_ms"] = statistics.median(steady) * 1e3 if steady else None
 
 
-def run_forward_model(name: str, ranges: Ranges) -> list[dict]:
+def run_forward_model(name: str, ranges: Ranges, device: str = "cpu") -> list[dict]:
     spec = MODELS[name]
-    model = spec.build().eval()
+    model = spec.build().eval().to(device)
     vocab = getattr(getattr(model, "config", None), "vocab_size", 0)
     shapes = draw_shapes(spec.kind, ranges)
-    inputs = [make_input(spec.kind, s, i, vocab) for i, s in enumerate(shapes)]
+    inputs = [make_input(spec.kind, s, i, vocab).to(device) for i, s in enumerate(shapes)]
     rows, reference = [], None
     with torch.no_grad():
         for variant in VARIANTS:
@@ -380,9 +383,9 @@ def run_generate_variant(variant: str, model, prompt: torch.Tensor) -> dict:
                 model.forward = compiled  # generate() calls self(...) -> self.forward
             for _ in range(GENERATE_CALLS):
                 before = compilations(variant, compiled)
-                t0 = time.perf_counter()
+                t0 = now()
                 tokens = generate(model, prompt)
-                row["times_s"].append(time.perf_counter() - t0)
+                row["times_s"].append(now() - t0)
                 row["tokens"].append(tokens)
                 row["compilations_per_call"].append(compilations(variant, compiled) - before)
         except Exception as e:
@@ -409,10 +412,10 @@ def summarise_generate(row: dict) -> None:
         row["median_ms"] = times[1] / row["new_tokens"] * 1e3
 
 
-def run_generate(ranges: Ranges) -> list[dict]:
-    model = build_gpt2()
+def run_generate(ranges: Ranges, device: str = "cpu") -> list[dict]:
+    model = build_gpt2().to(device)
     g = torch.Generator().manual_seed(0)
-    prompt = torch.randint(1, model.config.vocab_size, (1, PROMPT), generator=g)
+    prompt = torch.randint(1, model.config.vocab_size, (1, PROMPT), generator=g).to(device)
     rows = []
     with torch.no_grad():
         for variant in VARIANTS:
@@ -555,6 +558,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch.set_num_threads (default 1: the machine is shared)")
     parser.add_argument("--json", metavar="PATH", help="write the rows (and machine information) here")
+    add_device_argument(parser)
     opts = parser.parse_args(argv)
     opts.model_list = [m for m in opts.models.split(",") if m]
     unknown = [m for m in opts.model_list if m not in ALL_MODELS]
@@ -574,7 +578,8 @@ def main(argv=None) -> int:
     info = machine_info()
     r = opts.ranges
     print(f"torch {info['torch']}, transformers {info['transformers']}, magpy {info['magpy']} "
-          f"(config.dynamic={magpy.config.dynamic}); {info['cpu']}, threads {info['threads']}")
+          f"(config.dynamic={magpy.config.dynamic}); {info['cpu']}, threads {info['threads']}, "
+          f"device {describe_device(opts.device)}")
     print(f"{r.calls} calls per variant; batch {list(r.batch)}, sequence length {list(r.seq)}, "
           f"images {IMAGE}x{IMAGE}; no_grad; inductor cache fresh per variant\n", flush=True)
     saved = {"models": opts.model_list, "ranges": dataclasses.asdict(r), "threads": opts.threads,
@@ -582,7 +587,8 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     for name in opts.model_list:
         print(name, flush=True)
-        rows += run_generate(r) if name == "generate" else run_forward_model(name, r)
+        rows += (run_generate(r, opts.device) if name == "generate"
+                 else run_forward_model(name, r, opts.device))
         if opts.json:
             write_json(Path(opts.json), info, saved, rows, complete=False, wall_s=time.perf_counter() - start)
     wall = time.perf_counter() - start

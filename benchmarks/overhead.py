@@ -6,6 +6,10 @@ torch.compile: dynamo's guards and frame evaluation).  Target: magpy's overhead 
 than torch.compile's.
 
     python -m benchmarks.overhead [--models mlp,resnet50] [--quick] [--threads 1] [--json PATH]
+                                  [--device cuda]
+
+Each measurement is a loop of calls between two reads of ``benchmarks.device.now`` (on a GPU it
+synchronises first): per-call time averaged over the loop, the host's dispatch included.
 
 Two overheads are reported per call:
 
@@ -23,7 +27,6 @@ import gc
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as `python benchmarks/overhead.py`: make the repo importable
@@ -34,6 +37,9 @@ import torch._dynamo  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import magpy  # noqa: E402
+from benchmarks.device import add_argument as add_device_argument  # noqa: E402
+from benchmarks.device import describe as describe_device  # noqa: E402
+from benchmarks.device import now, to_device  # noqa: E402
 from benchmarks.models import MODELS  # noqa: E402
 from benchmarks.run import compare  # noqa: E402
 
@@ -63,12 +69,12 @@ def calibrate(fn, target_s):
     """Calls per measurement so that one measurement takes about target_s."""
     n = 1
     while True:
-        t0 = time.perf_counter_ns()
+        t0 = now()
         for _ in range(n):
             fn()
-        elapsed = time.perf_counter_ns() - t0
-        if elapsed > 0.05e9:
-            return max(1, round(n * target_s * 1e9 / elapsed))
+        elapsed = now() - t0
+        if elapsed > 0.05:
+            return max(1, round(n * target_s / elapsed))
         n *= 4
 
 
@@ -82,12 +88,12 @@ def measure(fns, repeats, target_s):
             n = counts[k]
             gc.collect()
             gc.disable()
-            t0 = time.perf_counter_ns()
+            t0 = now()
             for _ in range(n):
                 f()
-            elapsed = time.perf_counter_ns() - t0
+            elapsed = now() - t0
             gc.enable()
-            samples[k].append(elapsed / n / 1e3)
+            samples[k].append(elapsed / n * 1e6)
     return {k: statistics.median(v) for k, v in samples.items()}, counts
 
 
@@ -114,8 +120,9 @@ def capture_graph(variant, model, args, kwargs):
     return lambda: forward(*inputs)
 
 
-def bench_model(name, grad, repeats, target_s):
+def bench_model(name, grad, repeats, target_s, device="cpu"):
     model, args, kwargs = BUILDERS[name]()
+    model, args, kwargs = model.to(device), to_device(args, device), to_device(kwargs, device)
     shape = " ".join(str(list(a.shape)) for a in args if isinstance(a, torch.Tensor))
     row = {"model": name, "input": shape, "grad": grad}
     with torch.set_grad_enabled(grad):
@@ -205,6 +212,7 @@ def main():
                              "thread is steadier on a shared machine)")
     parser.add_argument("--no-grad-only", action="store_true", help="skip the grad-enabled rows")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    add_device_argument(parser)
     opts = parser.parse_args()
     names = opts.models.split(",")
     unknown = [n for n in names if n not in BUILDERS]
@@ -214,13 +222,14 @@ def main():
     torch.set_num_threads(opts.threads)
 
     print(f"torch {torch.__version__}, magpy {magpy.__version__}, threads {torch.get_num_threads()}, "
-          f"backend 'eager', median of {repeats} x ~{target_s} s per variant\n"
+          f"backend 'eager', median of {repeats} x ~{target_s} s per variant, "
+          f"device {describe_device(opts.device)}\n"
           "mlp: 3 x Linear(64, 64) + ReLU, batch 8; resnet50 / bert: the zoo's 'test' sizes\n"
           "(ResNet-50 at width 8 on a 64x64 image; BERT with 2 layers, hidden 32, 16 tokens)\n")
     rows = []
     for name in names:
         for grad in (False,) if opts.no_grad_only else (False, True):
-            rows.append(bench_model(name, grad, repeats, target_s))
+            rows.append(bench_model(name, grad, repeats, target_s, opts.device))
     report(rows)
     if opts.json:
         Path(opts.json).write_text(json.dumps({"threads": torch.get_num_threads(), "repeats": repeats,

@@ -1,7 +1,8 @@
 """End-to-end benchmark: eager vs torch.compile vs magpy on the model zoo.
 
     python -m benchmarks.run [--suite default|transformers] [--models bert,resnet101] [--size bench|test]
-                             [--variants ...] [--quick] [--threads N] [--json PATH] [--warm-cache] [--no-fail]
+                             [--variants ...] [--quick] [--threads N] [--device cuda] [--json PATH]
+                             [--warm-cache] [--no-fail]
 
 Every model of ``benchmarks.models.MODELS`` (default: all but resnet50, which stays
 selectable) is built once (``torch.manual_seed(0)``; batch size 1, the builders' inputs)
@@ -15,7 +16,12 @@ variant                     what is called
 ``magpy-eager``             ``magpy.compile(model, backend="eager")``
 ``torch.compile``           ``torch.compile(model, backend="inductor")``
 ``magpy``                   ``magpy.compile(model, backend="inductor")``
+``torch.compile-ro``        ``torch.compile(model, mode="reduce-overhead")``: CUDA graphs
+                            (default with ``--device cuda`` only)
 ==========================  ==========================================================
+
+``--device cuda`` builds the models and inputs on the GPU; every timed call ends with
+``torch.cuda.synchronize()`` (``benchmarks.device.now``).
 
 The ``-eager`` variants run the captured fx graph as plain Python, so they isolate what
 capture and dispatch cost (dynamo's guards / frame evaluation vs magpy's guard + mock).
@@ -107,6 +113,9 @@ import torch._inductor.utils  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 
 import magpy  # noqa: E402
+from benchmarks.device import add_argument as add_device_argument  # noqa: E402
+from benchmarks.device import describe as describe_device  # noqa: E402
+from benchmarks.device import now, to_device  # noqa: E402
 from benchmarks.models import MODELS, hf_zoo  # noqa: E402
 from magpy import autopilot  # noqa: E402
 
@@ -128,12 +137,13 @@ class Variant:
     name: str
     compiler: str        # "eager", "torch.compile" or "magpy"
     backend: str | None  # the compiler's backend
+    mode: str | None = None   # torch.compile's mode ("reduce-overhead": CUDA graphs)
 
     def make(self, model):
         if self.compiler == "eager":
             return model
         if self.compiler == "torch.compile":
-            return torch.compile(model, backend=self.backend)
+            return torch.compile(model, backend=self.backend, mode=self.mode)
         if self.compiler == "magpy":
             return magpy.compile(model, backend=self.backend)
         raise ValueError(f"unknown compiler {self.compiler!r}")
@@ -145,7 +155,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("magpy-eager", "magpy", "eager"),
     Variant("torch.compile", "torch.compile", "inductor"),
     Variant("magpy", "magpy", "inductor"),
+    Variant("torch.compile-ro", "torch.compile", "inductor", mode="reduce-overhead"),
 )}
+# torch.compile-ro (mode="reduce-overhead") replays CUDA graphs; on a CPU it is torch.compile again
+CUDA_ONLY_VARIANTS = ("torch.compile-ro",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,9 +283,9 @@ def time_calls(fn, timing: Timing) -> list[float]:
         start = time.perf_counter()
         while len(times) < timing.max_repeats and (
                 len(times) < timing.min_repeats or time.perf_counter() - start < timing.budget_s):
-            t0 = time.perf_counter()
+            t0 = now()
             fn()
-            times.append(time.perf_counter() - t0)
+            times.append(now() - t0)
     finally:
         gc.enable()
     return times
@@ -373,15 +386,15 @@ def run_variant(variant: Variant, model, args, kwargs, reference, timing: Timing
             torch.manual_seed(0)
             compiled = variant.make(model)
             stage = "first call"
-            t0 = time.perf_counter()
+            t0 = now()
             out = compiled(*args, **kwargs)
-            row["first_call_s"] = time.perf_counter() - t0
+            row["first_call_s"] = now() - t0
             checks = {"first call": check(out)}
             del out
             if variant.compiler == "magpy":
                 compiled(*args, **kwargs)   # the first reuse starts the compile in the background
                 magpy.synchronize()
-            row["compile_s"] = time.perf_counter() - t0
+            row["compile_s"] = now() - t0
             stage = "warm-up / timed calls"
             for _ in range(_warmup(variant, timing)):
                 compiled(*args, **kwargs)
@@ -430,22 +443,25 @@ def run_variant(variant: Variant, model, args, kwargs, reference, timing: Timing
     return row
 
 
-def build_model(suite: str, name: str, size: str) -> tuple:
-    """``(model, args, kwargs)``: the default zoo at ``size``, or a transformers model at batch 1."""
+def build_model(suite: str, name: str, size: str, device: str = "cpu") -> tuple:
+    """``(model, args, kwargs)`` on ``device``: the default zoo at ``size``, or a transformers
+    model at batch 1."""
     if suite == "transformers":
         model, args, kwargs = hf_zoo.HF_ZOO[name]()
-        return (model, *hf_zoo.batch_one(args, kwargs))
-    return MODELS[name](size)
+        args, kwargs = hf_zoo.batch_one(args, kwargs)
+    else:
+        model, args, kwargs = MODELS[name](size)
+    return model.to(device), to_device(args, device), to_device(kwargs, device)
 
 
 def run_model(name: str, size: str, variants: list[Variant], timing: Timing, cold_cache: bool,
-              suite: str = "default") -> list[dict]:
-    base = {"model": name, "size": size}
+              suite: str = "default", device: str = "cpu") -> list[dict]:
+    base = {"model": name, "size": size, "device": device}
     normalize = hf_zoo.plain if suite == "transformers" else None
     t0 = time.perf_counter()
     try:
         torch.manual_seed(0)
-        model, args, kwargs = build_model(suite, name, size)
+        model, args, kwargs = build_model(suite, name, size, device)
     except Exception as e:
         err = f"{type(e).__name__} while building: {_first_line(e)}"
         return [dict(base, variant=v.name, error=err, correct=False, notes=["ERROR"],
@@ -687,6 +703,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--min-repeats", type=int, help="override the minimum number of timed calls")
     parser.add_argument("--max-repeats", type=int, help="override the maximum number of timed calls")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's default)")
+    add_device_argument(parser)
     parser.add_argument("--json", metavar="PATH",
                         help=f"where to write the results (default: {DEFAULT_JSON}; transformers suite: "
                              f"{TRANSFORMERS_JSON})")
@@ -701,7 +718,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     if opts.models is None:
         opts.models = ",".join(hf_zoo.HF_ZOO if transformers_suite else DEFAULT_MODELS)
     if opts.variants is None:
-        opts.variants = ",".join(TRANSFORMERS_VARIANTS if transformers_suite else VARIANTS)
+        cuda = opts.device.startswith("cuda")
+        opts.variants = ",".join(TRANSFORMERS_VARIANTS if transformers_suite else
+                                 (v for v in VARIANTS if cuda or v not in CUDA_ONLY_VARIANTS))
     if opts.size is None:
         opts.size = "test" if transformers_suite else "bench"
     elif transformers_suite and opts.size != "test":
@@ -739,10 +758,12 @@ def main(argv=None) -> int:
     saved = {"suite": opts.suite, "models": opts.model_list, "size": opts.size,
              "variants": [v.name for v in opts.variant_list],
              "quick": opts.quick, "timing": dataclasses.asdict(opts.timing), "threads": opts.threads,
-             "cold_cache": not opts.warm_cache, "argv": sys.argv if argv is None else list(argv)}
+             "cold_cache": not opts.warm_cache, "device": opts.device,
+             "argv": sys.argv if argv is None else list(argv)}
     json_path = Path(opts.json)
     print(f"torch {info['torch']}, python {info['python']}, transformers {info['transformers']}, "
-          f"magpy {info['magpy']}; {info['cpu']}, {info['cpu_count']} cores, threads {info['threads']}")
+          f"magpy {info['magpy']}; {info['cpu']}, {info['cpu_count']} cores, threads {info['threads']}; "
+          f"device {describe_device(opts.device)}")
     t = opts.timing
     print(f"suite {opts.suite}, size {opts.size}, batch 1, no_grad; {t.warmup} warm-up calls, median of "
           f"{t.min_repeats}..{t.max_repeats} calls in ~{t.budget_s:g} s; inductor cache "
@@ -757,7 +778,7 @@ def main(argv=None) -> int:
     for name in opts.model_list:
         print(f"{name} ({opts.size})", flush=True)
         rows += run_model(name, opts.size, opts.variant_list, opts.timing, cold_cache=not opts.warm_cache,
-                          suite=opts.suite)
+                          suite=opts.suite, device=opts.device)
         write_json(json_path, info, saved, rows, complete=False, wall_s=time.perf_counter() - start)
     wall = time.perf_counter() - start
     write_json(json_path, info, saved, rows, complete=True, wall_s=wall)

@@ -2,6 +2,7 @@
 
     python -m benchmarks.train [--models resnet50,bert] [--size bench|test] [--batch 8] [--opt sgd|adamw]
                                [--variants ...] [--steps N] [--quick] [--threads N] [--json PATH]
+                               [--device cuda]
     python -m benchmarks.train --ddp [--variants ...] [--steps N] [--quick] [--opt ...]
 
 Each variant trains its own deep copy of one model (built once under ``torch.manual_seed(0)``)
@@ -57,7 +58,8 @@ record's first reuse, step 3), ``--warmup`` untimed steps (default ``1 +
 magpy.autopilot.TRIAL_CALLS``: magpy's compile, waited for after the first of them, then its
 autopilot trial of each graph against eager, so that the timed steps run the version it
 kept), then ``--steps`` timed steps (default 10, ``--quick`` 3), one by one with
-``time.perf_counter`` and gc disabled.
+``benchmarks.device.now`` (``time.perf_counter``, after ``torch.cuda.synchronize()`` on a GPU)
+and gc disabled.  ``--device cuda``: the model and batches on the GPU (not with ``--ddp``).
 
 Columns:
 
@@ -141,6 +143,9 @@ from torch._dynamo.utils import counters  # noqa: E402
 
 import magpy  # noqa: E402
 from benchmarks import run  # noqa: E402
+from benchmarks.device import add_argument as add_device_argument  # noqa: E402
+from benchmarks.device import describe as describe_device  # noqa: E402
+from benchmarks.device import now, to_device  # noqa: E402
 from benchmarks.models import MODELS  # noqa: E402
 from benchmarks.models._utils import example_image  # noqa: E402
 from magpy import autopilot  # noqa: E402
@@ -171,12 +176,14 @@ class Task:
     batches: Callable[..., list]        # (model, builder's args, kwargs, batch, seed) -> [(x, y)]
     loss: Callable[[nn.Module], Callable]   # model -> loss_fn(output, y)
 
-    def build(self, name: str, size: str, batch: int, seed: int = 0) -> tuple[nn.Module, list]:
+    def build(self, name: str, size: str, batch: int, seed: int = 0,
+              device: str = "cpu") -> tuple[nn.Module, list]:
         model, args, kwargs = MODELS[name](size)
         for m in model.modules():
             if isinstance(m, nn.Dropout):
                 m.p = 0.0   # see the module docstring: inductor's random numbers are not eager's
-        return model.train(), self.batches(model, args, kwargs, batch, seed)
+        batches = self.batches(model, args, kwargs, batch, seed)
+        return model.train().to(device), to_device(batches, device)
 
 
 def _image_batches(model, args, kwargs, batch, seed):
@@ -293,7 +300,8 @@ def dynamo_steps(one_step: Callable[[], None]) -> tuple[int, int] | None:
                       if m.graph_op_count}
     except Exception:  # internal API
         return None
-    with torch.profiler.profile() as prof:
+    # (the compiled regions are CPU-side events: no CUDA activity, whose tracer may be missing)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         one_step()
     regions = [e.name[len(REGION):] for e in prof.events() if e.name.startswith(REGION)]
     return len(regions), sum(r in with_graph for r in regions)
@@ -329,20 +337,20 @@ def run_variant(variant: Variant, setup: Setup) -> tuple[dict, dict | None]:
             warnings.simplefilter("always")
             step = train_step(setup.wrap(model), setup.make_opt(model.parameters()), setup.loss(model))
             torch.manual_seed(0)
-            start = time.perf_counter()
+            start = now()
             compiled = variant.make(step)
             for i in (1, 2):
                 stage = f"step {i}"
-                t0 = time.perf_counter()
+                t0 = now()
                 one_step()
-                row[f"step{i}_s"] = time.perf_counter() - t0
+                row[f"step{i}_s"] = now() - t0
             stage = "warm-up / timed steps"
             for k in range(setup.warmup):
                 one_step()
                 if k == 0 and variant.compiler == "magpy":
                     magpy.synchronize()   # step 3 reused step 2's record: it started the compile
             times = run.time_calls(one_step, run.Timing(0, 0.0, setup.steps, setup.steps))
-            row["total_s"] = time.perf_counter() - start
+            row["total_s"] = now() - start
             trained = {"loss": torch.stack(losses), "state": snapshot(model)}
             if variant.compiler == "torch.compile":
                 stage = "profiled step"
@@ -440,7 +448,7 @@ def graph_info(variant: Variant, compiled, row: dict) -> dict:
 
 def run_model(name: str, task: Task, opts: argparse.Namespace, size: str, batch: int,
               wrap=run._identity, seed: int = 0, log=None) -> list[dict]:
-    model, batches = task.build(name, size, batch, seed)
+    model, batches = task.build(name, size, batch, seed, getattr(opts, "device", "cpu"))
     setup = Setup(model, batches, task.loss, OPTIMIZERS[opts.opt], opts.warmup, opts.steps, wrap)
     base = {"model": name, "size": size, "batch": batch, "opt": opts.opt,
             "inputs": run.describe_inputs((), batches[0][0])}
@@ -627,6 +635,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "size instead (--models and --size do not apply)")
     parser.add_argument("--json", metavar="PATH",
                         help=f"where to write the results (default: {DEFAULT_JSON}; --ddp: {DDP_JSON})")
+    add_device_argument(parser)
     opts = parser.parse_args(argv)
     opts.model_list = [m for m in opts.models.split(",") if m]
     unknown = [m for m in opts.model_list if m not in TASKS]
@@ -643,6 +652,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--steps and --batch must be at least 1, --warmup at least 0")
     if opts.json is None:
         opts.json = str(DDP_JSON if opts.ddp else DEFAULT_JSON)
+    if opts.ddp and opts.device != "cpu":
+        parser.error("--ddp runs on the CPU (gloo) only")
     return opts
 
 
@@ -656,6 +667,7 @@ def main(argv=None) -> int:
     print(f"torch {info['torch']}, python {info['python']}, transformers {info['transformers']}, "
           f"magpy {info['magpy']}; {info['cpu']}, {info['cpu_count']} cores, "
           + (f"{DDP_WORLD} processes x 1 thread" if opts.ddp else f"threads {info['threads']}")
+          + f", device {describe_device(opts.device)}"
           + (f", load average {load[0]:.2f}" if load else ""))
     what = f"{DDP_MODEL} ({DDP_SIZE}) DDP x{DDP_WORLD}" if opts.ddp else f"{opts.models} ({opts.size})"
     print(f"{what}, batch {opts.batch}, {opts.opt}; steps: 2 compiling, {opts.warmup} warm-up, "

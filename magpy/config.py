@@ -40,6 +40,12 @@ class Config:
     graph (``magpy.joint``), where nothing but gradient arithmetic runs in the backward; False
     keeps it an eager step between graphs (the real autograd engine) everywhere.  Applies to
     records made after it is set.
+    ``cuda_graphs``: replay each compiled graph whose inputs and outputs are all CUDA tensors of
+    static shape (and that updates no input in place, draws no random numbers, needs no autograd
+    graph) as one captured CUDA graph (``magpy.cudagraphs``), as
+    ``torch.compile(mode="reduce-overhead")`` does: for small batches on a GPU, where launching
+    kernels costs more than running them.  Off by default; applies to graphs compiled after it is
+    set; nothing changes on a CPU.
     ``verify_fast_guard``: debugging aid (magpy's tests turn it on): whenever the full guard
     passes and stamps a fast guard, check that the fast guard passes too with the same values.
     """
@@ -55,6 +61,7 @@ class Config:
     autopilot: bool = True
     background_compile: bool = True
     joint_backward: bool = True
+    cuda_graphs: bool = False
 
     def __setattr__(self, name, value):
         if name not in {f.name for f in dataclasses.fields(self)}:
@@ -65,7 +72,7 @@ class Config:
             raise ValueError(f"magpy.config.dynamic must be None (automatic), True or False, not {value!r}")
         if name == "dynamic_after" and (type(value) is not int or value < 2):
             raise ValueError(f"magpy.config.dynamic_after must be an int >= 2, not {value!r}")
-        if name in ("autopilot", "background_compile", "joint_backward") and type(value) is not bool:
+        if name in _FLAGS and type(value) is not bool:
             raise ValueError(f"magpy.config.{name} must be True or False, not {value!r}")
         if name == "max_unroll" and (type(value) is not int or value < 0):
             raise ValueError(f"magpy.config.max_unroll must be an int >= 0, not {value!r}")
@@ -73,5 +80,7 @@ class Config:
             raise ValueError(f"magpy.config.cache_size_limit must be a positive int, not {value!r}")
         object.__setattr__(self, name, value)
 
+
+_FLAGS = ("autopilot", "background_compile", "joint_backward", "cuda_graphs")   # True or False only
 
 config = Config()

@@ -36,6 +36,7 @@ from magpy import (
     background,
     collector,
     continuations,
+    cudagraphs,
     joint,
     logs,
     scripted,
@@ -555,6 +556,8 @@ def _attempt(backend, gm, example):
         compiled = fn(gm, example)
         if name != "eager" and gm.meta[CONTIGUOUS_OUTPUTS]:
             compiled = backends.EagerLayout(compiled, gm.meta[CONTIGUOUS_OUTPUTS])
+        if config.cuda_graphs and not joint.has_backward(gm):
+            compiled = cudagraphs.wrap(compiled, example)
         logs.logger("graphs").info("compiled a graph of %d operations with %r in %.3f s", _ops(gm), name,
                                    time.perf_counter() - start)
         return compiled
