@@ -62,7 +62,7 @@ def _compile_inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callabl
             given, effects = _example_values(gm, fakes, mode)
             given += _fold_constants(gm, effects)
             given += _whole_input_pools(gm)
-            options, patch = _inductor_options(gm)
+            options, patch = _inductor_options(gm, fakes)
             with inductor_config.patch(patch):
                 return compile_fx(gm, fakes, **options)
     except Exception:
@@ -73,15 +73,17 @@ def _compile_inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callabl
         # compile as before, without the disk caches.
         for node in given:
             del node.meta["example_value"]
-        options, patch = _inductor_options(gm)
+        options, patch = _inductor_options(gm, example_inputs)
         with inductor_config.patch(patch):
             return compile_fx(gm, example_inputs, **options)
 
 
-def _inductor_options(gm: torch.fx.GraphModule) -> tuple[dict, dict]:
+def _inductor_options(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[dict, dict]:
     """``compile_fx``'s keyword arguments and the inductor config patch for ``gm``."""
     from torch._inductor.decomposition import select_decomp_table
-    options, patch = {}, warm.inductor_patch()
+    # The instruction-set probe is for C++ kernels: a graph of GPU tensors has none, and on a
+    # GPU machine the probe's Python children (each importing torch) cost ~50 s cold.
+    options, patch = {}, warm.inductor_patch() if _cpu_kernels(example_inputs) else {}
     names = _op_names(gm)
     if not names.isdisjoint(_ROUNDING):
         # A rounding (fake quantization) turns a last-bit difference before it into a whole
@@ -100,6 +102,13 @@ def _inductor_options(gm: torch.fx.GraphModule) -> tuple[dict, dict]:
         # then asserts to be contiguous (torch 2.13; torch.compile fails the same way).
         patch["layout_optimization"] = False
     return options, patch
+
+
+def _cpu_kernels(example_inputs: list) -> bool:
+    """May Inductor write C++ kernels for a graph of these inputs: unless every tensor input
+    is on another device (a graph with no tensor input makes its tensors on the CPU)."""
+    devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+    return not devices or "cpu" in devices
 
 
 def _static_fakes(example_inputs: list, mode) -> list:
