@@ -24,6 +24,8 @@ gave) to floating tensor arithmetic        check (a small int is followed by its
 feeds it to a tensor operation otherwise   checks its value (the graph holds it as a constant)
 does anything else with it (iterates it,   gives up: the call runs eagerly, as before
 uses it as a key, ...)
+gives it to an instruction that raises     checks it there (the exception, and the handler the
+(``1 / n`` with ``n == 0``)                program runs, depend on its value)
 =========================================  ==================================================
 
 A check that fails in the mock before anything observable happened (only pure steps, no
@@ -57,9 +59,9 @@ from magpy import annotations as ann
 from magpy import checkpoint, continuations, warns
 from magpy.arrays import Arrays
 from magpy.config import config
-from magpy.continuations import Resume, ResumePoint
+from magpy.continuations import Resume, ResumePoint, Shadowed
 from magpy.controlflow import Branches
-from magpy.dynamic import Lifting, Shapes, argument_shadows
+from magpy.dynamic import Lifting, Scalar, Shapes, argument_shadows, specialise, symbolic
 from magpy.errors import GraphBreak
 from magpy.monitor import Monitor, Observer, bytecode, operators
 from magpy.monitor.observer import CALLS, RETURNS, calling, returns_to_caller, tracked
@@ -214,6 +216,7 @@ class Segmenter(Observer):
         self._callbacks = weakref.WeakSet()  # frames a native (an intrinsic) called back into
         self._entered = None                # (frame, lasti) of an instruction that entered Python
         self._unchecked = None   # (frame, lasti, var, value, slot, Deferred) of a result not tracked yet
+        self._raised = None      # the exception last raised (on_exception: settled where it was raised)
         self._ints: set[str] = set()        # step variables that always hold ints (graph inputs)
         self.deferred: dict[int, Deferred] = {}   # id -> small int whose check waits for a use
         self.lazy: dict[str, InGraph] = {}  # variable -> float read in the graph, not needed in Python yet
@@ -223,6 +226,7 @@ class Segmenter(Observer):
         self._levels: dict[int, int] = {}   # id(frame) -> intrinsics under way when it was entered
         self.effects = False                # an observable effect happened (checks need resume points)
         self.points: list[ResumePoint] = []
+        self.rebuilt = frozenset()   # a continuation's: ids of the values its parent rebuilt
         self._rng = torch.default_generator.get_state()
         self.breaks: list[GraphBreak] = []
         self.arrays = None   # magpy.arrays.Arrays: frames holding its arrays cannot be resume points
@@ -434,7 +438,7 @@ class Segmenter(Observer):
 
     def _at(self) -> tuple:
         f = self.breaker.monitor.current
-        return (f.code.co_filename, f.code.co_name, f.f_lineno) if hasattr(f, "info") else ()
+        return (f.code.co_filename, f.code.co_name, f.line) if hasattr(f, "info") else ()
 
     def _before(self) -> int:
         return len(self.recorder.pieces) - 1
@@ -573,13 +577,17 @@ class Segmenter(Observer):
         try:   # the state at the check must be the graphs' work so far: end the piece here
             self.recorder.cut()
             point = continuations.take(len(self.points), self.breaker.monitor, self.breaker.graph,
-                                       self.dynamic, completed, slot)
+                                       self.dynamic, completed, slot, produced=self.recorder.produced,
+                                       shadowed=_shadowed if self.recorder.shapes is not None else None,
+                                       rebuilt=self.rebuilt)
         except Exception as e:  # noqa: BLE001 - Unresumable, or the recorder's refusal
             self.breaker.stop("a value computed eagerly decides the call (the record would check it) "
                               "after effects a failed check cannot take back, and the call cannot "
                               f"resume there: {e}")
             return
         point.before = self._before()
+        if self.recorder.shapes is not None:
+            point.stores = dict(self.recorder.shapes.stores)
         self.points.append(point)
         self.steps.append(Step(kind, self._before(), None, None, args, resume=point))
 
@@ -598,6 +606,31 @@ class Segmenter(Observer):
         if pending is not None and pending[0] is frame:
             # The operation raised: the program's control flow now depends on its exception.
             self.breaker.stop(self._finish())
+            return
+        if exc is self._raised or self.breaker.brk is not None:
+            return   # unwinding on from the instruction that raised it, settled there
+        self._raised = exc
+        self._raising(frame)
+
+    def _raising(self, frame) -> None:
+        """The instruction ``frame`` is at raised (``on_instruction``, which settles what an
+        instruction takes, never sees it): the exception, and so the path the program takes
+        now, depends on the exact values computed eagerly it took, which the record checks
+        there (a resume point runs it again, and it raises again)."""
+        unchecked = self._unchecked
+        if unchecked is not None and unchecked[0] is frame and unchecked[1] != frame.lasti:
+            self._unchecked = None
+            _, _, var, v, slot, _ = unchecked
+            self.check(v, var, slot=slot)
+        for mark in tracked(frame.ins_shadows, Deferred, self.deferred):
+            self.deferred.pop(id(mark), None)   # (its check stays)
+        for v in frame.ins_inputs:
+            if self.breaker.brk is not None:
+                return
+            if id(v) in self.dynamic:
+                self.check(v)
+            elif self.is_dynamic(v):
+                self.breaker.stop("an operation on a container of values computed eagerly raised")
 
     def on_enter(self, frame):
         mon = self.breaker.monitor
@@ -659,6 +692,7 @@ class Segmenter(Observer):
         dropped = {id(m.step) for m in self.deferred.values()}
         self.steps[:] = [s for s in self.steps if id(s) not in dropped]
         self.deferred.clear()
+        self._raised = None   # (nor keep the program's objects its traceback holds alive)
         for var, lazy in list(self.lazy.items()):
             if self.breaker.brk is None and lazy.held():
                 self._realize(var, mid_run=False)
@@ -833,6 +867,19 @@ class Segmenter(Observer):
                 return any(self.is_dynamic(k, depth - 1) or self.is_dynamic(x, depth - 1) for k, x in items)
             return any(self.is_dynamic(x, depth - 1) for x in items)
         return False
+
+
+def _shadowed(v, sh) -> Shadowed | None:
+    """What a resume point takes for a frame's value ``v`` whose shadow is ``sh``: a lifted
+    float or size (or one computed from them) the mock computes from the call's own; a
+    container of them, or a value the shadow does not stand for, is baked in, so the record
+    guards what it holds (None: ``v`` as it is)."""
+    if not symbolic(sh):
+        return None
+    if type(sh) in (Scalar, torch.SymInt) and type(v) in (int, float):
+        return Shadowed(v, sh)
+    specialise(sh)
+    return None
 
 
 def _monitored_consumer(frame) -> bool:
@@ -1037,6 +1084,7 @@ class Capture:
         """Resume the frames of a failed check under the monitor (a continuation: effects
         have happened before it); the outermost frame's result."""
         self.segmenter.effects = True
+        self.segmenter.rebuilt = continuations.rebuilt(resume)
         return self._recording(self.monitor.resume, continuations.frames(resume, self.monitor))
 
     def _recording(self, run, *args, **kwargs):

@@ -146,7 +146,7 @@ class Monitor:
         if exc is self.rethrown:
             self.rethrown = None
         else:
-            tb = tracebacks.with_entry(tb, f.code, f.f_lineno)
+            tb = tracebacks.with_entry(tb, f.code, f.line)
         exc.__traceback__ = tb
         for ob in self.observers:
             ob.on_exception(f, exc)
