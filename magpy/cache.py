@@ -162,6 +162,11 @@ class RecordCache:
     def resume(self, rec: Record, point: Resume):
         """A check of ``rec`` failed after effects: the continuation recorded from there whose
         guard passes on the frames' values, else a monitor run from there that records one."""
+        if point.throw is not None:
+            # A step raised where the program may handle it: the rest runs monitored, unrecorded
+            # (a continuation's guard would not tell one exception from another).
+            self.stats.eager_runs += 1
+            return Monitor().resume(continuations.frames(point, None), point.throw)
         values = point.values()
         conts = rec.continuations.setdefault(point.index, [])
         for i, cont in enumerate(conts):

@@ -118,14 +118,16 @@ class Resume:
     """What a mock returns when a check with a resume point fails: the point's index and the
     frames' values, built (``(code, globals, builtins, fn, locals, stack, pc, kwnames)``)."""
 
-    __slots__ = ("index", "frames", "graphs", "external", "rebuilt")
+    __slots__ = ("index", "frames", "graphs", "external", "rebuilt", "throw")
 
-    def __init__(self, index: int, frames: tuple, graphs: int, external: tuple, rebuilt: tuple = ()):
+    def __init__(self, index: int, frames: tuple, graphs: int, external: tuple, rebuilt: tuple = (),
+                 throw: BaseException | None = None):
         self.index = index
         self.frames = frames
         self.graphs = graphs       # how many graphs the mock ran before the check
         self.external = external   # ResumePoint.external, as this call has them
         self.rebuilt = rebuilt     # positions in values() of the objects the mock rebuilt (Reduced)
+        self.throw = throw         # the exception a step raised there (the frames resume with it)
 
     def values(self) -> tuple:
         """Every local and stack value of every frame, in order, then the objects from outside

@@ -32,7 +32,10 @@ A check that fails in the mock before anything observable happened (only pure st
 input updated in place, no random numbers) is a miss of that record: the cache tries the
 next record or records again.  After an effect the call must not run again: the check then
 carries a resume point, and a failure resumes the monitor there (``magpy.continuations``);
-where the call cannot resume, the run gives up.  Steps see their arguments as they were at
+where the call cannot resume, the run gives up.  A step after an effect that raises on a later
+call propagates its exception from the mock, or, where the program may handle it (an
+``except``, ``finally`` or ``with`` covers the step in a live frame), resumes the monitor
+there with it.  Steps see their arguments as they were at
 the break (containers are copied then); program state changes are committed at the end of
 the mock, so a step that is not pure may not follow changes of module attributes
 (``sys.stdout``).
@@ -292,8 +295,9 @@ class Segmenter(Observer):
                 self.breaker.stop(dataclasses.replace(brk, reason=f"{brk.reason} (no eager step there: {e})")
                                   if brk else str(e))
                 return
+        resume = None if undoable else self._raising_point()
         self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
-                               self._freeze(kwargs) if kwargs else None, brk, undoable, self._at()))
+                               self._freeze(kwargs) if kwargs else None, brk, undoable, self._at(), resume))
         if picked:   # (max(n, m) is n or m: the same one must come back, it keeps its name)
             self.steps.append(Step("same", self._before(), None, None, (var, self.dynamic[id(result)])))
         for t, expr in named:
@@ -568,28 +572,48 @@ class Segmenter(Observer):
             self.breaker.stop(f"a value computed eagerly decides the call after effects, where "
                               f"{self.arrays.unresumable}")
             return
+        try:
+            point = self._point(completed, slot)
+        except Exception as e:  # noqa: BLE001 - Unresumable, or the recorder's refusal
+            self.breaker.stop("a value computed eagerly decides the call (the record would check it) "
+                              "after effects a failed check cannot take back, and the call cannot "
+                              f"resume there: {e}")
+            return
+        self.steps.append(Step(kind, self._before(), None, None, args, resume=point))
+
+    def _point(self, completed: bool, slot=None) -> ResumePoint:
+        """A resume point here (:func:`magpy.continuations.take`); raises where there is none."""
         # A resume point holds the frames' values as they are: a small int whose check was
         # deferred would be baked into it, so those are checked after all; floats read in the
         # graph are variables of the mock there.
         self.deferred.clear()
         for var in list(self.lazy):
             self._realize(var, mid_run=True)
-        try:   # the state at the check must be the graphs' work so far: end the piece here
-            self.recorder.cut()
-            point = continuations.take(len(self.points), self.breaker.monitor, self.breaker.graph,
-                                       self.dynamic, completed, slot, produced=self.recorder.produced,
-                                       shadowed=_shadowed if self.recorder.shapes is not None else None,
-                                       rebuilt=self.rebuilt)
-        except Exception as e:  # noqa: BLE001 - Unresumable, or the recorder's refusal
-            self.breaker.stop("a value computed eagerly decides the call (the record would check it) "
-                              "after effects a failed check cannot take back, and the call cannot "
-                              f"resume there: {e}")
-            return
+        # The state here must be the graphs' work so far: end the piece here.
+        self.recorder.cut()
+        point = continuations.take(len(self.points), self.breaker.monitor, self.breaker.graph,
+                                   self.dynamic, completed, slot, produced=self.recorder.produced,
+                                   shadowed=_shadowed if self.recorder.shapes is not None else None,
+                                   rebuilt=self.rebuilt)
         point.before = self._before()
         if self.recorder.shapes is not None:
             point.stores = dict(self.recorder.shapes.stores)
         self.points.append(point)
-        self.steps.append(Step(kind, self._before(), None, None, args, resume=point))
+        return point
+
+    def _raising_point(self) -> ResumePoint | None:
+        """Where a step after effects raises in a later call's mock and the program may handle
+        it (an ``except``, ``finally`` or ``with`` covers it in a live frame): a resume point
+        the monitor resumes from with that exception (None: it propagates from the mock)."""
+        f = self.breaker.monitor.current
+        while hasattr(f, "info") and f.info.handlers[f.lasti] is None:
+            f = f.back
+        if not hasattr(f, "info") or (self.arrays is not None and self.arrays.unresumable is not None):
+            return None
+        try:
+            return self._point(completed=False)
+        except Exception:  # noqa: BLE001 - Unresumable, or the recorder's refusal: it propagates
+            return None
 
     def undoable(self) -> bool:
         """Has nothing observable happened so far (a mock may still give up and the call run

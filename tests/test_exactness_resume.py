@@ -437,3 +437,60 @@ def test_a_call_made_while_the_caller_handles_an_exception_resumes():
             got, want = compiled(x), eager(x)
         assert torch.equal(got, want) and same(_view(ns_c), _view(ns_e)), v
     assert magpy.stats(compiled).eager_runs == 0, magpy.stats(compiled).break_reasons
+
+
+# ----------------------------------------------------------------------------- raising steps
+# An eager step that raises on a later call, after effects, where the program handles the
+# exception (``except``, ``finally``, a ``with`` block's ``__exit__``): the monitor resumes
+# there with it, instead of the exception propagating from the mock past the handler.
+
+def log_handled_after_print(x):
+    print("log", file=LOG)
+    v = float(x.sum())
+    try:
+        r = math.log(v)
+    except ValueError:
+        r = 0.0
+    return r
+
+
+_RAISING = [1, 1, -1, -1, 2, -1]
+
+
+def test_a_step_raising_after_an_effect_is_handled_by_the_program():
+    _check(log_handled_after_print, _calls(_RAISING))
+
+
+class _Logged:
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        print("enter", file=self.log)
+
+    def __exit__(self, *exc):
+        print("exit", file=self.log)
+
+
+def log_inside_with(x):
+    with _Logged(LOG):
+        print("a", file=LOG)
+        r = math.log(float(x.sum()))
+    return r
+
+
+def test_a_step_raising_inside_a_with_block_runs_its_exit():
+    _check(log_inside_with, _calls(_RAISING))
+
+
+def sqrt_with_finally(x):
+    try:
+        G.add_(1)
+        r = math.sqrt(float(x.sum()))
+    finally:
+        G.mul_(2)
+    return r
+
+
+def test_a_step_raising_inside_try_finally_runs_the_finally():
+    _check(sqrt_with_finally, _calls(_RAISING))

@@ -123,7 +123,9 @@ class MockWriter:
             # The program's own exception: before any effect, the call may run again (it will
             # raise it itself); after one, it propagates from here (grad mode as on entry).
             index = self.steps.index(step)
+            # Where the program may handle it, the monitor resumes there with it (a resume point).
             failed = ("return MISS" if step.undoable
+                      else f"return cont{step.resume.index}(locals(), e)" if step.resume is not None
                       else f"raise STEP_RAISED({self.grad_on_entry}, {index}) from e")
             self.lines.append(f"    except Exception as e: {failed}")
 
@@ -142,8 +144,9 @@ class MockWriter:
         return self.names.const(fn)
 
     def continuation(self, point) -> list[str]:
-        """``cont{k}(m)``: given the mock's variables ``m`` where check ``k`` failed, write back
-        the program state of the resume point and return its frames, built (a Resume)."""
+        """``cont{k}(m, throw=None)``: given the mock's variables ``m`` where check ``k`` failed
+        (or step ``k`` raised ``throw``), write back the program state of the resume point and
+        return its frames, built (a Resume)."""
         saved = self.lines, self.commits, self._built, self.shared, self._cells, self.used, self.point
         fresh = [], [], {}, set(), [], set(), point
         self.lines, self.commits, self._built, self.shared, self._cells, self.used, self.point = fresh
@@ -161,11 +164,11 @@ class MockWriter:
             external = "".join(self.expr(v) + ", " for v in point.external)
             self.fill_cells()
             body = self.lines + self.commit_block()
-            head = [f"def cont{point.index}(m):"]
+            head = [f"def cont{point.index}(m, throw=None):"]
             head += [f"    {name} = m[{name!r}]" for name in sorted(self.used)]
             ran = sum(1 for piece in self.rec.pieces[:point.before] if piece.op_count)
             frames = "".join(f + ", " for f in frames)
-            resume = f"RESUME({point.index}, ({frames}), {ran}, ({external}), {rebuilt!r})"
+            resume = f"RESUME({point.index}, ({frames}), {ran}, ({external}), {rebuilt!r}, throw)"
             return head + body + [f"    return {resume}"]
         finally:
             self.lines, self.commits, self._built, self.shared, self._cells, self.used, self.point = saved
