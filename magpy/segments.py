@@ -157,8 +157,9 @@ _MOVES = bytecode.FAST_MOVES | {
     "RETURN_VALUE", "YIELD_VALUE", "BUILD_TUPLE", "BUILD_LIST", "LIST_APPEND", "LIST_EXTEND",
     "LIST_TO_TUPLE", "STORE_ATTR", "PRECALL", "CALL", "KW_NAMES", "CALL_FUNCTION_EX", "RESUME", "NOP",
     "CACHE", "RETURN_GENERATOR", "SEND", "GET_YIELD_FROM_ITER", "BEFORE_WITH", "DICT_UPDATE",
-    "DICT_MERGE", "POP_EXCEPT", "PUSH_EXC_INFO", "CHECK_EXC_MATCH", "RERAISE", "MAKE_FUNCTION",
-    "MAKE_CELL", "COPY_FREE_VARS", "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT",
+    "DICT_MERGE", "POP_EXCEPT", "PUSH_EXC_INFO", "CHECK_EXC_MATCH", "RERAISE", "RAISE_VARARGS",
+    "MAKE_FUNCTION", "MAKE_CELL", "COPY_FREE_VARS", "JUMP_FORWARD", "JUMP_BACKWARD",
+    "JUMP_BACKWARD_NO_INTERRUPT",
     "STORE_SUBSCR", "DELETE_SUBSCR", "DELETE_ATTR", "EXTENDED_ARG", "PRINT_EXPR", "IMPORT_NAME",
     "IMPORT_FROM", "LOAD_BUILD_CLASS", "GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX",
     # A method of a dynamic value is called with it as ``self``: the call is the step.
@@ -178,6 +179,9 @@ _STRUCTURAL = {"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX", "LIST_EXT
 _KEY_INPUTS = {"STORE_SUBSCR": lambda n: (2,), "DELETE_SUBSCR": lambda n: (1,), "MAP_ADD": lambda n: (0,),
                "STORE_SLICE": lambda n: (2, 3),
                "BUILD_MAP": lambda n: range(0, n, 2), "BUILD_CONST_KEY_MAP": lambda n: (n - 1,)}
+# Instructions that only move their inputs, whatever they are (``raise e``, ``x.attr = n``): an
+# exception they raise does not depend on a moved value computed eagerly.
+_MOVES_ONLY = _MOVES - CALLS - _STRUCTURAL - _KEY_INPUTS.keys()
 
 
 @dataclasses.dataclass
@@ -641,11 +645,17 @@ class Segmenter(Observer):
         instruction takes, never sees it): the exception, and so the path the program takes
         now, depends on the exact values computed eagerly it took, which the record checks
         there (a resume point runs it again, and it raises again)."""
+        moved = frame.info.instructions[frame.lasti].opname in _MOVES_ONLY
         unchecked = self._unchecked
         if unchecked is not None and unchecked[0] is frame and unchecked[1] != frame.lasti:
             self._unchecked = None
             _, _, var, v, slot, _ = unchecked
-            self.check(v, var, slot=slot)
+            if moved:   # (decided here as where it completes, not in the handler)
+                self._defer(unchecked)
+            else:
+                self.check(v, var, slot=slot)
+        if moved:
+            return   # (``raise e``: what a moved value is does not decide the exception)
         for mark in tracked(frame.ins_shadows, Deferred, self.deferred):
             self.deferred.pop(id(mark), None)   # (its check stays)
         for v in frame.ins_inputs:
