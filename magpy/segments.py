@@ -635,8 +635,8 @@ class Segmenter(Observer):
             # The operation raised: the program's control flow now depends on its exception.
             self.breaker.stop(self._finish())
             return
-        if exc is self._raised or self.breaker.brk is not None:
-            return   # unwinding on from the instruction that raised it, settled there
+        if exc is self._raised or self.breaker.brk is not None or self.breaker.segmenter is not self:
+            return   # unwinding on from the instruction that raised it, settled there (or stepless)
         self._raised = exc
         self._raising(frame)
 
