@@ -183,6 +183,15 @@ def _slots(taker, values, shadows, shadowed) -> list:
     return out
 
 
+def resumable(monitor) -> bool:
+    """Could the call resume at the current instruction (its frame chain, its exceptions)?"""
+    try:
+        _chain(monitor, False)
+    except Unresumable:
+        return False
+    return True
+
+
 def _kwnames_of(f) -> tuple:
     """The keyword names a CALL at ``f.lasti`` was given (its handler has taken them from the
     frame by now): the ``KW_NAMES`` just before its call sequence (3.11: PRECALL, CALL)."""
