@@ -139,16 +139,17 @@ class RecordCache:
             unchanged = versions == [tensor_version(env[i]) for i in rec.mutated]
             if unchanged and any(failed_own_check(gm, e) for gm in rec.graphs):
                 return MISS   # the record's own check (made where nothing observable happened before it)
+            if unchanged and any(failed_assertion(gm, e) for gm in rec.graphs):
+                # The program's assertion failed (recorded only where nothing observable
+                # happened before it, whatever the mock does after): the program runs eagerly
+                # and raises its own exception; the record stays valid.
+                self.stats.eager_runs += 1
+                return self.fn(*args, **kwargs)
             if rec.effects:
                 raise self.half_done(rec, "the mock failed after effects it cannot take back", e) from e
             if not unchanged:
                 what = "the compiled graph failed after updating tensors in place"
                 raise self.half_done(rec, what, e) from e
-            if any(failed_assertion(gm, e) for gm in rec.graphs):
-                # The program's assertion failed, before any effect: the program runs eagerly
-                # and raises its own AssertionError; the record stays valid.
-                self.stats.eager_runs += 1
-                return self.fn(*args, **kwargs)
             return self.failed(rec, "running a record's mock", e, args, kwargs)
         if type(result) is Resume:
             self.stats.graphs_per_call += result.graphs
@@ -161,6 +162,11 @@ class RecordCache:
     def resume(self, rec: Record, point: Resume):
         """A check of ``rec`` failed after effects: the continuation recorded from there whose
         guard passes on the frames' values, else a monitor run from there that records one."""
+        if point.throw is not None:
+            # A step raised where the program may handle it: the rest runs monitored, unrecorded
+            # (a continuation's guard would not tell one exception from another).
+            self.stats.eager_runs += 1
+            return Monitor().resume(continuations.frames(point, None), point.throw)
         values = point.values()
         conts = rec.continuations.setdefault(point.index, [])
         for i, cont in enumerate(conts):
@@ -309,7 +315,7 @@ class RecordCache:
         self.warned.add(brk.reason)
         warnings.warn_explicit(f"magpy: {self.name()} {what} when it meets {brk.reason} "
                                "(see magpy.stats(...).break_reasons; fullgraph=True raises instead)",
-                               GraphBreakWarning, brk.filename, brk.lineno)
+                               GraphBreakWarning, brk.filename, brk.lineno or 0)
 
     def name(self) -> str:
         return getattr(self.fn, "__qualname__", None) or type(self.fn).__qualname__

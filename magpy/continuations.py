@@ -13,13 +13,18 @@ values, tried first on the next failure at that point.
 
 A frame chain can be resumed when every frame is a plain function frame (not a generator,
 class body or callback of a native), each outer frame waits on a ``CALL`` whose callee *is*
-the inner frame's function (so the callee's return value is the call's result), and no
-exception is being handled.  Values are taken as they are at the point: containers are
-copied, objects of Python classes and iterators are reduced (``__reduce_ex__``) then, so a
-list iterator resumes at the same position; objects from outside the call, tensors and
-values of eager steps are themselves.  What cannot be taken (a running generator, a new
-closure cell, a new module) makes the point unresumable, and the record does not check there
-(the call runs eagerly, as before).
+the inner frame's function (so the callee's return value is the call's result), and the
+call itself handles no exception (the one its caller handles is the resumed call's too).
+Values are taken as they are at the point: containers are copied, objects of Python classes
+and iterators are reduced (``__reduce_ex__``) then, so a list iterator resumes at the same
+position (an iterator a parent's mock rebuilt for a continuation too: the continuation
+advances it where its RefGraph does not see); objects from outside the call and values of
+eager steps are themselves; a tensor is the graph output it was then (a later graph may
+update the object in place); a number the call computed from its lifted sizes and floats is
+computed from the resumed call's (``Shadowed``), as are the sizes it stored into objects
+from outside.  What cannot be taken (a running generator, a new closure cell, a new module)
+makes the point unresumable, and the record does not check there (the call runs eagerly, as
+before).
 """
 from __future__ import annotations
 
@@ -65,11 +70,18 @@ class ResumePoint:
     # continuation gets them as arguments too, so it reaches them as the parent did.
     external: list
     before: int = 0    # the piece whose graph the check precedes
+    # The sizes and lifted floats stored into objects from outside so far (a copy of
+    # ``magpy.dynamic.Shapes.stores`` then): the state written back is the point's.
+    stores: dict = dataclasses.field(default_factory=dict)
+    # id(tensor) -> the piece (``magpy.opgraph.Piece``) that had made it then, of the tensors
+    # taken: a later graph may update one in place (``h *= 2`` is made anew by a piece after
+    # the check, which never ran when the check fails).
+    made: dict = dataclasses.field(default_factory=dict)
 
     def where(self) -> str:
         """The innermost frame's line the call resumes at."""
         f = self.frames[0]
-        return f"{f.code.co_filename}:{code_info(f.code).lineno(f.pc)} in {f.code.co_qualname}"
+        return f"{f.code.co_filename}:{code_info(f.code).line(f.pc)} in {f.code.co_qualname}"
 
 
 class Reduced:
@@ -80,6 +92,17 @@ class Reduced:
     def __init__(self, original, parts: tuple):
         self.original = original
         self.parts = parts
+
+
+class Shadowed:
+    """A value at a resume point that the call computed from its lifted sizes or floats
+    (``shadow``, magpy.dynamic): the mock computes it from this call's, as the graphs do
+    (``value``: what the recording run had)."""
+
+    __slots__ = ("value", "shadow")
+
+    def __init__(self, value, shadow):
+        self.value, self.shadow = value, shadow
 
 
 class Variable:
@@ -95,13 +118,16 @@ class Resume:
     """What a mock returns when a check with a resume point fails: the point's index and the
     frames' values, built (``(code, globals, builtins, fn, locals, stack, pc, kwnames)``)."""
 
-    __slots__ = ("index", "frames", "graphs", "external")
+    __slots__ = ("index", "frames", "graphs", "external", "rebuilt", "throw")
 
-    def __init__(self, index: int, frames: tuple, graphs: int, external: tuple):
+    def __init__(self, index: int, frames: tuple, graphs: int, external: tuple, rebuilt: tuple = (),
+                 throw: BaseException | None = None):
         self.index = index
         self.frames = frames
         self.graphs = graphs       # how many graphs the mock ran before the check
         self.external = external   # ResumePoint.external, as this call has them
+        self.rebuilt = rebuilt     # positions in values() of the objects the mock rebuilt (Reduced)
+        self.throw = throw         # the exception a step raised there (the frames resume with it)
 
     def values(self) -> tuple:
         """Every local and stack value of every frame, in order, then the objects from outside
@@ -113,28 +139,57 @@ class Unresumable(Exception):
     """The call's state here cannot be taken (the reason is the message)."""
 
 
-def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, slot=None) -> ResumePoint:
+def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, slot=None, *,
+         produced, shadowed=None, rebuilt: frozenset = frozenset()) -> ResumePoint:
     """The resume point of the call now, resuming the innermost frame's current instruction
     from its inputs (``completed``: it has run).  ``slot``: ``(position, variable)``, a value of
-    that stack the mock has in a variable (an eager step's result).  Raises Unresumable."""
+    that stack the mock has in a variable (an eager step's result).  ``produced(t)``: the
+    piece that has made tensor ``t`` so far (``OpRecorder.produced``).  ``shadowed(v, sh)``:
+    what to take for a frame's value ``v`` whose shadow is ``sh`` (a :class:`Shadowed`), or
+    None: ``v`` itself.  ``rebuilt``: ids of the values from outside that a parent's mock
+    rebuilt for this continuation (:func:`rebuilt`).  Raises Unresumable."""
     chain = _chain(monitor, completed)
-    taker = _Taker(graph, dynamic)
+    taker = _Taker(graph, dynamic, rebuilt)
     frames = []
     for i, f in enumerate(chain):
         kwnames = f.kwnames
         if i == 0:   # from the instruction's inputs: it runs again
             stack, pc = f.stack[:f.ins_base] + list(f.ins_inputs), f.lasti
+            shadows = None if f.shadow_stack is None else f.shadow_stack[:f.ins_base] + list(f.ins_shadows)
             kwnames = _kwnames_of(f)
         else:        # waiting on its call: the result is pushed on resuming
             stack, pc = f.stack[:f.ins_base], f.pc
-        stack = [taker.take(v) for v in stack]
+            shadows = f.shadow_stack[:f.ins_base] if f.shadow_stack is not None else None
+        stack = _slots(taker, stack, shadows, shadowed)
         if i == 0 and slot is not None:
             stack[slot[0]] = Variable(slot[1])
-        frames.append(FrameState(f.code, f.fn, f.globals, f.builtins, [taker.take(v) for v in f.locals],
-                                 stack, pc, kwnames))
+        local = _slots(taker, f.locals, f.shadow_locals, shadowed)
+        frames.append(FrameState(f.code, f.fn, f.globals, f.builtins, local, stack, pc, kwnames))
     changed = [(node, taker.take_state(node.snapshot, now)) for node, now in graph.changes()]
     direct = {id(v) for fs in frames for v in (*fs.locals, *fs.stack)}
-    return ResumePoint(index, frames, changed, [v for k, v in taker.external.items() if k not in direct])
+    made = {i: p for i, p in ((i, produced(t)) for i, t in taker.tensors.items()) if p is not None}
+    return ResumePoint(index, frames, changed, [v for k, v in taker.external.items() if k not in direct],
+                       made=made)
+
+
+def _slots(taker, values, shadows, shadowed) -> list:
+    """A frame's locals or stack, taken: a value with a shadow as ``shadowed`` says."""
+    if shadowed is None or shadows is None or len(shadows) != len(values):
+        return [taker.take(v) for v in values]
+    out = []
+    for v, sh in zip(values, shadows):
+        got = shadowed(v, sh) if sh is not None else None
+        out.append(taker.take(v) if got is None else got)
+    return out
+
+
+def resumable(monitor) -> bool:
+    """Could the call resume at the current instruction (its frame chain, its exceptions)?"""
+    try:
+        _chain(monitor, False)
+    except Unresumable:
+        return False
+    return True
 
 
 def _kwnames_of(f) -> tuple:
@@ -152,8 +207,6 @@ def _kwnames_of(f) -> tuple:
 
 
 def _chain(monitor, completed: bool) -> list:
-    if len(monitor.exc_stack) != 1 or monitor.exc_stack[0][0] is not None:
-        raise Unresumable("an exception is being handled")
     f = monitor.current
     if completed and f.info.instructions[f.lasti].opname in _CALLS:
         raise Unresumable("the check follows a call that has run")
@@ -165,6 +218,9 @@ def _chain(monitor, completed: bool) -> list:
             raise Unresumable(f"{f.code.co_qualname} reached {chain[-1].code.co_qualname} not by a call")
         chain.append(f)
         f = f.back
+    # (the exception the caller of the compiled callable handles is the resumed call's own)
+    if len(monitor.exc_stack) != 1 or monitor.exc_stack[0][0] is not monitor.host_exc:
+        raise Unresumable("an exception is being handled")
     return chain
 
 
@@ -178,13 +234,28 @@ def _waits_on(outer: Frame, inner: Frame) -> bool:
             or (not isinstance(callee, type) and py_method(type(callee), "__call__") is fn))
 
 
+def rebuilt(resume: Resume) -> frozenset:
+    """The ids of the values of ``resume`` its mock rebuilt, whose own iterators among them
+    a continuation's resume points take as the call's own (:func:`take`)."""
+    values = resume.values()
+    return frozenset(id(values[i]) for i in resume.rebuilt)
+
+
+def _advanced(v, rebuilt: frozenset) -> bool:
+    """Is ``v`` an iterator a parent's mock rebuilt for this continuation?  The run advances
+    it where the RefGraph does not see it (``FOR_ITER``), so it is taken as it is now, like
+    the call's own, not as the object the continuation's mock was given."""
+    return id(v) in rebuilt and hasattr(type(v), "__next__")
+
+
 class _Taker:
     """Takes values as they are now, keeping identities (a memo)."""
 
-    def __init__(self, graph: RefGraph, dynamic: dict):
-        self.graph, self.dynamic = graph, dynamic
+    def __init__(self, graph: RefGraph, dynamic: dict, rebuilt: frozenset = frozenset()):
+        self.graph, self.dynamic, self.rebuilt = graph, dynamic, rebuilt
         self.memo: dict[int, object] = {}
         self.external: dict[int, object] = {}   # objects from outside the call met, by id
+        self.tensors: dict[int, torch.Tensor] = {}   # the call's own tensors met, by id
         self._keep = []
 
     def take_state(self, snap, now):
@@ -200,10 +271,13 @@ class _Taker:
         if name is not None:   # an eager step's value: the mock's variable (the record may
             return Variable(name)   # hold it as a constant by the time the code is written)
         t = type(v)
-        if self.graph.node_of(v) is not None:
+        if self.graph.node_of(v) is not None and not _advanced(v, self.rebuilt):
             self.external[id(v)] = v
             return v
-        if v is NULL or (is_immutable(v) and t not in _COPIED) or isinstance(v, torch.Tensor) or depth == 0:
+        if isinstance(v, torch.Tensor):
+            self.tensors[id(v)] = v
+            return v
+        if v is NULL or (is_immutable(v) and t not in _COPIED) or depth == 0:
             return v
         got = self.memo.get(id(v))
         if got is not None:
@@ -255,5 +329,8 @@ def frames(resume: Resume, monitor) -> list[Frame]:
     for code, globals_, builtins, fn, local, stack, pc, kwnames in resume.frames:
         f = Frame(code, globals_, builtins, fn, None, list(local), list(stack), 2 * pc, monitor)
         f.kwnames = kwnames
+        if out:   # waiting on the call before ``pc``: an exception from it unwinds from there
+            ins = f.info.instructions
+            f.lasti = next(i for i in range(pc - 1, -1, -1) if ins[i] is not None)
         out.append(f)
     return out

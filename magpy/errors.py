@@ -15,16 +15,16 @@ class GraphBreak:
 
     reason: str
     filename: str = "<unknown>"
-    lineno: int = 0
+    lineno: int | None = 0   # None: the instruction has no line (CPython's f_lineno may be None)
     retry: bool = False   # the next call records again (this run learnt how to do better)
 
     @property
     def source(self) -> str:
         """The user's source line, stripped (empty when the file is not readable)."""
-        return linecache.getline(self.filename, self.lineno).strip()
+        return linecache.getline(self.filename, self.lineno).strip() if self.lineno is not None else ""
 
     def __str__(self) -> str:
-        where = f"{self.filename}:{self.lineno}"
+        where = self.filename if self.lineno is None else f"{self.filename}:{self.lineno}"
         src = self.source
         return f"{self.reason} at {where}" + (f"\n    {src}" if src else "")
 

@@ -393,7 +393,7 @@ class OpRecorder(TorchFunctionMode):
         if path is None or (segmenter is not None and not segmenter.undoable()):
             return None
         # The graph's message tells a failed check from other errors (failed_assertion).
-        where = f"check failed at {f.code.co_filename}:{f.f_lineno}"
+        where = f"check failed at {f.code.co_filename}:{f.line}"
         ops = [ins.opname for ins in path]
         if not _raises_assertion_error(f, path[0]) or \
                 ops[2:3 + len(bytecode.CALL_SEQUENCE)] != [*bytecode.CALL_SEQUENCE, "RAISE_VARARGS"]:

@@ -24,13 +24,18 @@ gave) to floating tensor arithmetic        check (a small int is followed by its
 feeds it to a tensor operation otherwise   checks its value (the graph holds it as a constant)
 does anything else with it (iterates it,   gives up: the call runs eagerly, as before
 uses it as a key, ...)
+gives it to an instruction that raises     checks it there (the exception, and the handler the
+(``1 / n`` with ``n == 0``)                program runs, depend on its value)
 =========================================  ==================================================
 
 A check that fails in the mock before anything observable happened (only pure steps, no
 input updated in place, no random numbers) is a miss of that record: the cache tries the
 next record or records again.  After an effect the call must not run again: the check then
 carries a resume point, and a failure resumes the monitor there (``magpy.continuations``);
-where the call cannot resume, the run gives up.  Steps see their arguments as they were at
+where the call cannot resume, the run gives up.  A step after an effect that raises on a later
+call propagates its exception from the mock, or, where the program may handle it (an
+``except``, ``finally`` or ``with`` covers the step in a live frame), resumes the monitor
+there with it.  Steps see their arguments as they were at
 the break (containers are copied then); program state changes are committed at the end of
 the mock, so a step that is not pure may not follow changes of module attributes
 (``sys.stdout``).
@@ -57,9 +62,9 @@ from magpy import annotations as ann
 from magpy import checkpoint, continuations, warns
 from magpy.arrays import Arrays
 from magpy.config import config
-from magpy.continuations import Resume, ResumePoint
+from magpy.continuations import Resume, ResumePoint, Shadowed
 from magpy.controlflow import Branches
-from magpy.dynamic import Lifting, Shapes, argument_shadows
+from magpy.dynamic import Lifting, Scalar, Shapes, argument_shadows, specialise, symbolic
 from magpy.errors import GraphBreak
 from magpy.monitor import Monitor, Observer, bytecode, operators
 from magpy.monitor.observer import CALLS, RETURNS, calling, returns_to_caller, tracked
@@ -152,8 +157,9 @@ _MOVES = bytecode.FAST_MOVES | {
     "RETURN_VALUE", "YIELD_VALUE", "BUILD_TUPLE", "BUILD_LIST", "LIST_APPEND", "LIST_EXTEND",
     "LIST_TO_TUPLE", "STORE_ATTR", "PRECALL", "CALL", "KW_NAMES", "CALL_FUNCTION_EX", "RESUME", "NOP",
     "CACHE", "RETURN_GENERATOR", "SEND", "GET_YIELD_FROM_ITER", "BEFORE_WITH", "DICT_UPDATE",
-    "DICT_MERGE", "POP_EXCEPT", "PUSH_EXC_INFO", "CHECK_EXC_MATCH", "RERAISE", "MAKE_FUNCTION",
-    "MAKE_CELL", "COPY_FREE_VARS", "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT",
+    "DICT_MERGE", "POP_EXCEPT", "PUSH_EXC_INFO", "CHECK_EXC_MATCH", "RERAISE", "RAISE_VARARGS",
+    "MAKE_FUNCTION", "MAKE_CELL", "COPY_FREE_VARS", "JUMP_FORWARD", "JUMP_BACKWARD",
+    "JUMP_BACKWARD_NO_INTERRUPT",
     "STORE_SUBSCR", "DELETE_SUBSCR", "DELETE_ATTR", "EXTENDED_ARG", "PRINT_EXPR", "IMPORT_NAME",
     "IMPORT_FROM", "LOAD_BUILD_CLASS", "GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX",
     # A method of a dynamic value is called with it as ``self``: the call is the step.
@@ -173,6 +179,9 @@ _STRUCTURAL = {"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX", "LIST_EXT
 _KEY_INPUTS = {"STORE_SUBSCR": lambda n: (2,), "DELETE_SUBSCR": lambda n: (1,), "MAP_ADD": lambda n: (0,),
                "STORE_SLICE": lambda n: (2, 3),
                "BUILD_MAP": lambda n: range(0, n, 2), "BUILD_CONST_KEY_MAP": lambda n: (n - 1,)}
+# Instructions that only move their inputs, whatever they are (``raise e``, ``x.attr = n``): an
+# exception they raise does not depend on a moved value computed eagerly.
+_MOVES_ONLY = _MOVES - CALLS - _STRUCTURAL - _KEY_INPUTS.keys()
 
 
 @dataclasses.dataclass
@@ -214,6 +223,7 @@ class Segmenter(Observer):
         self._callbacks = weakref.WeakSet()  # frames a native (an intrinsic) called back into
         self._entered = None                # (frame, lasti) of an instruction that entered Python
         self._unchecked = None   # (frame, lasti, var, value, slot, Deferred) of a result not tracked yet
+        self._raised = None      # the exception last raised (on_exception: settled where it was raised)
         self._ints: set[str] = set()        # step variables that always hold ints (graph inputs)
         self.deferred: dict[int, Deferred] = {}   # id -> small int whose check waits for a use
         self.lazy: dict[str, InGraph] = {}  # variable -> float read in the graph, not needed in Python yet
@@ -223,6 +233,7 @@ class Segmenter(Observer):
         self._levels: dict[int, int] = {}   # id(frame) -> intrinsics under way when it was entered
         self.effects = False                # an observable effect happened (checks need resume points)
         self.points: list[ResumePoint] = []
+        self.rebuilt = frozenset()   # a continuation's: ids of the values its parent rebuilt
         self._rng = torch.default_generator.get_state()
         self.breaks: list[GraphBreak] = []
         self.arrays = None   # magpy.arrays.Arrays: frames holding its arrays cannot be resume points
@@ -288,8 +299,9 @@ class Segmenter(Observer):
                 self.breaker.stop(dataclasses.replace(brk, reason=f"{brk.reason} (no eager step there: {e})")
                                   if brk else str(e))
                 return
+        resume = None if undoable else self._raising_point()
         self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
-                               self._freeze(kwargs) if kwargs else None, brk, undoable, self._at()))
+                               self._freeze(kwargs) if kwargs else None, brk, undoable, self._at(), resume))
         if picked:   # (max(n, m) is n or m: the same one must come back, it keeps its name)
             self.steps.append(Step("same", self._before(), None, None, (var, self.dynamic[id(result)])))
         for t, expr in named:
@@ -434,7 +446,7 @@ class Segmenter(Observer):
 
     def _at(self) -> tuple:
         f = self.breaker.monitor.current
-        return (f.code.co_filename, f.code.co_name, f.f_lineno) if hasattr(f, "info") else ()
+        return (f.code.co_filename, f.code.co_name, f.line) if hasattr(f, "info") else ()
 
     def _before(self) -> int:
         return len(self.recorder.pieces) - 1
@@ -564,24 +576,50 @@ class Segmenter(Observer):
             self.breaker.stop(f"a value computed eagerly decides the call after effects, where "
                               f"{self.arrays.unresumable}")
             return
+        try:
+            point = self._point(completed, slot)
+        except Exception as e:  # noqa: BLE001 - Unresumable, or the recorder's refusal
+            self.breaker.stop("a value computed eagerly decides the call (the record would check it) "
+                              "after effects a failed check cannot take back, and the call cannot "
+                              f"resume there: {e}")
+            return
+        self.steps.append(Step(kind, self._before(), None, None, args, resume=point))
+
+    def _point(self, completed: bool, slot=None) -> ResumePoint:
+        """A resume point here (:func:`magpy.continuations.take`); raises where there is none."""
         # A resume point holds the frames' values as they are: a small int whose check was
         # deferred would be baked into it, so those are checked after all; floats read in the
         # graph are variables of the mock there.
         self.deferred.clear()
         for var in list(self.lazy):
             self._realize(var, mid_run=True)
-        try:   # the state at the check must be the graphs' work so far: end the piece here
-            self.recorder.cut()
-            point = continuations.take(len(self.points), self.breaker.monitor, self.breaker.graph,
-                                       self.dynamic, completed, slot)
-        except Exception as e:  # noqa: BLE001 - Unresumable, or the recorder's refusal
-            self.breaker.stop("a value computed eagerly decides the call (the record would check it) "
-                              "after effects a failed check cannot take back, and the call cannot "
-                              f"resume there: {e}")
-            return
+        # The state here must be the graphs' work so far: end the piece here.
+        self.recorder.cut()
+        point = continuations.take(len(self.points), self.breaker.monitor, self.breaker.graph,
+                                   self.dynamic, completed, slot, produced=self.recorder.produced,
+                                   shadowed=_shadowed if self.recorder.shapes is not None else None,
+                                   rebuilt=self.rebuilt)
         point.before = self._before()
+        if self.recorder.shapes is not None:
+            point.stores = dict(self.recorder.shapes.stores)
         self.points.append(point)
-        self.steps.append(Step(kind, self._before(), None, None, args, resume=point))
+        return point
+
+    def _raising_point(self) -> ResumePoint | None:
+        """Where a step after effects raises in a later call's mock and the program may handle
+        it (an ``except``, ``finally`` or ``with`` covers it in a live frame): a resume point
+        the monitor resumes from with that exception (None: it propagates from the mock)."""
+        f = self.breaker.monitor.current
+        while hasattr(f, "info") and f.info.handlers[f.lasti] is None:
+            f = f.back
+        if not hasattr(f, "info") or (self.arrays is not None and self.arrays.unresumable is not None):
+            return None
+        if not continuations.resumable(self.breaker.monitor):
+            return None   # (before _point ends the piece and checks what it defers)
+        try:
+            return self._point(completed=False)
+        except Exception:  # noqa: BLE001 - Unresumable, or the recorder's refusal: it propagates
+            return None
 
     def undoable(self) -> bool:
         """Has nothing observable happened so far (a mock may still give up and the call run
@@ -598,6 +636,37 @@ class Segmenter(Observer):
         if pending is not None and pending[0] is frame:
             # The operation raised: the program's control flow now depends on its exception.
             self.breaker.stop(self._finish())
+            return
+        if exc is self._raised or self.breaker.brk is not None or self.breaker.segmenter is not self:
+            return   # unwinding on from the instruction that raised it, settled there (or stepless)
+        self._raised = exc
+        self._raising(frame)
+
+    def _raising(self, frame) -> None:
+        """The instruction ``frame`` is at raised (``on_instruction``, which settles what an
+        instruction takes, never sees it): the exception, and so the path the program takes
+        now, depends on the exact values computed eagerly it took, which the record checks
+        there (a resume point runs it again, and it raises again)."""
+        moved = frame.info.instructions[frame.lasti].opname in _MOVES_ONLY
+        unchecked = self._unchecked
+        if unchecked is not None and unchecked[0] is frame and unchecked[1] != frame.lasti:
+            self._unchecked = None
+            _, _, var, v, slot, _ = unchecked
+            if moved:   # (decided here as where it completes, not in the handler)
+                self._defer(unchecked)
+            else:
+                self.check(v, var, slot=slot)
+        if moved:
+            return   # (``raise e``: what a moved value is does not decide the exception)
+        for mark in tracked(frame.ins_shadows, Deferred, self.deferred):
+            self.deferred.pop(id(mark), None)   # (its check stays)
+        for v in frame.ins_inputs:
+            if self.breaker.brk is not None:
+                return
+            if id(v) in self.dynamic:
+                self.check(v)
+            elif self.is_dynamic(v):
+                self.breaker.stop("an operation on a container of values computed eagerly raised")
 
     def on_enter(self, frame):
         mon = self.breaker.monitor
@@ -659,6 +728,7 @@ class Segmenter(Observer):
         dropped = {id(m.step) for m in self.deferred.values()}
         self.steps[:] = [s for s in self.steps if id(s) not in dropped]
         self.deferred.clear()
+        self._raised = None   # (nor keep the program's objects its traceback holds alive)
         for var, lazy in list(self.lazy.items()):
             if self.breaker.brk is None and lazy.held():
                 self._realize(var, mid_run=False)
@@ -833,6 +903,19 @@ class Segmenter(Observer):
                 return any(self.is_dynamic(k, depth - 1) or self.is_dynamic(x, depth - 1) for k, x in items)
             return any(self.is_dynamic(x, depth - 1) for x in items)
         return False
+
+
+def _shadowed(v, sh) -> Shadowed | None:
+    """What a resume point takes for a frame's value ``v`` whose shadow is ``sh``: a lifted
+    float or size (or one computed from them) the mock computes from the call's own; a
+    container of them, or a value the shadow does not stand for, is baked in, so the record
+    guards what it holds (None: ``v`` as it is)."""
+    if not symbolic(sh):
+        return None
+    if type(sh) in (Scalar, torch.SymInt) and type(v) in (int, float):
+        return Shadowed(v, sh)
+    specialise(sh)
+    return None
 
 
 def _monitored_consumer(frame) -> bool:
@@ -1037,6 +1120,7 @@ class Capture:
         """Resume the frames of a failed check under the monitor (a continuation: effects
         have happened before it); the outermost frame's result."""
         self.segmenter.effects = True
+        self.segmenter.rebuilt = continuations.rebuilt(resume)
         return self._recording(self.monitor.resume, continuations.frames(resume, self.monitor))
 
     def _recording(self, run, *args, **kwargs):

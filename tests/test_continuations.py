@@ -342,11 +342,9 @@ def test_branch_inside_with_blocks_and_try_finally_resumes(monkeypatch):
 
 def _list_loop_branch(x):
     """A branch inside ``for i, (a, b) in enumerate(zip(list, list))`` after an effect (a draw
-    from the global generator), as in ViLT's visual embedding.  Not yet resumed: writing the
-    resume point fails on the list iterators' state (codegen), so the call runs eagerly; where
-    that is mended, a continuation's own resume point must also see the iterator the
-    continuation advanced (a third outcome gave three rows instead of two when only the
-    first was mended)."""
+    from the global generator), as in ViLT's visual embedding.  The list iterators resume at
+    their positions, and a continuation's own resume point sees the iterator the continuation
+    advanced (a third outcome gave three rows instead of two where it did not)."""
     outs = []
     for i, (a, b) in enumerate(zip([1.0, 2.0], [3.0, 4.0])):
         noise = torch.rand(1)

@@ -21,8 +21,8 @@ import torch
 
 from magpy import annotations as ann
 from magpy.codegen.source import Names, is_literal, value_checks, var
-from magpy.continuations import Reduced, Resume, Variable
-from magpy.dynamic import Scalar
+from magpy.continuations import Reduced, Resume, Shadowed, Variable
+from magpy.dynamic import Scalar, symbolic
 from magpy.errors import CaptureError
 from magpy.monitor import NULL, generators
 from magpy.opgraph import InputSource, ScalarInput, int_tensor, scalar_tensor
@@ -76,6 +76,7 @@ class MockWriter:
         self._cells = []       # (variable, new cell) whose contents are still to be set
         self._keep = []
         self.used = None       # names of mock variables the code being written uses (continuations)
+        self.point = None      # the resume point whose state the code being written writes back
 
     def write(self, result):
         """The mock's body: pieces and steps in program order, then the final state."""
@@ -122,7 +123,9 @@ class MockWriter:
             # The program's own exception: before any effect, the call may run again (it will
             # raise it itself); after one, it propagates from here (grad mode as on entry).
             index = self.steps.index(step)
+            # Where the program may handle it, the monitor resumes there with it (a resume point).
             failed = ("return MISS" if step.undoable
+                      else f"return cont{step.resume.index}(locals(), e)" if step.resume is not None
                       else f"raise STEP_RAISED({self.grad_on_entry}, {index}) from e")
             self.lines.append(f"    except Exception as e: {failed}")
 
@@ -141,15 +144,18 @@ class MockWriter:
         return self.names.const(fn)
 
     def continuation(self, point) -> list[str]:
-        """``cont{k}(m)``: given the mock's variables ``m`` where check ``k`` failed, write back
-        the program state of the resume point and return its frames, built (a Resume)."""
-        saved = self.lines, self.commits, self._built, self.shared, self._cells, self.used
-        fresh = [], [], {}, set(), [], set()
-        self.lines, self.commits, self._built, self.shared, self._cells, self.used = fresh
+        """``cont{k}(m, throw=None)``: given the mock's variables ``m`` where check ``k`` failed
+        (or step ``k`` raised ``throw``), write back the program state of the resume point and
+        return its frames, built (a Resume)."""
+        saved = self.lines, self.commits, self._built, self.shared, self._cells, self.used, self.point
+        fresh = [], [], {}, set(), [], set(), point
+        self.lines, self.commits, self._built, self.shared, self._cells, self.used, self.point = fresh
         try:
             for node, now in point.changed:
                 self.update(node, now)
             frames = []
+            values = [v for fs in point.frames for v in (*fs.locals, *fs.stack)]
+            rebuilt = tuple(i for i, v in enumerate(values) if type(v) is Reduced)
             for fs in point.frames:
                 local = ", ".join(self.expr(v) for v in fs.locals)
                 stack = ", ".join(self.expr(v) for v in fs.stack)
@@ -158,13 +164,14 @@ class MockWriter:
             external = "".join(self.expr(v) + ", " for v in point.external)
             self.fill_cells()
             body = self.lines + self.commit_block()
-            head = [f"def cont{point.index}(m):"]
+            head = [f"def cont{point.index}(m, throw=None):"]
             head += [f"    {name} = m[{name!r}]" for name in sorted(self.used)]
             ran = sum(1 for piece in self.rec.pieces[:point.before] if piece.op_count)
             frames = "".join(f + ", " for f in frames)
-            return head + body + [f"    return RESUME({point.index}, ({frames}), {ran}, ({external}))"]
+            resume = f"RESUME({point.index}, ({frames}), {ran}, ({external}), {rebuilt!r}, throw)"
+            return head + body + [f"    return {resume}"]
         finally:
-            self.lines, self.commits, self._built, self.shared, self._cells, self.used = saved
+            self.lines, self.commits, self._built, self.shared, self._cells, self.used, self.point = saved
 
     def commit_block(self) -> list[str]:
         if not self.commits:
@@ -242,7 +249,7 @@ class MockWriter:
                 if key not in now:
                     self.commit(f"    del {mapping}[{self.key(key)}]")
             for key, val in now.items():
-                size = self.stored_value(node.value, key)
+                size = self.stored_value(node.value, key, val)
                 if size is not None:
                     self.commit(f"    {mapping}[{self.key(key)}] = {size}")
                 elif key not in snap or snap[key] is not val:
@@ -252,20 +259,38 @@ class MockWriter:
             items = ", ".join(f"{self.key(key)}: {self.expr(val)}" for key, val in now.items())
             self.commit(f"    {mapping}.clear(); {mapping}.update({{{items}}})")
 
-    def stored_value(self, holder, key) -> str | None:
+    def stored_value(self, holder, key, held) -> str | None:
         """The source of a size or lifted float the run stored into ``holder``'s attribute or
-        item ``key`` (the new call's size, computed from the sizes of its inputs; the float
-        computed from its lifted value), or None."""
+        item ``key``, which holds ``held`` in the state being written (the new call's size,
+        computed from the sizes of its inputs; the float computed from its lifted value), or
+        None."""
         shapes = self.shapes
-        s = shapes.stored(holder, key) if shapes is not None and type(key) in (str, int) else None
-        if s is None:
+        if shapes is None or type(key) not in (str, int):
             return None
+        point = self.point
+        if point is None:
+            s = shapes.stored(holder, key)
+        else:
+            s = shapes.stored_then(point.stores, holder, key, held)
+        return None if s is None else self.lifted(s, self.commit)
+
+    def lifted(self, s, emit) -> str:
+        """The source of the value whose shadow is ``s`` (a SymInt, a lifted float's Scalar),
+        computed from this call's sizes and floats; ``emit(line)`` writes the loads it needs."""
         if type(s) is Scalar:
             return s.source.format(x=self.load(s.node))
+        shapes = self.shapes
         origins, source = shapes.expression(s)
         for name, origin in origins:
-            self.commit(f"    {name} = {origin.load(self.load(shapes.holder_node(origin)))}")
+            emit(f"    {name} = {origin.load(self.load(shapes.holder_node(origin)))}")
         return source
+
+    def shadowed(self, v: Shadowed) -> str:
+        """A value a resume point took with its shadow: computed from this call's sizes and
+        floats while they are lifted (if the record came to guard them, it is a constant)."""
+        if self.shapes is None or not symbolic(v.shadow):
+            return self.expr(v.value)
+        return f"({self.lifted(v.shadow, self.lines.append)})"
 
     def key(self, key) -> str:
         if is_literal(key):
@@ -281,6 +306,8 @@ class MockWriter:
             return self._built.get(id(v)) or self.rebuild(v, v.parts)
         if type(v) is Variable:
             return self.use(v.name)
+        if type(v) is Shadowed:
+            return self.shadowed(v)
         if v is NULL or ann.is_global_random_state(v):   # (the object itself, never a copy)
             return self.names.const(v)
         if is_immutable(v) and not (type(v) is tuple and any(map(self.dynamic_inside, v))):
@@ -300,7 +327,8 @@ class MockWriter:
         return id(v) in self.dynamic or (type(v) is tuple and any(map(self.dynamic_inside, v)))
 
     def tensor(self, t) -> str:
-        piece = self.rec.produced(t)
+        # (at a resume point: the graph output it was then; later graphs have not run)
+        piece = self.rec.produced(t) if self.point is None else self.point.made.get(id(t))
         if piece is None and id(t) in self.rec.eager:   # a tensor an eager step gave back
             return self.use(self.rec.eager[id(t)])
         if piece is None:
@@ -334,7 +362,7 @@ class MockWriter:
         if isinstance(v, torch.nn.Module):
             raise CaptureError(f"the call leaves behind an nn.Module it created ({t.__qualname__})")
         if t is list:
-            items = (self.stored_value(v, i) or self.expr(x) for i, x in enumerate(v))
+            items = (self.stored_value(v, i, x) or self.expr(x) for i, x in enumerate(v))
             return self.bind(v, f"[{', '.join(items)}]")
         if t is tuple:
             items = ", ".join(self.expr(x) for x in v)
@@ -429,7 +457,9 @@ class MockWriter:
             call = f"{self.names.const(fn)}({', '.join(self.expr(a) for a in args)})"
         name = self.bind(v, call)
         if state is not None:
-            if hasattr(v, "__setstate__"):
+            # (a value a resume point took is rebuilt from what it was: a list iterator's
+            # position is set by its own __setstate__)
+            if hasattr(v.original if type(v) is Reduced else v, "__setstate__"):
                 self.lines.append(f"    {name}.__setstate__({self.expr(state)})")
             else:
                 # pickle's default: a __dict__ state, or (__dict__ state, __slots__ state).

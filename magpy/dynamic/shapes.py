@@ -174,10 +174,16 @@ class Shapes(Observer):
         attribute ``key`` of object ``holder``, item ``key`` of a dict or a list the call
         made, if the last write to it in the run stored a size or a lifted float's value
         (None: write the value as recorded)."""
-        entry = self.stores.get((id(holder), key))
+        return self.stored_then(self.stores, holder, key, _held(holder, key))
+
+    def stored_then(self, stores: dict, holder, key, held):
+        """:meth:`stored` as of a moment of the run (a resume point, ``magpy.continuations``):
+        ``stores`` a copy of :attr:`stores` taken then, ``held`` what ``holder`` held at ``key``
+        then (a continuation writes the state of its point, not the run's last)."""
+        entry = stores.get((id(holder), key))
         if entry is None or entry[0] is not holder:
             return None
-        if _held(holder, key) is not entry[1]:
+        if held is not entry[1]:
             # Written again where the monitor did not see it: the record keeps the value.
             specialise(entry[2])
             return None

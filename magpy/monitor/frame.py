@@ -62,6 +62,17 @@ class CodeInfo:
             return self.lines[index]
         return self.code.co_firstlineno
 
+    def line(self, index: int) -> int:
+        """The line magpy reports for the instruction at ``index`` (a graph break, a failed
+        check, a traceback entry): its own, or for one that has none (3.11's exception
+        bookkeeping: ``PUSH_EXC_INFO``, the cleanup after an ``except``), the nearest line
+        before it.  Never None: reports format it, ``linecache`` and ``warnings`` take it."""
+        lineno = self.lineno(index)
+        while lineno is None and index > 0:
+            index -= 1
+            lineno = self.lineno(index)
+        return self.code.co_firstlineno if lineno is None else lineno
+
     def binder(self, fn: types.FunctionType) -> types.FunctionType:
         """A function with ``fn``'s signature whose body returns its bound parameters.
 
@@ -166,7 +177,12 @@ class Frame:
 
     @property
     def f_lineno(self):
-        return self.info.lineno(self.lasti)
+        return self.info.lineno(self.lasti)   # (None where the instruction has no line, as in CPython)
+
+    @property
+    def line(self) -> int:
+        """The line magpy reports for this frame (``CodeInfo.line``)."""
+        return self.info.line(self.lasti)
 
     @property
     def f_trace(self):

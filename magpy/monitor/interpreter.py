@@ -59,15 +59,16 @@ class Monitor:
         with self._session(host):
             return self.call(fn, args, kwargs or None, shadows)
 
-    def resume(self, frames):
+    def resume(self, frames, throw=None):
         """Continue the frames of a suspended call chain, innermost first.
 
-        ``frames[0]`` resumes at its ``pc``; each later frame is waiting on the call at its
-        ``lasti`` and receives the previous frame's result on its stack.  Exceptions unwind
-        through the chain as they would have natively.  Returns the outermost result.
+        ``frames[0]`` resumes at its ``pc`` (with ``throw``: handles that exception at its
+        ``lasti`` first); each later frame is waiting on the call at its ``lasti`` and
+        receives the previous frame's result on its stack.  Exceptions unwind through the
+        chain as they would have natively.  Returns the outermost result.
         """
         with self._session(sys._getframe(1)):
-            result, exc = NULL, None
+            result, exc = NULL, throw
             for f in frames:
                 f.monitor = self
                 f.ops = None  # this monitor's dispatch table (observed or not)
@@ -146,7 +147,7 @@ class Monitor:
         if exc is self.rethrown:
             self.rethrown = None
         else:
-            tb = tracebacks.with_entry(tb, f.code, f.f_lineno)
+            tb = tracebacks.with_entry(tb, f.code, f.line)
         exc.__traceback__ = tb
         for ob in self.observers:
             ob.on_exception(f, exc)

@@ -101,7 +101,7 @@ class Breaker:
             f = f.back
         if f is None or not hasattr(f, "info"):
             f = innermost
-        return GraphBreak(reason, f.code.co_filename, f.f_lineno) if f is not None else GraphBreak(reason)
+        return GraphBreak(reason, f.code.co_filename, f.line) if f is not None else GraphBreak(reason)
 
     def pending_module_writes(self) -> bool:
         """Has the run so far changed a Python module's attributes or a globals dict (state an
