@@ -99,7 +99,7 @@ FUNCTIONS: dict[Callable, Annotation] = {
                          math.fsum, math.isclose)},
     getattr: Annotation(reads=(NONE, DEEP, NONE), relation="attr"),
     hasattr: Annotation(reads=(NONE, DEEP), relation="hasattr"),
-    next: Annotation(reads=NONE),
+    next: Annotation(reads=NONE, inplace=(0,)),   # (it moves the iterator on)
     max: ELEMENT, min: ELEMENT,
     setattr: Annotation(reads=(NONE, DEEP, NONE), inplace=(0,)),
     delattr: Annotation(reads=(NONE, DEEP), inplace=(0,)),

@@ -9,6 +9,7 @@ Each case runs against eager, with the container changed from outside between ca
 """
 import array
 import collections
+import itertools
 
 import numpy as np
 import pytest
@@ -95,3 +96,33 @@ def test_a_deque_made_in_the_call_is_still_one_graph():
 
     trace = check_compiled(lambda: (program, None), [first(_x), again()], expect_graphs=1)
     assert trace.stats["break_reasons"] == []
+
+
+ITERATORS = {
+    "list iterator": lambda: iter([1.0, 2.0, 3.0, 4.0, 5.0]),
+    "itertools.count": lambda: itertools.count(1.0),
+    "map": lambda: map(float, range(1, 9)),
+    "generator": lambda: (float(i) for i in range(1, 9)),
+}
+
+
+def _first_of_loop(x):
+    for a in IT:
+        x = x * a
+        break
+    return x
+
+
+def _next(x):
+    return x * next(IT) + next(IT, 0.0)
+
+
+@pytest.mark.parametrize("kind", sorted(ITERATORS))
+@pytest.mark.parametrize("program", [_first_of_loop, _next], ids=lambda f: f.__name__.lstrip("_"))
+def test_an_iterator_from_outside_moves_on_as_in_eager(kind, program):
+    # The iterator's position is its state: a record that baked its first items in gave them
+    # again on every call (1, 1, 1 for eager's 1, 2, 3).
+    steps = [first(_x, expect=None), again(expect=None), again(expect=None), again(expect=None)]
+    # (each call's result shows the iterator's position: its objects do not compare)
+    check_compiled(lambda: isolated(program, IT=ITERATORS[kind]()), steps, fullgraph=False,
+                   observe=lambda ns: None)

@@ -483,11 +483,11 @@ class RefGraphBuilder(Observer):
 
     def opaque_contents(self, v, what: str) -> bool:
         """``what`` (a read or a write) reaches the contents of ``v``, a mutable C container
-        from outside the call (a deque, an ndarray, a bytearray): the guard checks only its
-        identity and the mock cannot make a change to it, so a read must not be baked in nor
+        or iterator from outside the call (a deque, an ndarray, a list's iterator): the guard
+        checks only its identity and the mock cannot make a change to it, so a read must not be baked in nor
         a write left out: a dynamic operation (True)."""
         node = self.node(v)
-        if node is None or node.kind is not Kind.OPAQUE or not isinstance(v, _mutable_opaque()):
+        if node is None or node.kind is not Kind.OPAQUE or not _mutable_opaque(v):
             return False
         self.dynamic(f"{what} a {type(v).__qualname__} from outside the call")
         return True
@@ -824,11 +824,13 @@ def _python_eq(tp) -> bool:
     return py_method(tp, "__eq__") is not None
 
 
-def _mutable_opaque() -> tuple:
-    """Mutable C containers whose value the guard cannot check (numpy only if it is loaded)."""
+def _mutable_opaque(v) -> bool:
+    """Is ``v`` a mutable C object whose value the guard cannot check: a container (numpy's
+    only if it is loaded), or an iterator (a list's, a generator, ``map``, ``itertools.count``:
+    its position moves on each ``next``)?"""
     np = sys.modules.get("numpy")
     opaque = (bytearray, array.array, collections.deque)
-    return opaque if np is None else (*opaque, np.ndarray)
+    return isinstance(v, opaque if np is None else (*opaque, np.ndarray)) or hasattr(type(v), "__next__")
 
 
 def _describe(callee) -> str:
