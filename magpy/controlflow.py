@@ -1119,7 +1119,8 @@ class Branches(Observer):
         mon, brk = self.monitor, self.breaker
         # (A fork inside a fork, for a nested if, puts the outer one's rules back after it.)
         saved = (mon.observers, mon.sandbox, torch.is_grad_enabled())
-        mon.observers = [self.builder, self]
+        shapes = self.recorder.shapes
+        mon.observers = [self.builder, self] + ([shapes.fork_reads()] if shapes is not None else [])
         mon.sandbox = brk.sandbox = sandbox
         try:
             with self.segmenter.stepless(lambda why: sandbox.stop(f"{why} in a branch")):
