@@ -538,5 +538,6 @@ def test_if_arm_updating_its_input_given_back_is_a_break():
     # ``z`` is ``x`` itself: the arm updates a tensor from before the if, which a fork must
     # not do (the arm the run does not take would update it too).
     make = lambda sign: (torch.randn(2, 3), sign * torch.ones(2))  # noqa: E731
-    trace = check_compiled(_function(_update_through_contiguous), _calls(make, [-1, 1, -1, 1]), fullgraph=False)
+    trace = check_compiled(_function(_update_through_contiguous), _calls(make, [-1, 1, -1, 1]),
+                           fullgraph=False)
     _no_eager(trace)
