@@ -541,3 +541,24 @@ def test_if_arm_updating_its_input_given_back_is_a_break():
     trace = check_compiled(_function(_update_through_contiguous), _calls(make, [-1, 1, -1, 1]),
                            fullgraph=False)
     _no_eager(trace)
+
+
+# ============================================================================ checkpointed functions
+
+def _checkpointed_closure(x, s):
+    def block(x):
+        return torch.sin(x) * s
+    return torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+
+
+def test_changing_float_in_a_checkpointed_function():
+    values = [1.5, 2.0, 3.0, 4.0]
+    make = lambda s: (torch.randn(3, requires_grad=True), s)  # noqa: E731
+    trace = check_compiled(_function(_checkpointed_closure), _calls(make, values, [M, M, K, K]))
+    _no_eager(trace)
+    for s in (5.0, -0.5):   # the gradients too (the function's graph runs again in backward)
+        x, y = torch.randn(3, requires_grad=True), None
+        y = x.detach().clone().requires_grad_()
+        _checkpointed_closure(x, s).sum().backward()
+        trace.compiled(y, s).sum().backward()
+        assert torch.equal(x.grad, y.grad)
