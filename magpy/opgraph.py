@@ -72,6 +72,11 @@ class Piece:
         self.constants: dict[str, torch.Tensor] = {}   # tensors folded into the graph (_fold)
         self.submodules: dict[str, fx.GraphModule] = {}   # the arms of its conds
 
+    def graphs(self) -> list[fx.Graph]:
+        """This piece's graph and those of its control flow operators' arms and bodies."""
+        return [self.graph] + [m.graph for sub in self.submodules.values() for m in sub.modules()
+                               if isinstance(m, fx.GraphModule)]
+
     def output(self, t) -> int:
         """The output index of ``t``, a tensor this piece makes (made an output if new)."""
         i = self._out_index.get(id(t))
