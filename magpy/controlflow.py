@@ -669,15 +669,17 @@ class Branches(Observer):
                 self._refuse(m.site, f"a list a for loop appended to is used after it ({ins.opname})")
 
     def _symbolic_use(self, frame, ins) -> bool:
-        """In a fork, does the instruction use a symbolic size other than by moving it or
-        handing it to a tensor operation (which records it symbolically)?  magpy.dynamic's
-        observer, which would specialise such a use, does not watch forks: the arm's graph
-        would hold the size as a constant that no guard checks."""
+        """In a fork, does the instruction use a symbolic size or lifted number other than by
+        moving it, handing it to a tensor operation (which records it symbolically) or to a
+        Python function as a parameter (whose instructions are watched the same way)?
+        magpy.dynamic's observer, which would specialise such a use, does not watch forks:
+        the arm's graph would hold the size as a constant that no guard checks."""
         shapes = self.recorder.shapes
         if shapes is None or not shapes.active:
             return False
         matched, shapes.matched = shapes.matched, False
-        return not matched and ins.opname not in _MOVES and any(map(symbolic, frame.ins_shadows))
+        return not (matched or ins.opname in _MOVES or not any(map(symbolic, frame.ins_shadows))
+                    or ins.opname in CALLS and shapes.passed_on(frame))
 
     def _index_use(self, frame, ins, consumed: set) -> None:
         """In a fork of a range loop's body the index goes only into tensor operations (which

@@ -226,10 +226,10 @@ FLOAT_EXPECTS = [M, M, K, K, K, K]
 
 @pytest.mark.parametrize("program, expects", [
     (_float_in_arm, FLOAT_EXPECTS), (_float_in_both_arms, FLOAT_EXPECTS),
-    # (The closure's ``x = g()`` stores a cell, and a fork does not pass a lifted number to a
-    # Python function: those ifs are breaks, each outcome recorded once.)
-    (_float_through_closure, None), (_float_through_helper, None),
-], ids=["one_arm", "both_arms", "closure", "helper"])
+    (_float_through_helper, FLOAT_EXPECTS),   # (the helper's parameter takes the lifted float)
+    # (The closure's ``x = g()`` stores a cell: that if is a break, each outcome recorded once.)
+    (_float_through_closure, None),
+], ids=["one_arm", "both_arms", "helper", "closure"])
 def test_changing_float_in_an_if_arm(program, expects):
     trace = check_compiled(_function(program), _calls(_signed, FLOATS, expects), fullgraph=False)
     _no_eager(trace)
@@ -400,6 +400,16 @@ def _rows_if(x, h, n):
     return h
 
 
+def _rows_helper(x, h, n):
+    for t in x:
+        h = _step(h, t, n)
+    return h
+
+
+def _step(h, t, n):
+    return torch.tanh(h * n + t)
+
+
 def _rows(v):
     rows, number = v
     return torch.randn(rows, 3), torch.zeros(3), number
@@ -409,7 +419,8 @@ def _rows(v):
     (_rows_float, [(4, 0.5), (2, 0.25), (5, 1.5), (6, 2.0), (3, 0.75)], [M, M, K, K, K]),
     (_rows_int, [(4, 2), (2, 3), (5, -1), (6, -2), (3, -3), (7, 4)], [M, M, M, K, K, K]),
     (_rows_if, [(4, 2), (2, 3), (5, 4), (6, -2), (3, -3), (5, -4)], [M, M, K, M, K, K]),
-], ids=["float", "int", "if_in_body"])
+    (_rows_helper, [(4, 2), (2, 3), (5, -1), (6, -2), (3, 0.5), (7, 1.5)], [M, M, M, K, M, K]),
+], ids=["float", "int", "if_in_body", "helper"])
 def test_changing_number_in_a_for_loop_over_rows(program, values, expects):
     trace = check_compiled(_function(program), _calls(_rows, values, expects))
     _no_eager(trace)

@@ -445,12 +445,8 @@ class Shapes(Observer):
         this instruction), a Python function received them, or a native computes an int."""
         if self._matched:
             return True
-        passed = self.passed.get(id(f))
-        if passed is not None:
-            found = set()
-            for s in in_sh[1:]:
-                collect(s, found)
-            return found <= passed
+        if id(f) in self.passed:
+            return self.passed_on(f)
         callee, args = bytecode.call_operands(inputs)
         if callee is isinstance or callee is type:
             return True   # they look at the type only
@@ -488,6 +484,17 @@ class Shapes(Observer):
         if callee is len and len(args) == 1 and items_of(args[0], in_sh[-1]) is not None:
             return True   # the length of a sequence of sizes is no size
         return False
+
+    def passed_on(self, f) -> bool:
+        """Did the call ``f`` just made hand its lifted values only to the Python function it
+        entered (whose parameters took their shadows)?"""
+        passed = self.passed.get(id(f))
+        if passed is None:
+            return False
+        found = set()
+        for s in f.ins_shadows[1:]:
+            collect(s, found)
+        return found <= passed
 
     def size_node(self, s: SymInt, recorder):
         """An argument of the recorder's graph computing SymInt ``s`` from the input tensors'
@@ -608,19 +615,26 @@ class _ForkReads(Observer):
     """In a fork, the reads that give a lifted number its shadow: a closure cell's content,
     an attribute, a global, a dict item (:meth:`Shapes._number_read`).  A fork's tensor
     operations then take the number as the graph input it is, and a use in Python stops the
-    fork (magpy.controlflow); without its shadow, the arm's graph would hold its value as a
-    constant that no guard checks (the record would serve other values of it, stale)."""
+    fork (magpy.controlflow) but a move or a call of a Python function that takes it as a
+    parameter (:meth:`Shapes.passed_on`); without its shadow, the arm's graph would hold its
+    value as a constant that no guard checks (the record would serve other values of it,
+    stale)."""
 
     def __init__(self, shapes: Shapes):
         self.shapes = shapes
 
+    def on_enter(self, frame) -> None:
+        self.shapes.on_enter(frame)
+
     def on_instruction(self, f, ins, inputs, outputs) -> None:
+        shapes = self.shapes
         if ins.opname in _READS and type(outputs[-1]) in (float, int):
-            self.shapes._number_read(f, ins, inputs, outputs[-1])
+            shapes._number_read(f, ins, inputs, outputs[-1])
         elif ins.opname == "LOAD_DEREF":
-            sh = self.shapes._cell_shadow(f, ins, outputs[0])
+            sh = shapes._cell_shadow(f, ins, outputs[0])
             if sh is not None:
                 f.shadow_stack[-1] = sh
+        shapes.passed.pop(id(f), None)   # (the fork's observers saw the call: see passed_on)
 
 
 def _range_end(callee, shadows: tuple) -> SymInt | None:
