@@ -9,7 +9,8 @@ a symbol, a float a graph input.  These tests pin what must hold wherever such a
   Through an argument, a global, an attribute, a global updated from tensor data.
 - **I**: a lifted number read inside an arm of a tensor ``if`` (recorded as ``torch.cond``)
   is an operand of the cond, whether it arrives as an argument, through a closure cell, a
-  global or an attribute; never a constant of the arm no guard checks.
+  global, an attribute or a helper function's parameter; never a constant of the arm that
+  no guard checks.
 - **I3**: the same inside a loop recorded as ``torch.while_loop``: a ``while`` on tensor data,
   a ``for`` over a tensor's rows or over ``range(n)``, and an ``if`` inside their bodies.
 - **L**: an operation in an arm or a loop's body that gives back a tensor from before it
