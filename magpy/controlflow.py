@@ -669,15 +669,17 @@ class Branches(Observer):
                 self._refuse(m.site, f"a list a for loop appended to is used after it ({ins.opname})")
 
     def _symbolic_use(self, frame, ins) -> bool:
-        """In a fork, does the instruction use a symbolic size other than by moving it or
-        handing it to a tensor operation (which records it symbolically)?  magpy.dynamic's
-        observer, which would specialise such a use, does not watch forks: the arm's graph
-        would hold the size as a constant that no guard checks."""
+        """In a fork, does the instruction use a symbolic size or lifted number other than by
+        moving it, handing it to a tensor operation (which records it symbolically) or to a
+        Python function as a parameter (whose instructions are watched the same way)?
+        magpy.dynamic's observer, which would specialise such a use, does not watch forks:
+        the arm's graph would hold the size as a constant that no guard checks."""
         shapes = self.recorder.shapes
         if shapes is None or not shapes.active:
             return False
         matched, shapes.matched = shapes.matched, False
-        return not matched and ins.opname not in _MOVES and any(map(symbolic, frame.ins_shadows))
+        return not (matched or ins.opname in _MOVES or not any(map(symbolic, frame.ins_shadows))
+                    or ins.opname in CALLS and shapes.passed_on(frame))
 
     def _index_use(self, frame, ins, consumed: set) -> None:
         """In a fork of a range loop's body the index goes only into tensor operations (which
@@ -1119,7 +1121,8 @@ class Branches(Observer):
         mon, brk = self.monitor, self.breaker
         # (A fork inside a fork, for a nested if, puts the outer one's rules back after it.)
         saved = (mon.observers, mon.sandbox, torch.is_grad_enabled())
-        mon.observers = [self.builder, self]
+        shapes = self.recorder.shapes
+        mon.observers = [self.builder, self] + ([shapes.fork_reads()] if shapes is not None else [])
         mon.sandbox = brk.sandbox = sandbox
         try:
             with self.segmenter.stepless(lambda why: sandbox.stop(f"{why} in a branch")):

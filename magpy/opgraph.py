@@ -72,6 +72,11 @@ class Piece:
         self.constants: dict[str, torch.Tensor] = {}   # tensors folded into the graph (_fold)
         self.submodules: dict[str, fx.GraphModule] = {}   # the arms of its conds
 
+    def graphs(self) -> list[fx.Graph]:
+        """This piece's graph and those of its control flow operators' arms and bodies."""
+        return [self.graph] + [m.graph for sub in self.submodules.values() for m in sub.modules()
+                               if isinstance(m, fx.GraphModule)]
+
     def output(self, t) -> int:
         """The output index of ``t``, a tensor this piece makes (made an output if new)."""
         i = self._out_index.get(id(t))
@@ -83,12 +88,17 @@ class Piece:
 
 class Arm(Piece):
     """The operations of one arm of a tensor ``if`` (magpy.controlflow): a graph of its own,
-    whose inputs are the tensors from before the jump that it reads (``captures``, in order).
-    ``sandbox`` stops the arm's fork before an operation writes one of those."""
+    whose inputs are the tensors from before the jump that it reads (``captures``, in order)
+    and the lifted numbers it reads (``inputs``: the graph inputs of the piece around it, see
+    :meth:`numbers`).  ``sandbox`` stops the arm's fork before an operation writes one of
+    those tensors."""
 
     def __init__(self, outer: Piece, sandbox, counted: bool = False):
         super().__init__(outer.index)
         self.captures: list = []
+        # id(capture) -> its placeholder (``nodes`` moves on where an operation gives the
+        # tensor itself back: ``x.contiguous()``)
+        self.captured: dict[int, fx.Node] = {}
         self.sandbox = sandbox
         self.goes_on = None   # a loop body's: the tensor telling whether the loop goes on after it
         self.counted = counted   # a range loop's body: its operations may read the step count
@@ -103,15 +113,31 @@ class Arm(Piece):
         return self.count
 
     def capture(self, t) -> fx.Node:
-        ph = self.graph.placeholder(f"c{len(self.captures)}")
+        ph = self.captured[id(t)] = self.nodes[id(t)] = self.graph.placeholder(f"c{len(self.captures)}")
         self.captures.append(t)
-        self.nodes[id(t)] = ph
         return ph
 
     def made(self, t) -> bool:
-        """Did this arm's operations make ``t``?"""
-        node = self.nodes.get(id(t))
-        return node is not None and node.op != "placeholder"
+        """Did this arm's operations make ``t`` (not a tensor from before it, which an operation
+        may give back: ``x.contiguous()``)?"""
+        return id(t) in self.nodes and id(t) not in self.captured
+
+    def numbers(self) -> dict:
+        """The lifted numbers this arm's operations read: their sources (what the mock loads),
+        each with the value the graphs are compiled for.  The operator taking the arm passes
+        them on as operands, the inputs of the piece around it."""
+        return {source: ph.meta["example_value"] for source, ph in self.inputs}
+
+    def _read(self, g: fx.Graph, numbers) -> dict:
+        """The placeholders of graph ``g`` (the arm as an operator's function) for the lifted
+        ``numbers`` (sources, of this arm and its sibling arms), as the arm's own placeholders
+        map to them."""
+        env = {}
+        for i, source in enumerate(numbers):
+            ph = g.placeholder(f"number{i}")
+            if source in self.placeholders:
+                env[self.placeholders[source]] = ph
+        return env
 
     def check(self, func, args, kwargs) -> None:
         """Stop the fork before ``func`` writes a tensor from before the jump."""
@@ -119,12 +145,14 @@ class Arm(Piece):
             if not self.made(t):
                 self.sandbox.stop(f"{ann.torch_name(func)} updates a tensor from before the branch")
 
-    def module(self, outputs: list, operands: list) -> fx.GraphModule:
-        """This arm as a cond branch: a graph of all the cond's ``operands`` giving
-        ``outputs`` (tensors it made, or operands it left as they were)."""
+    def module(self, outputs: list, operands: list, numbers=()) -> fx.GraphModule:
+        """This arm as a cond branch: a graph of all the cond's ``operands`` (tensors), then
+        the lifted ``numbers`` it or its sibling reads, giving ``outputs`` (tensors it made,
+        or operands it left as they were)."""
         g = fx.Graph()
         inputs = {id(x): g.placeholder(f"op{i}") for i, x in enumerate(operands)}
-        env = {self.nodes[id(x)]: inputs[id(x)] for x in self.captures}
+        env = {ph: inputs[i] for i, ph in self.captured.items()}
+        env.update(self._read(g, numbers))
         for node in self.graph.nodes:
             if node.op != "placeholder":
                 env[node] = g.node_copy(node, env.__getitem__)
@@ -140,25 +168,27 @@ class Arm(Piece):
                     items: list, stored: list, xs: tuple = ()) -> fx.GraphModule:
         """This arm as the body of a ``while_loop`` counting the steps of a ``for`` loop over
         the first dimension of tensors ``xs`` in step or over a range of ``n`` steps
-        (magpy.controlflow): a graph of ``(count, *carried, *buffers, *outs, *extra, *xs or
-        n)``, where the arm read ``rows`` (one of each ``x``: ``x[count]``), the loop's index
-        (as ``start + step * count``, ``index`` being ``(start, step)``), ``state`` (the
-        carried tensors) and ``extra``, giving ``(count + 1, *outputs, *buffers with row count
-        set to items, *outs with the row at the index set to stored)``.  A whole ``x`` the arm
-        read is that operand (not one of ``extra``: an operand twice would alias itself)."""
+        (magpy.controlflow): a graph of ``(count, *carried, *buffers, *outs, *extra,
+        *numbers, *xs or n)``, where the arm read ``rows`` (one of each ``x``: ``x[count]``),
+        the loop's index (as ``start + step * count``, ``index`` being ``(start, step)``),
+        ``state`` (the carried tensors), ``extra`` and its lifted :meth:`numbers`, giving
+        ``(count + 1, *outputs, *buffers with row count set to items, *outs with the row at
+        the index set to stored)``.  A whole ``x`` the arm read is that operand (not one of
+        ``extra``: an operand twice would alias itself)."""
         g = fx.Graph()
         count = g.placeholder("count")
         carried = [g.placeholder(f"carried{i}") for i in range(len(state))]
         buffers = [g.placeholder(f"buffer{i}") for i in range(len(items))]
         outs = [g.placeholder(f"out{i}") for i in range(len(stored))]
         inputs = {id(t): g.placeholder(f"extra{i}") for i, t in enumerate(extra)}
+        env = self._read(g, self.numbers())
         overs = [g.placeholder(f"over{i}") for i in range(len(rows) or 1)]   # the xs, or n
         inputs.update((id(x), p) for x, p in zip(xs, overs))
         at = g.call_method("reshape", (count, (1,))) if rows else None
         for x, row in zip(overs, rows):
             inputs[id(row)] = g.call_method("squeeze", (g.call_function(torch.index_select, (x, 0, at)), 0))
         inputs.update((id(t), p) for t, p in zip(state, carried))
-        env = {self.nodes[id(c)]: inputs[id(c)] for c in self.captures}
+        env.update((ph, inputs[i]) for i, ph in self.captured.items())
         i = count if index in (None, (0, 1)) else g.call_function(
             torch.add, (g.call_function(torch.mul, (count, index[1])), index[0]))
         if self.count is not None:
@@ -577,6 +607,8 @@ class OpRecorder(TorchFunctionMode):
     def _made(self, t, node: fx.Node) -> None:
         piece = self.piece
         piece.nodes[id(t)] = node
+        if type(piece) is Arm and id(t) in piece.captured:
+            return   # (an arm's operation gave back a tensor from before it: its maker stays)
         self.made[id(t)] = piece
 
     def _fix_constants(self, args: tuple, kwargs: dict, steps: tuple) -> None:
@@ -756,17 +788,18 @@ class OpRecorder(TorchFunctionMode):
                 if id(x) not in seen:
                     seen.add(id(x))
                     operands.append(x)
+        numbers = {**taken[0].numbers(), **other[0].numbers()}
         branches = []
         for arm, outs in ((taken, other) if truth else (other, taken)):
             name = f"_cond_arm{len(piece.submodules)}"
-            piece.submodules[name] = arm.module(outs, operands)
+            piece.submodules[name] = arm.module(outs, operands, numbers)
             branches.append(graph.get_attr(name))
         pred = self.tensor_node(t)
         if t.dtype != torch.bool:
             pred = graph.call_function(torch.ne, (pred, 0))
         pred = graph.call_method("reshape", (pred, ()))
-        node = graph.call_function(torch.ops.higher_order.cond,
-                                   (pred, *branches, tuple(self.tensor_node(x) for x in operands)))
+        inputs = (*map(self.tensor_node, operands), *self._numbers(numbers))
+        node = graph.call_function(torch.ops.higher_order.cond, (pred, *branches, inputs))
         piece.op_count += 1
         pred_t = torch.tensor(truth)
         self._keep.append(pred_t)
@@ -783,6 +816,11 @@ class OpRecorder(TorchFunctionMode):
             elif not made[1]:
                 self.passes[id(out)] = Passes(pred_t, not truth, b)
 
+    def _numbers(self, numbers: dict) -> list:
+        """The nodes of the current piece holding the lifted ``numbers`` (sources -> values)
+        that an operator's arms read (:meth:`Arm.numbers`): its inputs."""
+        return [self._placeholder(source, source, value) for source, value in numbers.items()]
+
     def checkpoint(self, body: Arm, outputs: list) -> None:
         """Record ``torch.utils.checkpoint``'s function, whose operations ``body`` recorded
         and which gave the tensors ``outputs``, as one ``tag_activation_checkpoint``
@@ -793,10 +831,11 @@ class OpRecorder(TorchFunctionMode):
         self._sync_modes()
         graph, piece = self.graph, self.piece
         name = f"_checkpointed{len(piece.submodules)}"
-        piece.submodules[name] = body.module(outputs, body.captures)
+        numbers = body.numbers()
+        piece.submodules[name] = body.module(outputs, body.captures, numbers)
         node = graph.call_function(torch.ops.higher_order.tag_activation_checkpoint,
-                                   (graph.get_attr(name), *map(self.tensor_node, body.captures)),
-                                   {"use_reentrant": False})
+                                   (graph.get_attr(name), *map(self.tensor_node, body.captures),
+                                    *self._numbers(numbers)), {"use_reentrant": False})
         piece.op_count += 1
         for i, t in enumerate(outputs):
             self._keep.append(t)
@@ -815,10 +854,12 @@ class OpRecorder(TorchFunctionMode):
         self._sync_modes()
         graph, piece = self.graph, self.piece
         names = [f"_loop_{part}{len(piece.submodules)}" for part in ("test", "body")]
-        piece.submodules[names[0]] = _loop_test(len(state) + len(extra), len(state) - 1)
-        piece.submodules[names[1]] = body.module(outputs + [body.goes_on], state + extra)
+        numbers = body.numbers()
+        piece.submodules[names[0]] = _loop_test(len(state) + len(extra) + len(numbers), len(state) - 1)
+        piece.submodules[names[1]] = body.module(outputs + [body.goes_on], state + extra, numbers)
         node_of = self.tensor_node
-        operands = _apart(graph, [*map(node_of, carried + [goes_on])], [*map(node_of, extra)])
+        operands = _apart(graph, [*map(node_of, carried + [goes_on])],
+                          [*map(node_of, extra), *self._numbers(numbers)])
         node = graph.call_function(torch.ops.higher_order.while_loop,
                                    (*map(graph.get_attr, names), *operands))
         piece.op_count += 1
@@ -857,14 +898,15 @@ class OpRecorder(TorchFunctionMode):
             lasts = [graph.call_function(torch.scalar_tensor, (length,), ints)]
         outs = [self.tensor_node(out) for out, _ in stores]
         extra = [t for t in extra if not (sliced and any(t is x for x in over))]   # (step_module)
-        operands = 1 + len(carried) + len(items) + len(outs) + len(extra) + len(lasts)
+        numbers = self._numbers(body.numbers())
+        operands = 1 + len(carried) + len(items) + len(outs) + len(extra) + len(numbers) + len(lasts)
         piece.submodules[names[0]] = _count_test(operands, sliced)
         piece.submodules[names[1]] = body.step_module(rows, index, state, extra, outputs, items,
                                                       [v for _, v in stores], over if sliced else ())
         count = graph.call_function(torch.zeros, ((),), ints)
         buffers = [graph.call_function(torch.empty, ((length, *shape),), kw) for shape, kw in shapes]
         operands = _apart(graph, [count, *map(self.tensor_node, carried), *buffers, *outs],
-                          [*map(self.tensor_node, extra), *lasts])
+                          [*map(self.tensor_node, extra), *numbers, *lasts])
         loop = torch.ops.higher_order.while_loop
         node = graph.call_function(loop, (*map(graph.get_attr, names), *operands))
         piece.op_count += 1

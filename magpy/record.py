@@ -387,7 +387,7 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
     broken = cap.broken is not None
     if cap.shapes is not None:
         with _stage("finishing the symbolic sizes (dynamic)"):
-            cap.shapes.finish([p.graph for p in cap.recorder.pieces])
+            cap.shapes.finish([g for p in cap.recorder.pieces for g in p.graphs()])
     with _stage("finding what the call changed (RefGraph)"):
         g.finish()
         changed = bool(g.mock_nodes())

@@ -13,6 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 from torch.utils import _pytree as pytree
 from torch.utils._sympy.functions import CleanDiv, FloorDiv, Max, Min, Mod, PythonMod
+from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
 
 from magpy import logs
@@ -159,11 +160,18 @@ class Shapes(Observer):
         return (positional, keywords) if self.scalars or self.ints else None
 
     def _int_symbol(self, sn) -> SymInt | None:
-        """A lifted int argument: a symbol backed by its value (0 and 1 stay constants)."""
+        """A lifted int argument: a symbol backed by its value.  0 and 1 stay constants (as
+        torch specialises sizes); a value above 1 gets a size's symbol, from 2 up, and a
+        negative one a symbol of the negative ints: a record serves the ints of one sign (the
+        guard checks the range), where torch's reasoning about sizes holds for the positive."""
         if sn.value in (0, 1):
             return None
         source = _source(f"int{len(self.symbols)}")
-        sym = self.env.create_symbol(sn.value, source, dynamic_dim=DimDynamic.DYNAMIC)
+        negative = sn.value < 0
+        sym = self.env.create_symbol(sn.value, source, dynamic_dim=DimDynamic.DYNAMIC,
+                                     positive=None if negative else True)
+        if negative:
+            self.env.constrain_symbol_range(sym, -int_oo, -1)
         value = self.env.create_symintnode(sym, hint=sn.value, source=source)
         self.symbols[sym] = _Origin(sn, None, value, None)
         self.ints[sn.id] = sn
@@ -414,10 +422,20 @@ class Shapes(Observer):
                 return False
             self.cells[id(cell)] = (cell, cell.cell_contents, sh)
             return True
-        entry = self.cells.get(id(cell))
-        if entry is not None and entry[0] is cell and entry[1] is outputs[0]:
-            self.set_output(f, 0, entry[2])
+        self.set_output(f, 0, self._cell_shadow(f, ins, outputs[0]))
         return True
+
+    def _cell_shadow(self, f, ins, value):
+        """The shadow kept for ``value``, the content of the closure cell LOAD_DEREF ``ins``
+        read, or None."""
+        cell = f.locals[ins.arg]
+        entry = self.cells.get(id(cell))
+        return entry[2] if entry is not None and entry[0] is cell and entry[1] is value else None
+
+    def fork_reads(self) -> Observer:
+        """The observer of this recording's forks (magpy.controlflow runs an arm, or a loop's
+        step, without this one): see :class:`_ForkReads`."""
+        return _ForkReads(self)
 
     def _claim(self, f, ins, inputs, outputs, reads) -> None:
         direct = direct_read(ins, inputs)
@@ -433,12 +451,8 @@ class Shapes(Observer):
         this instruction), a Python function received them, or a native computes an int."""
         if self._matched:
             return True
-        passed = self.passed.get(id(f))
-        if passed is not None:
-            found = set()
-            for s in in_sh[1:]:
-                collect(s, found)
-            return found <= passed
+        if id(f) in self.passed:
+            return self.passed_on(f)
         callee, args = bytecode.call_operands(inputs)
         if callee is isinstance or callee is type:
             return True   # they look at the type only
@@ -476,6 +490,17 @@ class Shapes(Observer):
         if callee is len and len(args) == 1 and items_of(args[0], in_sh[-1]) is not None:
             return True   # the length of a sequence of sizes is no size
         return False
+
+    def passed_on(self, f) -> bool:
+        """Did the call ``f`` just made hand its lifted values only to the Python function it
+        entered (whose parameters took their shadows)?"""
+        passed = self.passed.get(id(f))
+        if passed is None:
+            return False
+        found = set()
+        for s in f.ins_shadows[1:]:
+            collect(s, found)
+        return found <= passed
 
     def size_node(self, s: SymInt, recorder):
         """An argument of the recorder's graph computing SymInt ``s`` from the input tensors'
@@ -590,6 +615,32 @@ class Shapes(Observer):
         loads, conds = self.conditions({id(t): f"t{i}" for i, t in enumerate(self.holders())})
         out.append(f"conditions: {' and '.join(conds) or 'none'}")
         return out
+
+
+class _ForkReads(Observer):
+    """In a fork, the reads that give a lifted number its shadow: a closure cell's content,
+    an attribute, a global, a dict item (:meth:`Shapes._number_read`).  A fork's tensor
+    operations then take the number as the graph input it is, and a use in Python stops the
+    fork (magpy.controlflow) but a move or a call of a Python function that takes it as a
+    parameter (:meth:`Shapes.passed_on`); without its shadow, the arm's graph would hold its
+    value as a constant that no guard checks (the record would serve other values of it,
+    stale)."""
+
+    def __init__(self, shapes: Shapes):
+        self.shapes = shapes
+
+    def on_enter(self, frame) -> None:
+        self.shapes.on_enter(frame)
+
+    def on_instruction(self, f, ins, inputs, outputs) -> None:
+        shapes = self.shapes
+        if ins.opname in _READS and type(outputs[-1]) in (float, int):
+            shapes._number_read(f, ins, inputs, outputs[-1])
+        elif ins.opname == "LOAD_DEREF":
+            sh = shapes._cell_shadow(f, ins, outputs[0])
+            if sh is not None:
+                f.shadow_stack[-1] = sh
+        shapes.passed.pop(id(f), None)   # (the fork's observers saw the call: see passed_on)
 
 
 def _range_end(callee, shadows: tuple) -> SymInt | None:
