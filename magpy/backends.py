@@ -81,7 +81,9 @@ def _compile_inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callabl
 def _inductor_options(gm: torch.fx.GraphModule) -> tuple[dict, dict]:
     """``compile_fx``'s keyword arguments and the inductor config patch for ``gm``."""
     from torch._inductor.decomposition import select_decomp_table
-    options, patch = {}, warm.inductor_patch()
+    # Random operations call eager's kernels, which draw eager's numbers from the program's
+    # generators (Inductor's own kernels draw other numbers, and drop unused draws): magpy.rng.
+    options, patch = {}, {**warm.inductor_patch(), "fallback_random": True}
     names = _op_names(gm)
     if not names.isdisjoint(_ROUNDING):
         # A rounding (fake quantization) turns a last-bit difference before it into a whole

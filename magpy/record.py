@@ -38,6 +38,7 @@ from magpy import (
     continuations,
     joint,
     logs,
+    rng,
     scripted,
     standins,
     training,
@@ -84,6 +85,7 @@ class Record:
     conds: tuple = ()              # the ifs recorded as torch.cond, in words (magpy.controlflow)
     trials: tuple = ()             # its compiled graphs on trial against eager (magpy.autopilot)
     deferred: background.Deferred | None = None   # its graphs' compile, until it is taken
+    draws: bool = False            # its run drew random numbers (magpy.rng)
 
     def match(self, args: tuple, kwargs: dict):
         """The mock's environment if this record covers the call, else None.  A compile
@@ -273,12 +275,14 @@ def _capture(fn, args, kwargs, backend, roots, errors, lifting):
     except CaptureError as e:
         _capture_failed(e, errors)
         return fn(*args, **kwargs), None   # the program has not run yet: run it eagerly
+    before = rng.state()
     result = cap.run(fn, args, kwargs)
     try:
         if cap.breaker.internal is not None:
             err = cap.breaker.internal
             raise _stage_error(_observer_stage(err), err) from err
         rec, result = _make_record(cap, result, args, kwargs, backend, _parameter_names(fn))
+        rec.draws = rng.changed(before)
     except CaptureError as e:
         return result, _capture_failed(e, errors)
     if lifting is not None:
@@ -320,6 +324,7 @@ def _capture_continuation(resume, backend, errors):
     except CaptureError as e:
         _capture_failed(e, errors)
         return Monitor().resume(continuations.frames(resume, None)), None
+    before = rng.state()
     result = cap.resume(resume)
     try:
         if cap.breaker.internal is not None:
@@ -327,6 +332,7 @@ def _capture_continuation(resume, backend, errors):
             raise _stage_error(_observer_stage(err), err) from err
         names = [f"resumed value {i}" for i in range(len(values))]
         rec, result = _make_record(cap, result, values, {}, backend, names)
+        rec.draws = rng.changed(before)
     except CaptureError as e:
         return result, _capture_failed(e, errors)
     return result, rec
@@ -496,7 +502,9 @@ def _diagnosis(gen):
 def _compile_graph(backend, gm, example):
     """What runs in ``gm``'s place, compiled now, in the calling thread."""
     twin = _twin(gm)
-    with background.exclusive():   # (not while the worker compiles: compilers share global state)
+    # (not while the worker compiles: compilers share global state; a backend that runs the
+    # graph draws numbers the program does not)
+    with background.exclusive(), rng.kept():
         compiled = _attempt(backend, gm, example)
     return _version(backend[0], _ops(gm), compiled, twin)
 

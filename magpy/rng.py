@@ -1,0 +1,72 @@
+"""Random numbers as eager draws them.
+
+A program that draws random numbers (dropout in training, ``torch.rand``, ``x.normal_()``)
+gets eager's numbers on every call under the same seed, and leaves the process's
+generators where eager leaves them, whatever magpy does on the call.  What could draw
+other numbers, and what prevents it:
+
+==========================================================  ==============================================
+what magpy does                                             how the numbers stay eager's
+==========================================================  ==============================================
+runs both arms of a tensor ``if`` (or loop iterations)       the generators are put back after the forks; an
+while recording (``magpy.controlflow``)                      arm or body that draws numbers is a break
+runs a record's mock, which misses or fails after a graph    the generators' state before a drawing record's
+drew numbers, then runs the call again (``magpy.cache``)     mock is put back before the call runs again
+compiles a graph in the calling thread (a backend that       the generators are put back after the compile
+runs it: ``torch.jit.trace``, a user's backend)
+removes operations whose results are unused                  an operation that drew numbers is never dead
+(``magpy.opgraph``)
+computes once a tensor made from constants only              an operation that drew numbers is never folded
+Inductor's own random kernels (Philox: other numbers than    ``fallback_random``: Inductor calls eager's
+eager's)                                                     kernels for random operations (``magpy.backends``)
+an operation given a ``torch.Generator`` object              an eager step (a graph cannot hold the object)
+the autopilot's trial (compiled graph vs eager twin)         both versions draw alike (the rows above)
+==========================================================  ==============================================
+
+The generators are torch's CPU generator and, where CUDA is initialised, each CUDA
+device's default generator.  A compile in the background worker runs beside the program's
+own draws, so it cannot be undone there: magpy's own backends draw nothing while compiling
+(Inductor with ``max_autotune`` benchmarks on random inputs: keep it off, or compile in
+the foreground, ``magpy.config.background_compile = False``).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+State = tuple   # one state tensor per generator, CPU first
+
+
+def state() -> State:
+    """The generators' states now (CUDA's only where CUDA is initialised: reading them would
+    initialise it)."""
+    cpu = torch.default_generator.get_state()
+    if not torch.cuda.is_initialized():
+        return (cpu,)
+    return (cpu, *(g.get_state() for g in torch.cuda.default_generators))
+
+
+def restore(saved: State) -> None:
+    """Put the generators back to ``saved``."""
+    torch.default_generator.set_state(saved[0])
+    for g, s in zip(torch.cuda.default_generators, saved[1:]):
+        g.set_state(s)
+
+
+def changed(saved: State) -> bool:
+    """Have numbers been drawn since ``saved``?"""
+    now = state()
+    # (Called inside the recorder's own torch-function handler too: torch.equal must not be recorded.)
+    with torch._C.DisableTorchFunction():
+        return len(now) != len(saved) or not all(map(torch.equal, now, saved))
+
+
+@contextlib.contextmanager
+def kept():
+    """The generators as they were after the block: for work the program does not do."""
+    saved = state()
+    try:
+        yield
+    finally:
+        restore(saved)
