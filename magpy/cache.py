@@ -108,7 +108,8 @@ class RecordCache:
                     return self.fn(*args, **kwargs)
                 result = self.run_mock(rec, env, args, kwargs)
                 if result is not MISS:
-                    self.promote(i)
+                    if i < len(records) and records[i] is rec:   # (not dropped by a failure)
+                        self.promote(i)
                     return result
         return self.miss(args, kwargs)
 

@@ -344,7 +344,7 @@ class OpRecorder(TorchFunctionMode):
             return None
         if name in ann.TORCH_GRAD_MODE or name in ann.TORCH_METADATA or name in ann.TORCH_REFERENCES:
             return None   # graph state (_sync_modes records it where it matters), metadata, a .grad
-        if kwargs.get("generator") is not None:
+        if rng.own_generator(kwargs):
             # A graph cannot hold the program's generator object: eager draws from it.
             self.dynamic(f"{_qualname(func)} draws from a torch.Generator the program passed", step=True)
             return None

@@ -18,7 +18,7 @@ removes operations whose results are unused                  an operation that d
 (``magpy.opgraph``)
 computes once a tensor made from constants only              an operation that drew numbers is never folded
 Inductor's own random kernels (Philox: other numbers than    ``fallback_random``: Inductor calls eager's
-eager's)                                                     kernels for random operations (``magpy.backends``)
+eager's)                                                     kernels for random operations (magpy.backends)
 an operation given a ``torch.Generator`` object              an eager step (a graph cannot hold the object)
 the autopilot's trial (compiled graph vs eager twin)         both versions draw alike (the rows above)
 ==========================================================  ==============================================
@@ -60,6 +60,11 @@ def changed(saved: State) -> bool:
     # (Called inside the recorder's own torch-function handler too: torch.equal must not be recorded.)
     with torch._C.DisableTorchFunction():
         return len(now) != len(saved) or not all(map(torch.equal, now, saved))
+
+
+def own_generator(kwargs: dict | None) -> bool:
+    """Does an operation given ``kwargs`` draw from a generator object of the program's?"""
+    return bool(kwargs) and isinstance(kwargs.get("generator"), torch.Generator)
 
 
 @contextlib.contextmanager
