@@ -487,8 +487,8 @@ class OpRecorder(TorchFunctionMode):
             self._operands = False
             fkwargs = {k: self._keyword(name, args, k, v) for k, v in kwargs.items()}
         except _Unsupported:
-            if self.drew or not _made_from_data(args, kwargs, out):
-                raise   # (a folded draw would give the same numbers on every call)
+            if not _made_from_data(args, kwargs, out):
+                raise
             self._fold(out)
             return
         owner = getattr(func, "__self__", None)

@@ -16,7 +16,6 @@ compiles a graph in the calling thread (a backend that       the generators are 
 runs it: ``torch.jit.trace``, a user's backend)
 removes operations whose results are unused                  an operation that drew numbers is never dead
 (``magpy.opgraph``)
-computes once a tensor made from constants only              an operation that drew numbers is never folded
 Inductor's own random kernels (Philox: other numbers than    ``fallback_random``: Inductor calls eager's
 eager's)                                                     kernels for random operations (magpy.backends)
 an operation given a ``torch.Generator`` object              an eager step (a graph cannot hold the object)
