@@ -12,11 +12,13 @@ the last bit, far below what other random numbers would change.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 import magpy
 from tests.compile_harness import fresh_magpy  # noqa: F401 - autouse fixture
@@ -347,6 +349,38 @@ def test_a_train_step_with_dropout(backend, background):
                  compiled_args_of=lambda i: (twin, opts[1], xs[i]))
     for p, q in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+
+
+class Checkpointed(Net):
+    def block(self, x):
+        return self.drop(torch.relu(self.l1(x))) + torch.rand(8)
+
+    def forward(self, x):
+        return self.l2(checkpoint(self.block, x, use_reentrant=False))
+
+
+def grad_step(model, x):
+    model.zero_grad()
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    return loss.detach(), model.l1.weight.grad.clone()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_checkpointed_function_that_draws(backend):
+    # The backward recomputes the checkpointed function from the generators' state of the
+    # forward: the same dropout mask, and the generators where eager leaves them.  (Inductor
+    # does not compile random operations in a region its train step recomputes: that graph
+    # runs eagerly.)
+    torch.manual_seed(0)
+    model = Checkpointed()
+    twin = copy.deepcopy(model)
+    xs = [torch.randn(4, 6) for _ in range(CALLS)]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "magpy: backend 'inductor' failed", RuntimeWarning)
+        compiled = differential(grad_step, lambda i: (model, xs[i]), backend, reseed=False,
+                                compiled_args_of=lambda i: (twin, xs[i]), tried=False)
+    assert magpy.stats(compiled).mock_runs == CALLS - 2
 
 
 # --------------------------------------------------------------------------- CUDA
