@@ -320,6 +320,10 @@ SYMBOLIC = frozenset({"eager", "inductor"})
 # Backends that cannot compile torch.cond or torch.while_loop: an if or a while on tensor
 # data stays a break for them.
 NO_CONDS = frozenset({"torchscript", "onnxrt"})
+# Backends that compile on fake tensors only: compiling runs none of the graph's random
+# operations (torch.jit.trace, a user's backend may run them), so it may run in the background
+# beside the program's own draws (magpy.rng).
+DRAWS_NOTHING = frozenset({"inductor"})
 
 
 class EagerLayout:

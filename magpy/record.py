@@ -281,8 +281,8 @@ def _capture(fn, args, kwargs, backend, roots, errors, lifting):
         if cap.breaker.internal is not None:
             err = cap.breaker.internal
             raise _stage_error(_observer_stage(err), err) from err
-        rec, result = _make_record(cap, result, args, kwargs, backend, _parameter_names(fn))
-        rec.draws = rng.changed(before)
+        draws = rng.changed(before)
+        rec, result = _make_record(cap, result, args, kwargs, backend, _parameter_names(fn), draws)
     except CaptureError as e:
         return result, _capture_failed(e, errors)
     if lifting is not None:
@@ -331,8 +331,7 @@ def _capture_continuation(resume, backend, errors):
             err = cap.breaker.internal
             raise _stage_error(_observer_stage(err), err) from err
         names = [f"resumed value {i}" for i in range(len(values))]
-        rec, result = _make_record(cap, result, values, {}, backend, names)
-        rec.draws = rng.changed(before)
+        rec, result = _make_record(cap, result, values, {}, backend, names, rng.changed(before))
     except CaptureError as e:
         return result, _capture_failed(e, errors)
     return result, rec
@@ -383,9 +382,10 @@ def _used_parameters(fn):
         name: name in loaded for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]}
 
 
-def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Record, object]:
+def _make_record(cap: Capture, result, args, kwargs, backend, names, draws: bool) -> tuple[Record, object]:
     """The record of a finished monitor run, and the result to hand back (see
-    :func:`_native_twin`); each stage's failure is a :class:`CaptureError` naming it."""
+    :func:`_native_twin`); each stage's failure is a :class:`CaptureError` naming it.
+    ``draws``: the run drew random numbers."""
     g = cap.refgraph
     broken = cap.broken is not None
     if cap.shapes is not None:
@@ -415,7 +415,8 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
     examples = [None if gm is None else cap.example_inputs(i) for i, gm in enumerate(graphs)]
     deferred = None
     with _stage("compiling the graphs (backend)"):
-        if backend[0] != "eager" and config.background_compile and background.can_defer():
+        if backend[0] != "eager" and config.background_compile and background.can_defer() and \
+                (backend[0] in backends.DRAWS_NOTHING or not draws):
             deferred, compiled = _defer(backend, graphs, examples, gen, cap.lifted, names)
         else:
             compiled = [None if gm is None else _compile_graph(backend, gm, ex)
@@ -431,7 +432,8 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
                  graph_pieces=tuple(i for i, gm in enumerate(graphs) if gm is not None), inputs=inputs,
                  breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects,
                  lifted=_lifted_words(cap.lifted, names),
-                 shape_source=shape_source, conds=tuple(cap.branches.conds), trials=trials, deferred=deferred)
+                 shape_source=shape_source, conds=tuple(cap.branches.conds), trials=trials, deferred=deferred,
+                 draws=draws)
     if gen.lone_result:
         with _stage("handing back a native generator"):
             result = _native_twin(result)

@@ -2,31 +2,35 @@
 
 A program that draws random numbers (dropout in training, ``torch.rand``, ``x.normal_()``)
 gets eager's numbers on every call under the same seed, and leaves the process's
-generators where eager leaves them, whatever magpy does on the call.  What could draw
+generators where eager leaves them, whatever magpy does on the call.What could draw
 other numbers, and what prevents it:
 
-==========================================================  ==============================================
-what magpy does                                             how the numbers stay eager's
-==========================================================  ==============================================
-runs both arms of a tensor ``if`` (or loop iterations)       the generators are put back after the forks; an
-while recording (``magpy.controlflow``)                      arm or body that draws numbers is a break
-runs a record's mock, which misses or fails after a graph    the generators' state before a drawing record's
-drew numbers, then runs the call again (``magpy.cache``)     mock is put back before the call runs again
-compiles a graph in the calling thread (a backend that       the generators are put back after the compile
-runs it: ``torch.jit.trace``, a user's backend)
-removes operations whose results are unused                  an operation that drew numbers is never dead
+=========================================================  =============================================
+what magpy does                                            how the numbers stay eager's
+=========================================================  =============================================
+runs both arms of a tensor ``if`` (or loop iterations)     the generators are put back after the forks;
+while recording (``magpy.controlflow``)                    an arm or body that draws numbers is a break
+runs a record's mock, which misses or fails after a graph  the generators' state before a drawing
+drew numbers, then runs the call again (``magpy.cache``)   record's mock is put back before the call
+                                                           runs again
+compiles a graph with a backend that runs it               the generators are put back after the
+(``torch.jit.trace``, a user's backend)                    compile, which runs in the calling thread
+removes operations whose results are unused                an operation that drew numbers is never dead
 (``magpy.opgraph``)
-Inductor's own random kernels (Philox: other numbers than    ``fallback_random``: Inductor calls eager's
-eager's)                                                     kernels for random operations (magpy.backends)
-an operation given a ``torch.Generator`` object              an eager step (a graph cannot hold the object)
-the autopilot's trial (compiled graph vs eager twin)         both versions draw alike (the rows above)
-==========================================================  ==============================================
+Inductor's own random kernels (Philox: other numbers       ``fallback_random``: Inductor calls eager's
+than eager's)                                              kernels for random operations
+runs a checkpointed function again in the backward         from the generators' state of the forward
+(``magpy.eager``)                                          (``torch.utils.checkpoint``)
+an operation given a ``torch.Generator`` object            an eager step (a graph cannot hold it)
+the autopilot's trial (compiled graph vs eager twin)       both versions draw alike (the rows above)
+=========================================================  =============================================
 
 The generators are torch's CPU generator and, where CUDA is initialised, each CUDA
 device's default generator.  A compile in the background worker runs beside the program's
-own draws, so it cannot be undone there: magpy's own backends draw nothing while compiling
-(Inductor with ``max_autotune`` benchmarks on random inputs: keep it off, or compile in
-the foreground, ``magpy.config.background_compile = False``).
+own draws, where they cannot be put back: a record whose run drew numbers compiles there
+only with a backend that compiles on fake tensors (``backends.DRAWS_NOTHING``: Inductor),
+else in the calling thread while recording.  (Inductor's ``max_autotune`` benchmarks
+kernels on random inputs: keep it off, or ``magpy.config.background_compile = False``.)
 """
 from __future__ import annotations
 

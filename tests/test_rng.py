@@ -261,8 +261,9 @@ def test_a_compiled_graph_that_fails_after_drawing():
         differential(reparametrize_like, two, breaks_after_drawing)
 
 
-def test_a_backend_that_runs_the_graph_while_compiling():
-    # (torch.jit.trace does: the torchscript backend's fallback)
+def test_a_backend_that_runs_the_graph_while_compiling(background):
+    # (torch.jit.trace does: the torchscript backend's fallback.)  In the background it would
+    # draw beside the program: a graph that draws compiles in the calling thread instead.
     def tracing(gm, example_inputs):
         gm(*example_inputs)
         return gm.forward
