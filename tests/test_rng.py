@@ -116,7 +116,7 @@ class Noisy(nn.Module):
 
     def forward(self, x):
         h = self.drop(self.lin(x))
-        h = h + torch.rand(h.shape) + torch.randn_like(h)
+        h = h + torch.rand(h.shape, device=h.device) + torch.randn_like(h)
         h = h * torch.bernoulli(torch.full_like(h, 0.5))
         h = h + x.new(x.size()).normal_() + torch.empty_like(x).uniform_(-1, 1)
         return F.dropout(h, 0.2, self.training)
@@ -206,7 +206,7 @@ def test_an_explicit_generator_draws_its_own_sequence():
 # --------------------------------------------------------------------------- calls that run again
 
 def clipped_noise(x):
-    noise = torch.rand(3)
+    noise = torch.rand(3, device=x.device)
     n = x.abs().max().item()
     return noise * min(n, 1.5)   # the graph checks which one min() gives back
 
@@ -400,7 +400,11 @@ def test_cuda_draws(backend, background):
         return (torch.randn(4, 6, device="cuda"),)
 
     differential(model, args_of, backend, device="cuda", compiled_fn=copy.deepcopy(model))
+    magpy.reset()
     differential(reparametrize_like, on_cuda(two), backend, device="cuda", reseed=False)
+    magpy.reset()   # (a check that fails after CUDA drew numbers: the call runs again from there)
+    differential(clipped_noise, lambda i: (torch.rand(5, device="cuda") + (i % 2) * 2,), backend,
+                 device="cuda", reseed=False, tried=False)
 
 
 def cuda_branches(x):
