@@ -223,6 +223,29 @@ def test_a_record_that_misses_after_drawing(backend):
     assert (stats.records, stats.graph_count, stats.break_reasons) == (2, 2, [])
 
 
+def noisy_rows(x):
+    # ViLT's visual embedding: a draw, then a branch on tensor data, in a loop over lists.
+    outs = []
+    for a, b in zip([1.0, 2.0], [3.0, 4.0]):
+        noise = torch.rand(1)
+        if x.sum() - a * 8 <= 0:
+            outs.append(x * b + noise)
+        else:
+            outs.append(x - b)
+    return torch.stack(outs)
+
+
+def test_a_branch_after_a_draw_is_a_miss_not_an_effect():
+    # A draw is taken back where a check fails: the other outcome is another record, where
+    # a continuation would have been needed (and could not be written: the call ran eagerly).
+    def args_of(i):
+        return (torch.full((2, 4), (0.1, 1.5, 3.0)[i % 3]),)
+
+    compiled = differential(noisy_rows, args_of, "eager", reseed=False)
+    stats = magpy.stats(compiled)
+    assert (stats.records, stats.mock_runs, stats.break_reasons) == (3, CALLS - 3, [])
+
+
 def checked(x):
     noise = torch.rand(x.shape)
     torch._assert((x > 0).all(), "x must be positive")
