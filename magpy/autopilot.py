@@ -47,14 +47,16 @@ class Trial:
         if self.kept is not None:   # not settled in a mock (called directly)
             return self.versions[self.kept](*args)
         n = self.calls
-        self.calls = n + 1
         which = n & 1
         fn = self.versions[which]
         if n < 2 * WARMUP_CALLS:
-            return fn(*args)
+            out = fn(*args)
+            self.calls = n + 1   # (a call that raised, a graph's own check failing, is not counted)
+            return out
         start = _now()
         out = fn(*args)
         self.times[which].append(_now() - start)
+        self.calls = n + 1
         if self.calls == TRIAL_CALLS:
             self.decide()
         return out

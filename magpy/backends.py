@@ -83,7 +83,10 @@ def _inductor_options(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[d
     from torch._inductor.decomposition import select_decomp_table
     # The instruction-set probe is for C++ kernels: a graph of GPU tensors has none, and on a
     # GPU machine the probe's Python children (each importing torch) cost ~50 s cold.
-    options, patch = {}, warm.inductor_patch() if _cpu_kernels(example_inputs) else {}
+    # Random operations call eager's kernels, which draw eager's numbers from the program's
+    # generators (Inductor's own kernels draw other numbers, and drop unused draws): magpy.rng.
+    options = {}
+    patch = {**(warm.inductor_patch() if _cpu_kernels(example_inputs) else {}), "fallback_random": True}
     names = _op_names(gm)
     if not names.isdisjoint(_ROUNDING):
         # A rounding (fake quantization) turns a last-bit difference before it into a whole
@@ -327,6 +330,10 @@ SYMBOLIC = frozenset({"eager", "inductor"})
 # Backends that cannot compile torch.cond or torch.while_loop: an if or a while on tensor
 # data stays a break for them.
 NO_CONDS = frozenset({"torchscript", "onnxrt"})
+# Backends that compile on fake tensors only: compiling runs none of the graph's random
+# operations (torch.jit.trace, a user's backend may run them), so it may run in the background
+# beside the program's own draws (magpy.rng).
+DRAWS_NOTHING = frozenset({"inductor"})
 
 
 class EagerLayout:

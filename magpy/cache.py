@@ -29,7 +29,7 @@ import weakref
 
 import torch
 
-from magpy import continuations, logs
+from magpy import continuations, logs, rng
 from magpy.backends import SYMBOLIC
 from magpy.codegen import MISS, MockCommitError, StepRaised
 from magpy.config import config
@@ -108,7 +108,8 @@ class RecordCache:
                     return self.fn(*args, **kwargs)
                 result = self.run_mock(rec, env, args, kwargs)
                 if result is not MISS:
-                    self.promote(i)
+                    if i < len(records) and records[i] is rec:   # (not dropped by a failure)
+                        self.promote(i)
                     return result
         return self.miss(args, kwargs)
 
@@ -121,6 +122,7 @@ class RecordCache:
         """The mock's result; if it fails, the eager result when the program's state is as
         it was (module docstring)."""
         versions = [tensor_version(env[i]) for i in rec.mutated]   # usually none
+        drawn = rng.state() if rec.draws else None   # put back where the call runs again (magpy.rng)
         try:
             result = rec.mock(env)
         except StepRaised as e:
@@ -138,11 +140,13 @@ class RecordCache:
         except Exception as e:  # noqa: BLE001 - the mock is magpy's code
             unchanged = versions == [tensor_version(env[i]) for i in rec.mutated]
             if unchanged and any(failed_own_check(gm, e) for gm in rec.graphs):
+                _rewind(drawn)
                 return MISS   # the record's own check (made where nothing observable happened before it)
             if unchanged and any(failed_assertion(gm, e) for gm in rec.graphs):
                 # The program's assertion failed (recorded only where nothing observable
                 # happened before it, whatever the mock does after): the program runs eagerly
                 # and raises its own exception; the record stays valid.
+                _rewind(drawn)
                 self.stats.eager_runs += 1
                 return self.fn(*args, **kwargs)
             if rec.effects:
@@ -150,11 +154,14 @@ class RecordCache:
             if not unchanged:
                 what = "the compiled graph failed after updating tensors in place"
                 raise self.half_done(rec, what, e) from e
+            _rewind(drawn)
             return self.failed(rec, "running a record's mock", e, args, kwargs)
         if type(result) is Resume:
             self.stats.graphs_per_call += result.graphs
             return self.resume(rec, result)
-        if result is not MISS:
+        if result is MISS:
+            _rewind(drawn)
+        else:
             self.stats.mock_runs += 1
             self.stats.graphs_per_call += len(rec.graphs)
         return result
@@ -334,6 +341,12 @@ class RecordCache:
             self.lifting = Lifting()
         self.stats.records = 0
         self.eager_reason = None
+
+
+def _rewind(drawn) -> None:
+    """The call runs again after a mock that may have drawn numbers: from the same state."""
+    if drawn is not None:
+        rng.restore(drawn)
 
 
 def reset_all() -> None:

@@ -105,6 +105,7 @@ import operator
 import torch
 
 from magpy import annotations as ann
+from magpy import rng
 from magpy.config import config
 from magpy.dynamic import Span, argument_shadows, symbolic
 from magpy.monitor import NULL, Observer, bytecode
@@ -1077,18 +1078,16 @@ class Branches(Observer):
 
     @contextlib.contextmanager
     def _same_random_numbers(self):
-        """Forks run code the program may not run: the generator is put back after them.
+        """Forks run code the program may not run: the generators are put back after them.
         Yields a list that is true afterwards if they drew numbers."""
-        with self.recorder.paused():
-            rng = torch.default_generator.get_state()
+        saved = rng.state()
         drew = []
         try:
             yield drew
         finally:
-            with self.recorder.paused():
-                if not torch.equal(rng, torch.default_generator.get_state()):
-                    drew.append(True)
-                torch.default_generator.set_state(rng)
+            if rng.changed(saved):
+                drew.append(True)
+            rng.restore(saved)
 
     def _fork(self, frame, region, joins, arrive=_arrive, sandbox: Sandbox | None = None,
               counted: bool = False):

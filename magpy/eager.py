@@ -17,6 +17,10 @@ outputs of a ``for`` loop, ``magpy.controlflow``) gives back a new buffer, a cop
 whole buffer per step.  In the twin, where the buffer is the loop's own (made for it by
 ``torch.empty`` and used by nothing else) and the body does nothing else with it, the row
 is written in place (``index_put_``): the same values, without the copies.
+
+A checkpointed function (``tag_activation_checkpoint``, ``magpy.checkpoint``) is run by
+``torch.utils.checkpoint`` as the program called it, which recomputes it in the backward
+from the generators' state of the forward: the same random numbers (``magpy.rng``).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from typing import Callable
 
 import torch
 from torch import fx
+from torch.utils.checkpoint import checkpoint
 
 
 def _cond(pred: torch.Tensor, true_fn: Callable, false_fn: Callable, operands: tuple):
@@ -40,24 +45,33 @@ def _while_loop(cond_fn: Callable, body_fn: Callable, carried: tuple, additional
             return carried
 
 
+def _checkpoint(body: Callable, *args, **kwargs):
+    # What the program called.  The operator's own eager kernel recomputes the body in the
+    # backward without putting the generators back first (preserve_rng_state=False, for
+    # AOTAutograd's tracing): a dropout in it would draw another mask (magpy.rng).
+    return checkpoint(body, *args, **kwargs)
+
+
 # Operator -> its Python version (same arguments: the branches/body/test are submodules).
 PYTHON_CONTROL_FLOW: dict = {
     torch.ops.higher_order.cond: _cond,
     torch.ops.higher_order.while_loop: _while_loop,
 }
-_PYTHON = frozenset(PYTHON_CONTROL_FLOW.values())
+_PYTHON_VERSIONS = {**PYTHON_CONTROL_FLOW, torch.ops.higher_order.tag_activation_checkpoint: _checkpoint}
+_PYTHON = frozenset(_PYTHON_VERSIONS.values())
 
 
 def eager_twin(gm: fx.GraphModule) -> fx.GraphModule:
-    """``gm``, or where it has control flow operators (at any depth), a copy of it that runs
-    them as Python control flow.  The copy shares ``gm``'s parameters and constants."""
-    if not _has_control_flow(gm):
+    """``gm``, or where it has control flow or checkpoint operators (at any depth), a copy of
+    it that runs them as Python control flow and ``torch.utils.checkpoint``.  The copy shares
+    ``gm``'s parameters and constants."""
+    if not _has_python_version(gm):
         return gm
     graph = fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
     for node in graph.nodes:
-        if node.op == "call_function" and node.target in PYTHON_CONTROL_FLOW:
-            node.target = PYTHON_CONTROL_FLOW[node.target]
+        if node.op == "call_function" and node.target in _PYTHON_VERSIONS:
+            node.target = _PYTHON_VERSIONS[node.target]
     own = _own_buffers(graph)
     attrs = {}
     for node in graph.nodes:
@@ -108,8 +122,8 @@ def _rows_in_place(body: fx.GraphModule, buffers: tuple) -> fx.GraphModule:
     return fx.GraphModule(body, graph, class_name=type(body).__name__) if changed else body
 
 
-def _has_control_flow(gm: fx.GraphModule) -> bool:
-    return any(n.op == "call_function" and n.target in PYTHON_CONTROL_FLOW for n in gm.graph.nodes)
+def _has_python_version(gm: fx.GraphModule) -> bool:
+    return any(n.op == "call_function" and n.target in _PYTHON_VERSIONS for n in gm.graph.nodes)
 
 
 def _attr(gm: fx.GraphModule, target: str):

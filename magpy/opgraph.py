@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from magpy import annotations as ann
+from magpy import rng
 from magpy.dynamic import Scalar, specialise
 from magpy.monitor import bytecode
 from magpy.refgraph.graph import RefGraph, is_immutable, tensor_version
@@ -284,6 +285,7 @@ class OpRecorder(TorchFunctionMode):
         # program has instead on some runs (see cond).
         self.passes: dict[int, Passes] = {}
         self.joint_backend = False   # the backend compiles graphs holding a backward (magpy.joint)
+        self.drew = False            # the operation being recorded drew random numbers (magpy.rng)
 
     @property
     def piece(self) -> Piece:
@@ -341,11 +343,13 @@ class OpRecorder(TorchFunctionMode):
         # Only func(...) itself may raise into the program: magpy's own work around it stops
         # recording instead.
         try:
-            name = self._recorded_name(func, args)
+            name = self._recorded_name(func, args, kwargs)
         except Exception as e:  # noqa: BLE001 - magpy's failure, never the program's
             self.dynamic.fail(e)
             name = None
+        before = rng.state() if name is not None else None
         out = func(*args, **kwargs)
+        self.drew = before is not None and rng.changed(before)
         if name is None and self.shapes is not None and args and isinstance(args[0], torch.Tensor):
             try:
                 self._size_read(func, args, out)
@@ -360,7 +364,7 @@ class OpRecorder(TorchFunctionMode):
                 self.dynamic.fail(e)
         return out
 
-    def _recorded_name(self, func, args) -> str | None:
+    def _recorded_name(self, func, args, kwargs) -> str | None:
         """The name ``func`` is recorded under, or None when it is not a graph operation."""
         name = ann.torch_name(func)
         if self.data_shaped and (name in ann.TORCH_SIZE_READS or name in ann.TORCH_SIZED_RESULTS) and \
@@ -370,6 +374,10 @@ class OpRecorder(TorchFunctionMode):
             return None
         if name in ann.TORCH_GRAD_MODE or name in ann.TORCH_METADATA or name in ann.TORCH_REFERENCES:
             return None   # graph state (_sync_modes records it where it matters), metadata, a .grad
+        if rng.own_generator(kwargs):
+            # A graph cannot hold the program's generator object: eager draws from it.
+            self.dynamic(f"{_qualname(func)} draws from a torch.Generator the program passed", step=True)
+            return None
         if name == "unbind" and args[1:] == (0,) and self.forks_allowed() and \
                 self.branches.wants_iteration(args[0]):
             return None   # iter(x) of a for loop recorded as a while_loop (magpy.controlflow)
@@ -504,7 +512,7 @@ class OpRecorder(TorchFunctionMode):
         if nodes is not None:
             args, kwargs = nodes
         try:
-            fargs = tuple(pytree.tree_map(self._arg, a) if var is None else self._scalar_input(a, var)
+            fargs = tuple(self._positional(name, a) if var is None else self._scalar_input(a, var)
                           for a, var in zip(args, steps or (None,) * len(args)))
             if name in ann.TORCH_SIZE_IS_SHAPE:   # (pytree made each torch.Size a tuple)
                 fargs = tuple(self.graph.call_function(torch.Size, (list(f),)) if type(a) is torch.Size else f
@@ -529,6 +537,8 @@ class OpRecorder(TorchFunctionMode):
             node = self.graph.call_method(name, fargs, fkwargs)
         else:
             node = self.graph.call_function(func, fargs, fkwargs)
+        if self.drew:
+            node.meta[DRAWS] = True
         self.piece.op_count += 1
         self._keep.append(out)
         if isinstance(out, torch.Tensor):
@@ -620,6 +630,13 @@ class OpRecorder(TorchFunctionMode):
         for a in pytree.tree_leaves((constants, kwargs)):
             if not isinstance(a, (torch.Tensor, torch.SymInt, Scalar)) and a is not LOOP_INDEX:
                 self.fixed(a)
+
+    def _positional(self, name: str, a):
+        """The graph argument of positional argument ``a`` of operation ``name``."""
+        out = pytree.tree_map(self._arg, a)
+        if type(a) is torch.Size and name in _SIZE_TYPED:
+            return self.graph.call_function(torch.Size, (list(out),))
+        return out
 
     def _arg(self, a):
         if isinstance(a, torch.Tensor):
@@ -1073,6 +1090,8 @@ class _Paused:
 CONTIGUOUS_OUTPUTS = "magpy_contiguous_outputs"
 # GraphModule.meta key: the positions of the outputs that needed grad in the recording run.
 GRAD_OUTPUTS = "magpy_grad_outputs"
+# Node.meta key: the operation drew random numbers in the recording run (magpy.rng).
+DRAWS = "magpy_draws"
 
 
 def updated_in_place(sn) -> bool:
@@ -1132,6 +1151,9 @@ def _written(name: str, args: tuple, kwargs: dict) -> list:
 _INPLACE_DUNDERS = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
                               "__ifloordiv__", "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__",
                               "__ilshift__", "__irshift__", "__imatmul__"})
+# Operations that read a torch.Size argument as a shape but a tuple as data (fx writes a
+# torch.Size constant as a tuple): ``x.new(x.size())``.
+_SIZE_TYPED = frozenset({"new"})
 # Operations whose ``alpha`` may be a 0-d tensor: ``self + alpha * other`` (``-`` for sub).
 _ALPHA = frozenset({"add", "add_", "sub", "sub_"})
 _LIFTABLE = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__",
@@ -1228,7 +1250,10 @@ def _raises_assertion_error(frame, ins) -> bool:
 
 
 def _is_impure(node: fx.Node) -> bool:
-    # In-place operations (add_, __setitem__, copy_) mutate their inputs: never dead.
+    # In-place operations (add_, __setitem__, copy_) mutate their inputs, and random ones
+    # advance the program's generators: never dead.
+    if DRAWS in node.meta:
+        return True
     if node.op == "call_method":
         return node.target.endswith("_") or node.target == "__setitem__"
     if node.op == "call_function":

@@ -39,6 +39,7 @@ from magpy import (
     cudagraphs,
     joint,
     logs,
+    rng,
     scripted,
     standins,
     training,
@@ -85,6 +86,7 @@ class Record:
     conds: tuple = ()              # the ifs recorded as torch.cond, in words (magpy.controlflow)
     trials: tuple = ()             # its compiled graphs on trial against eager (magpy.autopilot)
     deferred: background.Deferred | None = None   # its graphs' compile, until it is taken
+    draws: bool = False            # its run drew random numbers (magpy.rng)
 
     def match(self, args: tuple, kwargs: dict):
         """The mock's environment if this record covers the call, else None.  A compile
@@ -276,12 +278,14 @@ def _capture(fn, args, kwargs, backend, roots, errors, lifting):
     except CaptureError as e:
         _capture_failed(e, errors)
         return fn(*args, **kwargs), None   # the program has not run yet: run it eagerly
+    before = rng.state()
     result = cap.run(fn, args, kwargs)
     try:
         if cap.breaker.internal is not None:
             err = cap.breaker.internal
             raise _stage_error(_observer_stage(err), err) from err
-        rec, result = _make_record(cap, result, args, kwargs, backend, _parameter_names(fn))
+        draws = rng.changed(before)
+        rec, result = _make_record(cap, result, args, kwargs, backend, _parameter_names(fn), draws)
     except CaptureError as e:
         return result, _capture_failed(e, errors)
     if lifting is not None:
@@ -323,13 +327,14 @@ def _capture_continuation(resume, backend, errors):
     except CaptureError as e:
         _capture_failed(e, errors)
         return Monitor().resume(continuations.frames(resume, None)), None
+    before = rng.state()
     result = cap.resume(resume)
     try:
         if cap.breaker.internal is not None:
             err = cap.breaker.internal
             raise _stage_error(_observer_stage(err), err) from err
         names = [f"resumed value {i}" for i in range(len(values))]
-        rec, result = _make_record(cap, result, values, {}, backend, names)
+        rec, result = _make_record(cap, result, values, {}, backend, names, rng.changed(before))
     except CaptureError as e:
         return result, _capture_failed(e, errors)
     return result, rec
@@ -380,9 +385,10 @@ def _used_parameters(fn):
         name: name in loaded for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]}
 
 
-def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Record, object]:
+def _make_record(cap: Capture, result, args, kwargs, backend, names, draws: bool) -> tuple[Record, object]:
     """The record of a finished monitor run, and the result to hand back (see
-    :func:`_native_twin`); each stage's failure is a :class:`CaptureError` naming it."""
+    :func:`_native_twin`); each stage's failure is a :class:`CaptureError` naming it.
+    ``draws``: the run drew random numbers."""
     g = cap.refgraph
     broken = cap.broken is not None
     if cap.shapes is not None:
@@ -412,7 +418,8 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
     examples = [None if gm is None else cap.example_inputs(i) for i, gm in enumerate(graphs)]
     deferred = None
     with _stage("compiling the graphs (backend)"):
-        if backend[0] != "eager" and config.background_compile and background.can_defer():
+        if backend[0] != "eager" and config.background_compile and background.can_defer() and \
+                (backend[0] in backends.DRAWS_NOTHING or not draws):
             deferred, compiled = _defer(backend, graphs, examples, gen, cap.lifted, names)
         else:
             compiled = [None if gm is None else _compile_graph(backend, gm, ex)
@@ -428,7 +435,8 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
                  graph_pieces=tuple(i for i, gm in enumerate(graphs) if gm is not None), inputs=inputs,
                  breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects,
                  lifted=_lifted_words(cap.lifted, names),
-                 shape_source=shape_source, conds=tuple(cap.branches.conds), trials=trials, deferred=deferred)
+                 shape_source=shape_source, conds=tuple(cap.branches.conds), trials=trials, deferred=deferred,
+                 draws=draws)
     if gen.lone_result:
         with _stage("handing back a native generator"):
             result = _native_twin(result)
@@ -499,7 +507,9 @@ def _diagnosis(gen):
 def _compile_graph(backend, gm, example):
     """What runs in ``gm``'s place, compiled now, in the calling thread."""
     twin = _twin(gm)
-    with background.exclusive():   # (not while the worker compiles: compilers share global state)
+    # (not while the worker compiles: compilers share global state; a backend that runs the
+    # graph draws numbers the program does not)
+    with background.exclusive(), rng.kept():
         compiled = _attempt(backend, gm, example)
     return _version(backend[0], _ops(gm), compiled, twin)
 

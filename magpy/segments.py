@@ -29,8 +29,9 @@ gives it to an instruction that raises     checks it there (the exception, and t
 =========================================  ==================================================
 
 A check that fails in the mock before anything observable happened (only pure steps, no
-input updated in place, no random numbers) is a miss of that record: the cache tries the
-next record or records again.  After an effect the call must not run again: the check then
+input updated in place, no draw from a generator object of the program's) is a miss of that
+record: the cache puts the process's generators back (``magpy.rng``) and tries the next
+record or records again.  After an effect the call must not run again: the check then
 carries a resume point, and a failure resumes the monitor there (``magpy.continuations``);
 where the call cannot resume, the run gives up.  A step after an effect that raises on a later
 call propagates its exception from the mock, or, where the program may handle it (an
@@ -59,7 +60,7 @@ import torch.fx as fx
 from torch._C._dynamo.guards import GlobalStateGuard
 
 from magpy import annotations as ann
-from magpy import checkpoint, continuations, warns
+from magpy import checkpoint, continuations, rng, warns
 from magpy.arrays import Arrays
 from magpy.config import config
 from magpy.continuations import Resume, ResumePoint, Shadowed
@@ -234,7 +235,6 @@ class Segmenter(Observer):
         self.effects = False                # an observable effect happened (checks need resume points)
         self.points: list[ResumePoint] = []
         self.rebuilt = frozenset()   # a continuation's: ids of the values its parent rebuilt
-        self._rng = torch.default_generator.get_state()
         self.breaks: list[GraphBreak] = []
         self.arrays = None   # magpy.arrays.Arrays: frames holding its arrays cannot be resume points
 
@@ -275,6 +275,8 @@ class Segmenter(Observer):
         if brk is not None:
             self.breaks.append(brk)
         undoable = self.undoable()
+        if rng.own_generator(kwargs):
+            self.effects = True   # it drew from the program's generator object: magpy cannot put it back
         if not pure:
             if self.breaker.pending_module_writes():
                 self.breaker.stop(brk or "an eager step after the program changed a module's attributes")
@@ -623,12 +625,10 @@ class Segmenter(Observer):
 
     def undoable(self) -> bool:
         """Has nothing observable happened so far (a mock may still give up and the call run
-        again): no I/O or unannotated native, no input updated in place, no random numbers?"""
-        if self.effects:
-            return False
-        with self.recorder.paused():
-            drew = not torch.equal(self._rng, torch.default_generator.get_state())
-        return not drew and not self.recorder.inputs_updated()
+        again): no I/O or unannotated native, no input updated in place?  (Numbers drawn from
+        the process's generators are not observable: the call runs again from their state
+        before the mock, magpy.rng.)"""
+        return not self.effects and not self.recorder.inputs_updated()
 
     # ------------------------------------------------------------------ events
     def on_exception(self, frame, exc):

@@ -131,7 +131,9 @@ def with_shadow(value, sh):
             specialise(sh)
             return value
         items = [with_shadow(v, s) for v, s in zip(value, sh)]
-        return items if type(value) is list else tuple(items)
+        # (a torch.Size stays one: Tensor.new reads a tuple as data)
+        return items if type(value) is list else torch.Size(items) if type(value) is torch.Size \
+            else tuple(items)
     if t is slice and type(value) is slice:
         return slice(with_shadow(value.start, sh.start), with_shadow(value.stop, sh.stop),
                      with_shadow(value.step, sh.step))
