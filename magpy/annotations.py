@@ -399,11 +399,6 @@ def shaped_by_data(name: str, args: tuple, kwargs: dict) -> bool:
 # (the RefGraph tracks reads and writes of a leaf's ``.grad``, magpy.training), not a data read.
 TORCH_REFERENCES = frozenset({"grad"})
 
-# Operations that read a ``torch.Size`` argument as a shape and a tuple of ints as data
-# (``x.new(x.size())`` is an uninitialised tensor of that shape, ``x.new((2, 3))`` the
-# tensor ``[2., 3.]``): their graph node is given a Size, not the tuple fx writes for it.
-TORCH_SIZE_IS_SHAPE = frozenset({"new"})
-
 # Operations whose non-tensor result is computed from metadata only (dtype, device, layout,
 # whether a tensor is 0-d), all fixed by the guard: that result is a constant of the record.
 # ``t.type()`` is a string; ``t.type(dtype_or_name)`` converts, an ordinary recorded operation.

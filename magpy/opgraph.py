@@ -514,9 +514,6 @@ class OpRecorder(TorchFunctionMode):
         try:
             fargs = tuple(self._positional(name, a) if var is None else self._scalar_input(a, var)
                           for a, var in zip(args, steps or (None,) * len(args)))
-            if name in ann.TORCH_SIZE_IS_SHAPE:   # (pytree made each torch.Size a tuple)
-                fargs = tuple(self.graph.call_function(torch.Size, (list(f),)) if type(a) is torch.Size else f
-                              for a, f in zip(args, fargs))
             self._operands = False
             fkwargs = {k: self._keyword(name, args, k, v) for k, v in kwargs.items()}
         except _Unsupported:
