@@ -84,6 +84,7 @@ class Record:
     conds: tuple = ()              # the ifs recorded as torch.cond, in words (magpy.controlflow)
     trials: tuple = ()             # its compiled graphs on trial against eager (magpy.autopilot)
     deferred: background.Deferred | None = None   # its graphs' compile, until it is taken
+    entry_modes: tuple = ()        # torch's modes its guard passed under (a failed mock restores them)
 
     def match(self, args: tuple, kwargs: dict):
         """The mock's environment if this record covers the call, else None.  A compile
@@ -425,7 +426,8 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names) -> tuple[Re
                  graph_pieces=tuple(i for i, gm in enumerate(graphs) if gm is not None), inputs=inputs,
                  breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects,
                  lifted=_lifted_words(cap.lifted, names),
-                 shape_source=shape_source, conds=tuple(cap.branches.conds), trials=trials, deferred=deferred)
+                 shape_source=shape_source, conds=tuple(cap.branches.conds), trials=trials, deferred=deferred,
+                 entry_modes=cap.entry_modes)
     if gen.lone_result:
         with _stage("handing back a native generator"):
             result = _native_twin(result)

@@ -315,6 +315,11 @@ class GuardWriter:
                 out.append(f"{key!r} not in {v}.__dict__")
             else:
                 out.append(f"{self.literal(key)} not in {v}")
+        for rel, key in node.present:   # (the program deletes them: eager raises where one is missing)
+            if rel == ATTR:
+                out.append(f"{key!r} in {v}.__dict__")
+            elif rel == ITEM:
+                out.append(f"{self.literal(key)} in {v}")
         return out
 
     def relations(self, node) -> list[str]:
@@ -398,7 +403,7 @@ def _fast_plan(g: RefGraph, nodes: list) -> _FastPlan:
                     versioned[p.id] = p
             elif not is_immutable(n.value) and n.kind is not Kind.TENSOR:
                 pinned.add(n.id)
-        if (n.id in known or n.id in pinned) and (n.struct or n.absent) and _versionable(n):
+        if (n.id in known or n.id in pinned) and (n.struct or n.absent or n.present) and _versionable(n):
             versioned[n.id] = n
     anchored = known | pinned
     for n in nodes:

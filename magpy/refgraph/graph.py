@@ -188,7 +188,8 @@ class ShadowNode:
     """A runtime value the program reached from outside, with its update history."""
 
     __slots__ = ("id", "value", "kind", "parent", "rel", "key", "versions", "children", "read",
-                 "struct", "snapshot", "aliases", "absent", "distinct", "changed", "tensor_version")
+                 "struct", "snapshot", "aliases", "absent", "distinct", "changed", "tensor_version",
+                 "written", "whole", "cleared", "present")
 
     def __init__(self, nid, value, parent, rel, key):
         self.id = nid
@@ -206,9 +207,35 @@ class ShadowNode:
         self.changed = False      # its final state differs from version 0
         # A tensor's version counter when the program reached it: in-place updates bump it.
         self.tensor_version = tensor_version(value) if self.kind is Kind.TENSOR else None
+        # The program's own stores into it, which the mock replays even where they left the
+        # slot as they found it (a caller may change it before the next call):
+        self.written = {}         # (rel, key) stored or deleted -> deleted at some point
+        self.whole = False        # a native changed it in place, slots unknown: rewritten whole
+        self.cleared = False      # its first change emptied it (what it held before is not kept)
+        self.present = {}         # (rel, key) deleted as found: must be there, as an ordered set
 
     def mark_absent(self, rel: str, key) -> None:
         self.absent[(rel, key)] = None
+
+    def stored(self, rel: str, key, deleted: bool = False, must_exist: bool = False) -> None:
+        """The program stored into (``deleted``: deleted) slot ``(rel, key)`` of this node;
+        ``must_exist``: a deletion that raises where the slot is empty (``del d[k]``)."""
+        slot = (rel, key)
+        if must_exist and slot not in self.written and not self.whole:
+            self.present[slot] = None
+        self.written[slot] = self.written.get(slot, False) or deleted
+
+    def rewritten_in_place(self, cleared: bool = False) -> None:
+        """A native changed it in place in ways the mock cannot tell slot by slot
+        (``cleared``: it emptied it)."""
+        if not self.written and not self.whole:
+            self.cleared = cleared
+        self.whole = True
+
+    @property
+    def stores(self) -> bool:
+        """Did the program store into it (whatever it left there)?"""
+        return bool(self.written) or self.whole
 
     def __repr__(self):
         return f"SN#{self.id}<{self.kind.value} {type(self.value).__name__}>"
@@ -285,12 +312,14 @@ class RefGraph:
 
     # ------------------------------------------------------------------ final state
     def changes(self):
-        """``(node, state now)`` for every node whose state is no longer its first one."""
+        """``(node, state now)`` for every node whose state is no longer its first one, or
+        that the program stored into: a store that left the slot as it found it is replayed
+        all the same, since a later call may find the slot changed."""
         for node in self.nodes[1:]:
             if node.snapshot is None:
                 continue
             now = state_of(node.value, node.kind)
-            if not same_state(now, node.snapshot):
+            if node.stores or not same_state(now, node.snapshot):
                 yield node, now
 
     def finish(self) -> None:
@@ -306,9 +335,12 @@ class RefGraph:
         if node.kind is Kind.SET:
             node.struct = True   # the guard fixes a set's members themselves
             return
+        # What it held decides what the program left in it (``L.pop(); L.append(x)``), unless
+        # the program emptied it first.
+        node.struct = node.struct or not node.cleared
         kept = {id(v) for v in (now.values() if type(now) is dict else now)}
         snap = node.snapshot
-        rel = ATTR if node.kind is Kind.OBJECT else ITEM
+        rel = ATTR if node.kind is Kind.OBJECT or node.kind is Kind.STATIC else ITEM
         for key, val in (snap.items() if type(snap) is dict else enumerate(snap)):
             if id(val) in kept:
                 node.struct = True
@@ -336,7 +368,7 @@ class RefGraph:
         refers to), and every ancestor of these, which their paths go through."""
         needed = set(loaded)
         for node in self.nodes[1:]:
-            if node.read or node.absent or node.struct:
+            if node.read or node.absent or node.struct or node.present:
                 needed.add(node.id)
             for parent, _, _ in node.aliases:
                 needed.add(parent.id)

@@ -8,6 +8,7 @@ calls follow their annotation (Figure 12): unannotated or impure natives are dyn
 from __future__ import annotations
 
 import array
+import operator
 import os
 import sys
 import sysconfig
@@ -18,7 +19,7 @@ import torch
 from magpy import annotations as ann
 from magpy import scripted, standins
 from magpy.errors import GraphBreak
-from magpy.monitor import Observer, operators
+from magpy.monitor import Observer, bytecode, operators
 from magpy.monitor.frame import Frame
 from magpy.monitor.interpreter import attribute_access
 from magpy.monitor.protocols import NULL, py_method, type_lookup
@@ -40,6 +41,11 @@ from magpy.refgraph.graph import (
 )
 
 _MISSING = object()
+# How a store changes a slot: SET stores, DEL deletes what must be there (else it raises), POP
+# deletes what may be missing.  Slot relations besides the RefGraph's: CLEAR (the whole of it
+# emptied), ADDED (items added at the end of a list, which the mock extends).
+SET, DEL, POP = "set", "del", "pop"
+CLEAR, ADDED = "clear", "added"
 _HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: a class defined in Python (its attributes can change)
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 _CONTAINERS = (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.SET)
@@ -133,6 +139,7 @@ class RefGraphBuilder(Observer):
         self.new_functions: set[int] = set()   # functions the run created (closures, lambdas)
         self.fixed_ids: set[int] = set()   # objects the guard fixes by identity as set members
         self._recorded = None   # a native whose next call an intrinsic recorded itself
+        self._unwinding = None  # the exception last reported unwinding
         self._keep = []
 
     def recorded_by_intrinsic(self, callee) -> None:
@@ -156,6 +163,22 @@ class RefGraphBuilder(Observer):
             if rule is not None:
                 try:
                     rule(self, frame, ins, inputs, outputs)
+                except Exception as e:  # noqa: BLE001
+                    self.dynamic.fail(e)
+
+    def on_exception(self, frame, exc):
+        # An operation that raised read what made it fail (an index past the end, a missing
+        # key or attribute): a path the program takes because it caught that exception
+        # depends on it, and the guard checks it.  Only where the exception starts (its first
+        # report), not in the frames it unwinds through afterwards.
+        if exc is self._unwinding:
+            return
+        self._unwinding = exc
+        if self.dynamic.brk is None and hasattr(frame, "info"):
+            rule = _FAILED.get(frame.info.instructions[frame.lasti].opname)
+            if rule is not None:
+                try:
+                    rule(self, frame, frame.ins_inputs, exc)
                 except Exception as e:  # noqa: BLE001
                     self.dynamic.fail(e)
 
@@ -239,7 +262,9 @@ class RefGraphBuilder(Observer):
         elif a.relation is not None:
             _RELATIONS[a.relation](self, full, result)
         for i in a.inplace:
-            if i < len(full):
+            if i == 0 and full:
+                self.written_by(callee, full, kwargs)
+            elif i < len(full):
                 self.write(full[i])
 
     # ------------------------------------------------------------------ reads
@@ -405,6 +430,57 @@ class RefGraphBuilder(Observer):
             self.dynamic(f"{tp.__qualname__}.{name} read through {getattr_fn.__qualname__}, "
                          "which runs natively")
 
+    def missing_attr(self, obj, name) -> None:
+        """``obj`` has no attribute ``name`` (``getattr`` took its default, ``hasattr`` said
+        False, an AttributeError): neither it nor a class of its MRO that can gain one may
+        have it."""
+        node = self.node(obj)
+        if node is None or type(name) is not str or node.kind is Kind.TENSOR:
+            return
+        d = getattr(obj, "__dict__", None)
+        if node.kind in (Kind.OBJECT, Kind.STATIC) and type(d) in (dict, types.MappingProxyType) \
+                and name not in (node.snapshot if type(node.snapshot) is dict else {}):
+            node.mark_absent(ATTR, name)
+        for klass in (obj if isinstance(obj, type) else type(obj)).__mro__:
+            if self._mutable_class(klass) and klass is not obj:
+                self.g.const(klass).mark_absent(ATTR, name)
+
+    def native_failed(self, callee, args, kwargs) -> None:
+        """A native call raised: what it read decided that (as for a call that returns), and
+        a lookup found its key, item or attribute missing."""
+        if ann.ends_recording(callee) or ann.records_itself(callee):
+            return
+        a, bound = ann.lookup(callee)
+        if a is None and ann.is_tensor_method(callee):
+            a = ann.PURE
+        if a is None or not a.pure:
+            return   # a dynamic operation: an eager step's exception (magpy.segments)
+        full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
+        if self.hashed_call(callee, full):
+            return
+        for i, v in enumerate(full):
+            self.read_value(v, a.read_kind(i), callee)
+        for v in (kwargs or {}).values():
+            self.read_value(v, a.read_kind(len(full)), callee)
+        if a.relation == "attr" and len(full) >= 2:
+            self.missing_attr(full[0], full[1])
+        elif a.relation == "element" and full:
+            self.missing_item(full[0], full[1] if len(full) > 1 else None)
+
+    def missing_item(self, container, key) -> None:
+        """``container[key]`` raised: a dict without the key, a sequence too short for it."""
+        node = self.node(container)
+        if node is None:
+            return
+        if node.kind is Kind.DICT:
+            try:
+                if key not in node.snapshot:
+                    node.mark_absent(ITEM, key)
+            except TypeError:
+                pass   # an unhashable key: TypeError whatever the dict holds
+        elif node.kind in (Kind.LIST, Kind.TUPLE):
+            node.struct = True
+
     @staticmethod
     def _mutable_class(klass) -> bool:
         # C types cannot change; torch's classes are assumed not to be monkeypatched.
@@ -483,7 +559,9 @@ class RefGraphBuilder(Observer):
         return True
 
     # ------------------------------------------------------------------ writes
-    def write(self, obj):
+    def write(self, obj, rel=None, key=None, how=SET):
+        """The program changed ``obj``: in slot ``(rel, key)`` (``how``: SET, DEL or POP, see
+        :data:`_NATIVE_STORES`), or (``rel`` None) natively in ways not known slot by slot."""
         node = self.node(obj)
         if node is not None:
             if py_method(type(obj), "__setattr__") in scripted.NATIVE_SETATTRS:
@@ -491,6 +569,55 @@ class RefGraphBuilder(Observer):
                 self.dynamic(f"a write to {type(obj).__qualname__}, which keeps its attributes "
                              "in its C++ module")
             node.versions.append(ShadowVersion(node.versions[-1].refs))
+            if node.snapshot is not None and node.kind is not Kind.TENSOR:
+                self._stored(node, obj, rel, key, how)
+
+    def _stored(self, node, obj, rel, key, how):
+        deleted = how is not SET
+        if rel is ADDED:
+            return
+        if rel is None or rel is CLEAR:
+            node.rewritten_in_place(cleared=rel is CLEAR)
+        elif rel == ATTR:
+            self._stored_attr(node, obj, key, how)
+        elif node.kind is Kind.LIST and type(key) is slice:
+            node.rewritten_in_place(cleared=key == _ALL and not deleted)
+        elif node.kind is Kind.LIST and isinstance(key, int) and not deleted:
+            node.stored(ITEM, key if key >= 0 else key + len(obj))
+        elif node.kind in (Kind.DICT, Kind.CELL):
+            node.stored(rel, key, deleted, must_exist=how is DEL)
+        else:
+            node.rewritten_in_place()   # (a list's deleted item moves those after it)
+
+    def _stored_attr(self, node, obj, name, how):
+        """``obj.name = v`` (or ``del obj.name``): a slot of the dict the value went to (an
+        nn.Module's parameters, buffers or submodules, else the instance ``__dict__``)."""
+        d = getattr(obj, "__dict__", None)
+        if type(d) is not dict or type(name) is not str:
+            return
+        if isinstance(obj, torch.nn.Module):
+            for dname in _MODULE_DICTS:
+                store = d.get(dname)
+                dnode = node.children.get((ATTR, dname))
+                if store is None or dnode is None or dnode.snapshot is None:
+                    continue
+                held = name in dnode.snapshot or (ITEM, name) in dnode.written
+                if name in store or (how is not SET and held):
+                    dnode.versions.append(ShadowVersion(dnode.versions[-1].refs))
+                    dnode.stored(ITEM, name, how is not SET, must_exist=how is DEL)
+                    return
+        if how is not SET or name in d:
+            node.stored(ATTR, name, how is not SET, must_exist=how is DEL)
+
+    def written_by(self, callee, full, kwargs) -> None:
+        """The slots a native that changes its first argument in place writes (setattr,
+        ``d.setdefault(k, v)``, ``d.update(other)`` ...), else the whole of it."""
+        method = _method_key(callee)
+        slots = None if kwargs else _NATIVE_STORES.get(callee) or _NATIVE_STORES.get(method)
+        if slots is None:
+            slots = _added if method in _LIST_ADDITIONS else _whole
+        for rel, key, how in slots(full):
+            self.write(full[0], rel, key, how)
 
 
 # --------------------------------------------------------------------------- instruction rules
@@ -526,7 +653,7 @@ def _make_function(b, frame, ins, inputs, outputs):
 def _store_deref(b, frame, ins, inputs, outputs):
     cell = frame.locals[ins.arg]
     if id(cell) not in b.new_cells:
-        b.write(b.g.const(cell).value)
+        b.write(b.g.const(cell).value, CELL, None, DEL if ins.opname == "DELETE_DEREF" else SET)
 
 
 def _load_attr(b, frame, ins, inputs, outputs):
@@ -550,14 +677,14 @@ def _binary_slice(b, frame, ins, inputs, outputs):
 
 
 def _store_attr(b, frame, ins, inputs, outputs):
-    b.write(inputs[1])
+    b.write(inputs[1], ATTR, ins.argval)
 
 
 def _store_subscr(b, frame, ins, inputs, outputs):
     if isinstance(inputs[1], dict) and b.hashes(inputs[1], (inputs[2],), "a dict store"):
         return
     b.python_dunder(inputs[1], "__setitem__")
-    b.write(inputs[1])
+    b.write(inputs[1], ITEM, inputs[2])
 
 
 def _store_slice(b, frame, ins, inputs, outputs):
@@ -569,15 +696,15 @@ def _delete_subscr(b, frame, ins, inputs, outputs):
     if isinstance(inputs[0], dict) and b.hashes(inputs[0], (inputs[1],), "a dict deletion"):
         return
     b.python_dunder(inputs[0], "__delitem__")
-    b.write(inputs[0])
+    b.write(inputs[0], ITEM, inputs[1], DEL)
 
 
 def _delete_attr(b, frame, ins, inputs, outputs):
-    b.write(inputs[0])
+    b.write(inputs[0], ATTR, ins.argval, DEL)
 
 
 def _store_global(b, frame, ins, inputs, outputs):
-    b.write(frame.globals)
+    b.write(frame.globals, ITEM, ins.argval, DEL if ins.opname == "DELETE_GLOBAL" else SET)
 
 
 def _struct_read(position, dunder=None):
@@ -713,6 +840,45 @@ _RULES = {
 }
 
 
+# --------------------------------------------------------------------------- failed instructions
+# What an instruction that raised read: ``(builder, frame, inputs, exc)``.
+def _subscr_failed(b, frame, inputs, exc):
+    if isinstance(exc, (IndexError, KeyError)):
+        b.missing_item(inputs[0], inputs[1])
+
+
+def _attr_failed(b, frame, inputs, exc):
+    if isinstance(exc, AttributeError):
+        ins = frame.info.instructions[frame.lasti]
+        b.missing_attr(inputs[0], ins.argval)
+
+
+def _global_failed(b, frame, inputs, exc):
+    if isinstance(exc, NameError):
+        name = frame.info.instructions[frame.lasti].argval
+        b.g.const(frame.globals).mark_absent(ITEM, name)
+        b.g.const(frame.builtins).mark_absent(ITEM, name)
+
+
+def _unpack_failed(b, frame, inputs, exc):
+    node = b.node(inputs[0])
+    if node is not None and node.kind in _CONTAINERS:
+        b.expand(node)   # (too many or too few items: its length)
+
+
+def _call_failed(b, frame, inputs, exc):
+    # (keyword arguments are read as positional ones: the natives that fail on a lookup
+    # take none; a Python callee's exception was first reported in its own frame)
+    callee, args = bytecode.call_operands(inputs)
+    if not isinstance(callee, (types.FunctionType, types.MethodType)):
+        b.native_failed(callee, args, None)
+
+
+_FAILED = {"BINARY_SUBSCR": _subscr_failed, "LOAD_ATTR": _attr_failed, "LOAD_METHOD": _attr_failed,
+           "LOAD_GLOBAL": _global_failed, "UNPACK_SEQUENCE": _unpack_failed, "UNPACK_EX": _unpack_failed,
+           "CALL": _call_failed}
+
+
 # --------------------------------------------------------------------------- native relations
 def _rel_attr(b, args, result):
     if len(args) >= 2 and type(args[1]) is str:
@@ -720,9 +886,7 @@ def _rel_attr(b, args, result):
         d = getattr(obj, "__dict__", None)
         if len(args) == 3 and result is args[2] and not hasattr(type(obj), name) and (
                 type(d) is not dict or name not in d):
-            node = b.node(obj)
-            if node is not None and node.kind is Kind.OBJECT:
-                node.mark_absent(ATTR, name)  # getattr(obj, name, default) took the default
+            b.missing_attr(obj, name)  # getattr(obj, name, default) took the default
             return
         b.read_attr(obj, name, result)
 
@@ -737,9 +901,9 @@ def _rel_hasattr(b, args, result):
             b.read_attr(obj, name, getattr(obj, name))
         except Exception:  # noqa: BLE001 - the attribute vanished; the guard will miss
             pass
-    elif node.kind is Kind.OBJECT:
-        node.mark_absent(ATTR, name)
-    elif node.kind is not Kind.STATIC:
+    elif node.kind in (Kind.OBJECT, Kind.STATIC):
+        b.missing_attr(obj, name)
+    else:
         b.dynamic(f"hasattr on {type(obj).__qualname__}")
 
 
@@ -785,6 +949,52 @@ def _rel_frame(b, args, result):
 
 _RELATIONS = {"attr": _rel_attr, "frame": _rel_frame, "hasattr": _rel_hasattr, "element": _rel_element,
               "contextvar": _rel_contextvar}
+
+
+_ALL = slice(None, None, None)   # ``L[:] = ...`` replaces everything
+
+
+def _method_key(callee):
+    """``(type, name)`` of a method of a builtin container, bound or not, else None."""
+    owner = getattr(callee, "__self__", None)
+    objclass = getattr(callee, "__objclass__", None)
+    tp = objclass if objclass is not None else (type(owner) if owner is not None else None)
+    name = getattr(callee, "__name__", None)
+    if tp is None or name is None:
+        return None
+    for base in (dict, list, set):
+        if issubclass(tp, base):
+            return base, name
+    return None
+
+
+def _update_slots(full):
+    # dict.update(other): other's keys (an iterable of pairs is consumed by now: not known).
+    # Its keyword arguments are not in ``full``: the whole dict then.
+    if len(full) == 2 and isinstance(full[1], dict):
+        return [(ITEM, k, SET) for k in full[1]]
+    return [(None, None, SET)]
+
+
+def _slot(rel, how):
+    return lambda a: [(rel, a[1], how)]
+
+
+# Natives that change their first argument in place, slot by slot: args -> [(rel, key, how)]
+# (see ``RefGraphBuilder.write``).  Any other changes it whole.
+_NATIVE_STORES = {
+    setattr: _slot(ATTR, SET), delattr: _slot(ATTR, DEL), object.__setattr__: _slot(ATTR, SET),
+    operator.setitem: _slot(ITEM, SET), operator.delitem: _slot(ITEM, DEL),
+    **{(tp, "__setitem__"): _slot(ITEM, SET) for tp in (dict, list)},
+    **{(tp, "__delitem__"): _slot(ITEM, DEL) for tp in (dict, list)},
+    (dict, "setdefault"): _slot(ITEM, SET), (dict, "pop"): _slot(ITEM, POP),
+    (dict, "update"): _update_slots,
+    **{(tp, "clear"): (lambda a: [(CLEAR, None, SET)]) for tp in (dict, list, set)},
+}
+# List methods that only add items at the end (the mock extends the list).
+_added = lambda a: [(ADDED, None, SET)]  # noqa: E731
+_whole = lambda a: [(None, None, SET)]  # noqa: E731
+_LIST_ADDITIONS = frozenset({(list, "append"), (list, "extend"), (list, "__iadd__")})
 
 
 _HASHED_CONTAINERS = (dict, set, frozenset, type({}.keys()))
