@@ -200,7 +200,8 @@ class _Taker:
         if name is not None:   # an eager step's value: the mock's variable (the record may
             return Variable(name)   # hold it as a constant by the time the code is written)
         t = type(v)
-        if self.graph.node_of(v) is not None:
+        node = self.graph.node_of(v)
+        if node is not None and node.id not in self.graph.frame_iterators:
             self.external[id(v)] = v
             return v
         if v is NULL or (is_immutable(v) and t not in _COPIED) or isinstance(v, torch.Tensor) or depth == 0:

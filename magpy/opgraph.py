@@ -234,6 +234,8 @@ class OpRecorder(TorchFunctionMode):
         self.pieces: list[Piece] = [Piece(0)]
         self.made: dict[int, Piece] = {}   # id(tensor) -> the piece whose operations made it
         self.eager: dict[int, str] = {}          # id(tensor) -> expression of the eager step that made it
+        # id(nn.Parameter the run made) -> (its data, requires_grad): the mock makes it anew
+        self.wrapped: dict[int, tuple] = {}
         # ids of the tensors the graphs made whose shapes follow tensor data (nonzero, x[mask],
         # and what is computed from them): their sizes are data (ann.TORCH_DATA_SHAPED).
         self.data_shaped: set[int] = set()

@@ -180,6 +180,19 @@ def _custom_function(recorder):
     return intrinsic
 
 
+def _new_parameter(recorder):
+    """``nn.Parameter(data)``: a new leaf sharing ``data``'s storage, made natively (torch does
+    not report it as an operation).  Where the call leaves it behind (a module made lazily),
+    the mock makes it the same way from the tensor its graph gives for ``data``."""
+    def intrinsic(monitor, args, kwargs):
+        param = torch.nn.Parameter(*args, **(kwargs or {}))
+        data = args[0] if args else (kwargs or {}).get("data")
+        if isinstance(data, torch.Tensor):
+            recorder.wrapped[id(param)] = (data, param.requires_grad, param)   # (kept alive: ids stay its)
+        return param
+    return intrinsic
+
+
 def _graph_apply(cls):
     # fx writes a torch-module callable into code by its dotted name, which Function.apply
     # (a classmethod) does not have: a function of ours is referenced as a global instead.
@@ -350,6 +363,7 @@ def _recording(fn, args, kwargs, roots, lifting) -> Capture:
 def _policy(recorder):
     policy = record_policy()
     policy.add_intrinsic(_FUNCTION_APPLY, _custom_function(recorder))
+    policy.add_intrinsic(torch.nn.Parameter, _new_parameter(recorder))
     policy.add_intrinsic(torch.Tensor.backward, training.backward_intrinsic(recorder))
     return policy
 

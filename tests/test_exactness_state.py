@@ -16,6 +16,7 @@ thread-local state after each call (:func:`modes_checked`).
 """
 import contextlib
 import dataclasses
+import operator
 
 import pytest
 import torch
@@ -525,3 +526,108 @@ def test_natives_and_unpacking_that_raised():
         first(x2), again(), after(refill, expect=MONITOR),
         again(expect=MONITOR), again(),   # (the pops emptied L and D again)
     ], observe=globals_view("xs", "L", "D", "o"))
+
+
+# ----------------------------------------------------------------------------- silent fallbacks
+
+class InPlaceMatmul(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.eye(2) * 0.5)
+
+    def forward(self, x):
+        x += x @ self.w   # (a leaf argument becomes a non-leaf: it keeps no .grad)
+        return x
+
+
+def test_in_place_update_of_an_argument_with_a_parameter_compiles():
+    check_compiled(lambda: (lambda m: (m, m))(InPlaceMatmul()), [
+        first(lambda m: (torch.randn(2, 2),)),
+        again(expect=MONITOR),   # (the same x, which requires grad now: another record)
+        again(), fresh(lambda m: (torch.randn(2, 2),)),
+    ])
+
+
+def nested_modes_then_a_tensor_test(x):
+    with torch.no_grad():
+        with torch.enable_grad():
+            with torch.no_grad():
+                B.mul_(0.5)  # noqa: F821
+    ys = [t for t in x if t > 0]
+    return x * len(ys)
+
+
+def test_resume_inside_a_comprehension_over_a_tensor_compiles():
+    # The resume points inside the comprehension take its iterator (a tuple iterator, rebuilt
+    # with __setstate__); the mock failed writing it and the callable ran eagerly from then on.
+    modes_checked(lambda: isolated(nested_modes_then_a_tensor_test, B=torch.ones(2)), [
+        first(xg), again(), fresh(lambda s: (torch.tensor([1.0, -1.0], requires_grad=True),), expect=ANY),
+        again(),
+    ], observe=globals_view("B"))
+
+
+def parameter_left_behind(x):
+    if "scale" not in P:  # noqa: F821
+        P["scale"] = nn.Parameter(x.mean(0) * 2)  # noqa: F821
+    return x * 2
+
+
+def test_parameter_made_by_the_call_compiles():
+    # ``nn.Parameter(data)`` left behind (a module made lazily): "a tensor of unknown origin"
+    # made the callable eager from then on.
+    def reset(ns):
+        ns["P"].clear()
+
+    trace = check_compiled(lambda: isolated(parameter_left_behind, P={}), [
+        first(lambda s: (torch.randn(3, 2),)), fresh(lambda s: (torch.randn(3, 2),), expect=MONITOR),
+        again(), after(reset, args=lambda s: (torch.randn(3, 2),), expect=MOCK),
+    ], observe=globals_view("P"))
+    assert trace.stats["eager_runs"] == 0
+
+
+# ----------------------------------------------------------------------------- iterators
+
+def next_of_an_outside_iterator(x):
+    n = next(IT)  # noqa: F821
+    return x * n
+
+
+def first_of_an_outside_iterator(x):
+    for t in IT:  # noqa: F821
+        return x * t
+    return x
+
+
+def test_advancing_an_iterator_from_outside_is_not_baked_in():
+    # The mock replayed ``next(IT)``'s first value forever (1, 1, 1 for eager's 1, 2, 3):
+    # advancing it is an eager step (``next``) or ends recording (a ``for`` over it).
+    def build(fn):
+        return lambda: isolated(fn, IT=iter([1.0, 2.0, 3.0, 4.0, 5.0]))
+
+    left = lambda ns: operator.length_hint(ns["IT"])  # noqa: E731
+    check_compiled(build(next_of_an_outside_iterator), [first(x2), again(), again(), fresh(x2)],
+                   fullgraph=False, observe=left)
+    check_compiled(build(first_of_an_outside_iterator), [
+        first(x2, expect=None), again(expect=None), again(expect=None)], fullgraph=False, observe=left)
+
+
+def checks_in_a_loop_over_a_list(x):
+    out = x
+    for s in [1.0, 1.0, 1.0]:
+        B.add_(1.0)  # noqa: F821 - an effect: a failed check resumes the monitor there
+        if bool((out * s).sum() > 3.0):
+            out = out * 0.5
+        else:
+            out = out * 2.0
+    return out
+
+
+def test_a_continuation_inside_a_loop_knows_where_the_loop_is():
+    # The frames hold the loop's list iterator; the items are all equal, so only the items it
+    # has left tell one resume point from the next.
+    xs = [1.0, 1.0, 0.1, 2.0, 0.1, 1.0, 2.0]
+    trace = check_compiled(lambda: isolated(checks_in_a_loop_over_a_list, B=torch.zeros(1)),
+                   [first(lambda s: (torch.full((2,), xs[0]),))]
+                   + [fresh((lambda v: lambda s: (torch.full((2,), v),))(v), expect=None) for v in xs[1:]],
+                   fullgraph=False, observe=globals_view("B"))
+    assert trace.stats["eager_runs"] == 0

@@ -45,9 +45,11 @@ from magpy.refgraph.graph import (
     GETATTR,
     ITEM,
     KWARG,
+    LEFT,
     VAR,
     Kind,
     RefGraph,
+    as_found,
     is_immutable,
 )
 
@@ -57,6 +59,7 @@ _OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
 _TYPE_GETATTRIBUTE = type.__dict__["__getattribute__"]
 # What guard code refers to by name.
 NAMESPACE = {"SAME": same_value, "DICT_VERSION": _DICT_VERSION, "OWN_DICTS": bytecode.OWN_DICTS,
+             "LENGTH_HINT": operator.length_hint,
              "GET_DICT": operator.attrgetter("__dict__"),
              "IS": operator.is_, "CLASS_DICT": None, "_short": None}
 
@@ -74,7 +77,7 @@ class GuardWriter:
         """One check of the tensors' dtype, device, sizes and strides (not the lifted sizes)."""
         meta = [self.shapes.sizes_and_strides(n.value) if self.shapes
                 else (list(n.value.size()), list(n.value.stride())) for n in tensors]
-        return TensorGuards(*[n.value for n in tensors], tensor_check_names=names,
+        return TensorGuards(*[as_found(n) for n in tensors], tensor_check_names=names,
                             dynamic_dims_sizes=[m[0] for m in meta],
                             dynamic_dims_strides=[m[1] for m in meta])
 
@@ -268,6 +271,8 @@ class GuardWriter:
             return f"{p}()"   # a weakref's call runs no Python code
         if rel == GETATTR:
             return f"getattr({p}, {key!r})"   # torch's __getattr__: no program code
+        if rel == LEFT:
+            return f"LENGTH_HINT({p}, -1)"   # a native iterator's __length_hint__: no program code
         raise CaptureError(f"no path step for relation {rel!r}")
 
     def checks(self, node) -> list[str]:

@@ -244,7 +244,9 @@ class MockWriter:
         elif k is Kind.CONTEXTVAR:
             self.commit(f"    {v}.set({self.expr(None if now[0] is UNSET else now[0])})")
         elif k is Kind.TENSOR:   # a leaf's .grad (refgraph.tensor_state)
-            for key, val in now.items():
+            # (None: an in-place update of a leaf made it a non-leaf, in the graph as in eager;
+            # a non-leaf keeps no .grad)
+            for key, val in (now or {}).items():
                 self.commit(f"    {v}.{key} = {self.expr(val)}")
         elif k is Kind.SET:
             self.g.rewritten(node, now)
@@ -348,6 +350,13 @@ class MockWriter:
         piece = self.rec.produced(t)
         if piece is None and id(t) in self.rec.eager:   # a tensor an eager step gave back
             return self.use(self.rec.eager[id(t)])
+        if piece is None and id(t) in self.rec.wrapped:   # nn.Parameter(data) the call made
+            built = self._built.get(id(t))
+            if built is not None:
+                self.shared.add(id(t))
+                return built
+            data, requires_grad, _ = self.rec.wrapped[id(t)]
+            return self.bind(t, f"{self.names.const(type(t))}({self.expr(data)}, {requires_grad})")
         if piece is None:
             raise CaptureError(f"the call leaves behind a tensor of unknown origin (shape {tuple(t.shape)})")
         passes = self.rec.passes.get(id(t))
@@ -474,7 +483,8 @@ class MockWriter:
             call = f"{self.names.const(fn)}({', '.join(self.expr(a) for a in args)})"
         name = self.bind(v, call)
         if state is not None:
-            if hasattr(v, "__setstate__"):
+            # (pickle's test is on the object itself, not on the Reduced taking its place)
+            if hasattr(v.original if type(v) is Reduced else v, "__setstate__"):
                 self.lines.append(f"    {name}.__setstate__({self.expr(state)})")
             else:
                 # pickle's default: a __dict__ state, or (__dict__ state, __slots__ state).

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import contextvars
 import enum
+import operator
 import sys
 import types
 
@@ -31,6 +32,7 @@ CELL = "cell"       # parent.cell_contents
 VAR = "var"         # parent.get(): the value of a contextvars.ContextVar
 DEREF = "deref"     # parent(): the object a weak reference refers to (or None)
 GETATTR = "getattr"  # getattr(parent, name) through a natively run __getattr__ (a ScriptModule's)
+LEFT = "left"       # operator.length_hint(parent, -1): the items an iterator has left
 
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
@@ -79,6 +81,11 @@ def _numpy_scalar(v) -> bool:
     # numpy is looked up, not imported: without it loaded there is no numpy scalar.
     np = sys.modules.get("numpy")
     return np is not None and isinstance(v, np.generic) and not isinstance(v, np.void)
+
+
+def is_iterator(v) -> bool:
+    """A native iterator (not a generator: the monitor runs those)."""
+    return hasattr(type(v), "__next__") and not isinstance(v, types.GeneratorType)
 
 
 def kind_of(v) -> Kind:
@@ -153,6 +160,23 @@ def tensor_version(t) -> int | None:
             return None
 
 
+def tensor_requires_grad(t) -> bool:
+    """``t.requires_grad``, read past torch function modes (as :func:`tensor_version`)."""
+    with torch._C.DisableTorchFunction():
+        return t.requires_grad
+
+
+def as_found(node):
+    """A tensor node's value with the metadata the guard checks as the program found it: the
+    tensor itself, or (where the call changed its ``requires_grad``) a detached alias with
+    the flag it had."""
+    t = node.value
+    if tensor_requires_grad(t) == node.requires_grad:
+        return t
+    with torch._C.DisableTorchFunction():
+        return t.detach().requires_grad_(node.requires_grad)
+
+
 def dict_items(d) -> dict:
     """A dict's entries in its iteration order, without running Python overrides of ``items``
     (an OrderedDict's order is its own, not that of the dict underneath)."""
@@ -189,7 +213,7 @@ class ShadowNode:
 
     __slots__ = ("id", "value", "kind", "parent", "rel", "key", "versions", "children", "read",
                  "struct", "snapshot", "aliases", "absent", "distinct", "changed", "tensor_version",
-                 "written", "whole", "cleared", "present")
+                 "written", "whole", "cleared", "present", "requires_grad")
 
     def __init__(self, nid, value, parent, rel, key):
         self.id = nid
@@ -207,6 +231,8 @@ class ShadowNode:
         self.changed = False      # its final state differs from version 0
         # A tensor's version counter when the program reached it: in-place updates bump it.
         self.tensor_version = tensor_version(value) if self.kind is Kind.TENSOR else None
+        # ... and whether it required grad (an in-place update with one that does changes it)
+        self.requires_grad = tensor_requires_grad(value) if self.kind is Kind.TENSOR else None
         # The program's own stores into it, which the mock replays even where they left the
         # slot as they found it (a caller may change it before the next call):
         self.written = {}         # (rel, key) stored or deleted -> deleted at some point
@@ -247,6 +273,9 @@ class RefGraph:
     def __init__(self):
         self.nodes = [ShadowNode(0, None, None, None, None)]
         self.by_id = {}           # id(value) -> node, for values with identity
+        # ids of the iterators a continuation's frames hold: made anew by the mock on each
+        # call, positioned where the check failed (not objects from outside the call)
+        self.frame_iterators: set[int] = set()
 
     @property
     def sn0(self) -> ShadowNode:
@@ -301,6 +330,11 @@ class RefGraph:
         node = self.child(self.sn0, rel, key, value, read=False)
         if anew and type(value) is types.MethodType and node.kind is Kind.OPAQUE:
             node.kind = Kind.METHOD
+        if anew and node.kind is Kind.OPAQUE and is_iterator(value):
+            # What the rest of the call does depends on where it is: the guard checks the
+            # items it has left, where the iterator tells (a list's, a tuple's, a dict's ...).
+            self.frame_iterators.add(node.id)
+            self.child(node, LEFT, None, operator.length_hint(value, -1))
         return self.child(self.sn0, rel, key, value, read=read)
 
     def const(self, value) -> ShadowNode:

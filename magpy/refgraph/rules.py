@@ -233,6 +233,8 @@ class RefGraphBuilder(Observer):
         if ann.ends_recording(callee):
             self.dynamic("a magpy.disable() block")
             return
+        if callee is next and args and self.advanced(args[0], step=True):
+            return
         if ann.records_itself(callee):
             return   # its effect is a step of its own (magpy.warns)
         a, bound = ann.lookup(callee)
@@ -558,6 +560,16 @@ class RefGraphBuilder(Observer):
         self.dynamic(f"{type(obj).__qualname__}.{name} (a Python method) called by a native operation")
         return True
 
+    def advanced(self, it, step: bool = False) -> bool:
+        """The program advanced iterator ``it`` (``next(it)``, a ``for`` loop).  One from outside
+        the call (or handed to a continuation) holds a position that the RefGraph does not
+        see and the mock would not move: a dynamic operation (True)."""
+        node = self.node(it)
+        if node is None or node.kind is not Kind.OPAQUE or node.id in self.g.frame_iterators:
+            return False
+        self.dynamic(f"advancing a {type(it).__qualname__} from outside the call", step=step)
+        return True
+
     # ------------------------------------------------------------------ writes
     def write(self, obj, rel=None, key=None, how=SET):
         """The program changed ``obj``: in slot ``(rel, key)`` (``how``: SET, DEL or POP, see
@@ -654,6 +666,10 @@ def _store_deref(b, frame, ins, inputs, outputs):
     cell = frame.locals[ins.arg]
     if id(cell) not in b.new_cells:
         b.write(b.g.const(cell).value, CELL, None, DEL if ins.opname == "DELETE_DEREF" else SET)
+
+
+def _for_iter(b, frame, ins, inputs, outputs):
+    b.advanced(inputs[0])
 
 
 def _load_attr(b, frame, ins, inputs, outputs):
@@ -820,7 +836,7 @@ _RULES = {
     "LOAD_FROM_DICT_OR_DEREF": _load_deref, "BINARY_SLICE": _binary_slice, "STORE_SLICE": _store_slice,
     "MAKE_CELL": _make_cell, "MAKE_FUNCTION": _make_function,
     "STORE_DEREF": _store_deref, "DELETE_DEREF": _store_deref,
-    "LOAD_ATTR": _load_attr, "LOAD_METHOD": _load_attr,
+    "LOAD_ATTR": _load_attr, "LOAD_METHOD": _load_attr, "FOR_ITER": _for_iter,
     "BINARY_SUBSCR": _binary_subscr, "STORE_SUBSCR": _store_subscr, "DELETE_SUBSCR": _delete_subscr,
     "STORE_ATTR": _store_attr, "DELETE_ATTR": _delete_attr,
     "STORE_GLOBAL": _store_global, "DELETE_GLOBAL": _store_global,
@@ -965,6 +981,8 @@ def _method_key(callee):
     for base in (dict, list, set):
         if issubclass(tp, base):
             return base, name
+    if name in ("__setattr__", "__delattr__"):   # (``super().__setattr__``: object's, bound)
+        return object, name
     return None
 
 
@@ -983,7 +1001,8 @@ def _slot(rel, how):
 # Natives that change their first argument in place, slot by slot: args -> [(rel, key, how)]
 # (see ``RefGraphBuilder.write``).  Any other changes it whole.
 _NATIVE_STORES = {
-    setattr: _slot(ATTR, SET), delattr: _slot(ATTR, DEL), object.__setattr__: _slot(ATTR, SET),
+    setattr: _slot(ATTR, SET), delattr: _slot(ATTR, DEL),
+    (object, "__setattr__"): _slot(ATTR, SET), (object, "__delattr__"): _slot(ATTR, DEL),
     operator.setitem: _slot(ITEM, SET), operator.delitem: _slot(ITEM, DEL),
     **{(tp, "__setitem__"): _slot(ITEM, SET) for tp in (dict, list)},
     **{(tp, "__delitem__"): _slot(ITEM, DEL) for tp in (dict, list)},
