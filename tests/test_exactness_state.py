@@ -17,6 +17,7 @@ thread-local state after each call (:func:`modes_checked`).
 import contextlib
 import dataclasses
 import operator
+import types
 
 import pytest
 import torch
@@ -217,6 +218,34 @@ def test_python_setitem_store_replayed():
     check_compiled(lambda: isolated(python_setitem, S=Store()), [
         first(x2), again(), after(reset, expect=MOCK), after(reset, expect=MOCK),
     ], observe=lambda ns: ns["S"].data)
+
+
+def module_and_class_stores(x):
+    M.X = 7  # noqa: F821
+    M.SAME = 5  # noqa: F821
+    K.count = 8  # noqa: F821
+    del M.GONE  # noqa: F821
+    return x + 1
+
+
+def test_module_and_class_attribute_stores_replayed():
+    # Never replayed, changed or not: a module's and a class's attributes had no snapshot.
+    def build():
+        m = types.ModuleType("m")
+        m.X, m.SAME, m.GONE = 0, 5, 1
+        return isolated(module_and_class_stores, M=m, K=type("K", (), {"count": 0}))
+
+    def reset(ns):
+        ns["M"].X = ns["M"].SAME = ns["K"].count = 0
+        ns["M"].GONE = 2
+
+    def observe(ns):
+        return {k: v for k, v in vars(ns["M"]).items() if not k.startswith("__")}, ns["K"].count
+
+    check_compiled(build, [
+        first(x2), after(reset, expect=MOCK), after(reset, expect=MOCK),
+        again(expect=ANY),   # (``del M.GONE`` of a missing attribute: AttributeError, as eager)
+    ], observe=observe)
 
 
 def list_item_store(x):
@@ -615,19 +644,21 @@ def checks_in_a_loop_over_a_list(x):
     out = x
     for s in [1.0, 1.0, 1.0]:
         B.add_(1.0)  # noqa: F821 - an effect: a failed check resumes the monitor there
-        if bool((out * s).sum() > 3.0):
+        if float((out * s).sum()) > 3.0:
             out = out * 0.5
         else:
             out = out * 2.0
     return out
 
 
-def test_a_continuation_inside_a_loop_knows_where_the_loop_is():
-    # The frames hold the loop's list iterator; the items are all equal, so only the items it
-    # has left tell one resume point from the next.
-    xs = [1.0, 1.0, 0.1, 2.0, 0.1, 1.0, 2.0]
+def test_checks_in_a_loop_over_a_list_resume_in_the_loop():
+    # The resume points hold the loop's list iterator (rebuilt with __setstate__, which the
+    # mock failed to write: the callable ran eagerly); a continuation's own resume points
+    # take it where the continuation left it, and its guard checks the items it has left.
+    xs = [1.0, 1.0, 0.1, 2.0, 0.1, 1.0, 2.0, 0.3, 1.6]
     trace = check_compiled(lambda: isolated(checks_in_a_loop_over_a_list, B=torch.zeros(1)),
-                   [first(lambda s: (torch.full((2,), xs[0]),))]
-                   + [fresh((lambda v: lambda s: (torch.full((2,), v),))(v), expect=None) for v in xs[1:]],
-                   fullgraph=False, observe=globals_view("B"))
+                           [first(lambda s: (torch.full((2,), xs[0]),))]
+                           + [fresh((lambda v: lambda s: (torch.full((2,), v),))(v), expect=None)
+                              for v in xs[1:]],
+                           fullgraph=False, observe=globals_view("B"))
     assert trace.stats["eager_runs"] == 0

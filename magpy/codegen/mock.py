@@ -26,7 +26,7 @@ from magpy.dynamic import Scalar
 from magpy.errors import CaptureError
 from magpy.monitor import NULL, generators
 from magpy.opgraph import InputSource, ScalarInput, int_tensor, scalar_tensor, set_thread_modes
-from magpy.refgraph.graph import UNSET, Kind, RefGraph, is_immutable, state_of
+from magpy.refgraph.graph import UNSET, Kind, RefGraph, is_immutable, is_namespace, namespace_state, state_of
 
 
 class MockCommitError(Exception):
@@ -47,6 +47,12 @@ class StepRaised(Exception):
         self.step = step   # its index in the record's steps
 
 
+def _delattr_if(obj, name: str) -> None:
+    """``del obj.name`` of a module or class attribute the program stored, then deleted."""
+    if name in obj.__dict__:
+        delattr(obj, name)
+
+
 class _Miss:
     """What a mock returns when a check after an eager step fails (before any effect)."""
 
@@ -58,7 +64,8 @@ MISS = _Miss()
 # What mock code refers to by name.
 NAMESPACE = {"FUNCTION": types.FunctionType, "CELL": types.CellType, "COMMIT_FAILED": MockCommitError,
              "MISS": MISS, "STEP_RAISED": StepRaised, "RESUME": Resume, "SCALAR": scalar_tensor,
-             "INT_SCALAR": int_tensor, "SET_GRAD": torch._C._set_grad_enabled, "SET_MODES": set_thread_modes}
+             "INT_SCALAR": int_tensor, "SET_GRAD": torch._C._set_grad_enabled, "SET_MODES": set_thread_modes,
+             "DELATTR_IF": _delattr_if}
 
 
 class MockWriter:
@@ -228,11 +235,13 @@ class MockWriter:
         k = node.kind
         snap = node.snapshot
         if now is None:
-            now = state_of(node.value, k)
+            now = state_of(node.value, k) if snap is not None else namespace_state(node)
         if k is Kind.LIST:
             self.list_update(node, v, now, snap)
         elif k is Kind.DICT:
             self.dict_update(node, v, now, snap, mapping=v)
+        elif snap is None and is_namespace(node.value):
+            self.namespace_update(node, v, now)
         elif k is Kind.OBJECT or isinstance(node.value, torch.nn.Module):
             self.commit(f"    d{node.id} = {v}.__dict__")
             self.dict_update(node, v, now, snap, mapping=f"d{node.id}")
@@ -253,6 +262,15 @@ class MockWriter:
             self.commit(f"    {v}.clear(); {v}.update([{', '.join(self.expr(x) for x in now)}])")
         else:
             raise CaptureError(f"cannot reproduce the in-place change of a {type(node.value).__qualname__}")
+
+    def namespace_update(self, node, v, now):
+        """A module's or class's attributes the program stored (``refgraph.namespace_state``),
+        set as the program set them (its setattr runs no program code), or deleted."""
+        for key in dict.fromkeys(key for _, key in node.written):
+            if key in now:
+                self.commit(f"    setattr({v}, {key!r}, {self.expr(now[key])})")
+            else:
+                self.commit(f"    DELATTR_IF({v}, {key!r})")
 
     def list_update(self, node, v, now, snap):
         """A list's items the program stored into, by index, and those it added at the end

@@ -160,6 +160,19 @@ def tensor_version(t) -> int | None:
             return None
 
 
+def is_namespace(v) -> bool:
+    """A module or a class: its attributes are stores the program makes (``config.STEP = n``,
+    ``Klass.count += 1``), not snapshotted whole (their dicts are big and mostly functions)."""
+    return isinstance(v, (types.ModuleType, type))
+
+
+def namespace_state(node) -> dict:
+    """The attributes of a module or class node that the program stored into, as they are now
+    (those it deleted are missing)."""
+    d = node.value.__dict__
+    return {key: d[key] for _, key in node.written if key in d}
+
+
 def tensor_requires_grad(t) -> bool:
     """``t.requires_grad``, read past torch function modes (as :func:`tensor_version`)."""
     with torch._C.DisableTorchFunction():
@@ -351,6 +364,8 @@ class RefGraph:
         all the same, since a later call may find the slot changed."""
         for node in self.nodes[1:]:
             if node.snapshot is None:
+                if node.stores:   # a module's or class's attributes: those it stored
+                    yield node, namespace_state(node)
                 continue
             now = state_of(node.value, node.kind)
             if node.stores or not same_state(now, node.snapshot):

@@ -36,6 +36,7 @@ from magpy.refgraph.graph import (
     RefGraph,
     ShadowVersion,
     is_immutable,
+    is_namespace,
     same_state,
     state_of,
 )
@@ -109,10 +110,10 @@ class Breaker:
         return GraphBreak(reason, f.code.co_filename, f.f_lineno) if f is not None else GraphBreak(reason)
 
     def pending_module_writes(self) -> bool:
-        """Has the run so far changed a Python module's attributes or a globals dict (state an
-        eager step may read, which the mock only writes back at its end)?"""
+        """Has the run so far changed a Python module's or class's attributes or a globals dict
+        (state an eager step may read, which the mock only writes back at its end)?"""
         for node in self.graph.nodes[1:]:
-            if isinstance(node.value, types.ModuleType) and len(node.versions) > 1:
+            if is_namespace(node.value) and len(node.versions) > 1:
                 return True
             if node.kind is Kind.DICT and node.rel == CONST and not same_state(
                     state_of(node.value, node.kind), node.snapshot):
@@ -581,7 +582,9 @@ class RefGraphBuilder(Observer):
                 self.dynamic(f"a write to {type(obj).__qualname__}, which keeps its attributes "
                              "in its C++ module")
             node.versions.append(ShadowVersion(node.versions[-1].refs))
-            if node.snapshot is not None and node.kind is not Kind.TENSOR:
+            if rel == ATTR and node.snapshot is None and is_namespace(obj) and type(key) is str:
+                node.stored(ATTR, key, how is not SET, must_exist=how is DEL)
+            elif node.snapshot is not None and node.kind is not Kind.TENSOR:
                 self._stored(node, obj, rel, key, how)
 
     def _stored(self, node, obj, rel, key, how):
