@@ -507,6 +507,32 @@ def test_missing_attribute_paths_check_the_object_and_its_class():
     ], observe=lambda ns: (vars(ns["o"]), ns["K"].__dict__.get("b"), ns["K"].__dict__.get("c")))
 
 
+class Defaults:
+    def __getattr__(self, name):
+        return 1.0
+
+
+def read_through_getattr(x):
+    return x * d.scale  # noqa: F821
+
+
+def test_value_a_python_getattr_made_checks_the_attribute_is_missing():
+    # Once the object (or its class) has the attribute, __getattr__ is not asked.
+    def own(ns):
+        ns["d"].scale = 3.0
+
+    def on_class(ns):
+        del ns["d"].scale
+        type(ns["d"]).scale = 5.0
+
+    def build():
+        return isolated(read_through_getattr, d=type("Defaults", (Defaults,), {})())
+
+    check_compiled(build, [
+        first(x2), again(), after(own, expect=MONITOR), again(), after(on_class, expect=MONITOR), again(),
+    ], observe=lambda ns: vars(ns["d"]))
+
+
 def name_error_path(x):
     try:
         v = MAYBE  # noqa: F821

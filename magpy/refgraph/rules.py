@@ -432,6 +432,9 @@ class RefGraphBuilder(Observer):
                 and self.dynamic.monitor.policy.runs_natively(getattr_fn):
             self.dynamic(f"{tp.__qualname__}.{name} read through {getattr_fn.__qualname__}, "
                          "which runs natively")
+            return
+        # (where the object or a class gains it, __getattr__ is not asked)
+        self.missing_attr(obj, name)
 
     def missing_attr(self, obj, name) -> None:
         """``obj`` has no attribute ``name`` (``getattr`` took its default, ``hasattr`` said
@@ -628,7 +631,10 @@ class RefGraphBuilder(Observer):
         """The slots a native that changes its first argument in place writes (setattr,
         ``d.setdefault(k, v)``, ``d.update(other)`` ...), else the whole of it."""
         method = _method_key(callee)
-        slots = None if kwargs else _NATIVE_STORES.get(callee) or _NATIVE_STORES.get(method)
+        try:
+            slots = None if kwargs else _NATIVE_STORES.get(callee) or _NATIVE_STORES.get(method)
+        except TypeError:   # (an unhashable callable a user annotated)
+            slots = None
         if slots is None:
             slots = _added if method in _LIST_ADDITIONS else _whole
         for rel, key, how in slots(full):
