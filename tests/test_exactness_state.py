@@ -14,6 +14,7 @@
 Every test is differential (``tests/compile_harness.py``) and also compares torch's
 thread-local state after each call (:func:`modes_checked`).
 """
+import collections
 import contextlib
 import dataclasses
 import operator
@@ -417,6 +418,26 @@ def test_grad_mode_after_a_step_raised_under_no_grad():
     ])
 
 
+def resumes_under_grad_modes(x):
+    B.add_(1.0)  # noqa: F821 - an effect: a failed check resumes the monitor
+    with torch.no_grad():
+        n = int(x.sum())
+    y = x * (2 if n > 1 else 3)
+    with torch.enable_grad():
+        m = float(y.sum())
+    return y * m
+
+
+def test_grad_modes_after_a_resume():
+    # The continuation records from inside the call, under the modes the mock had there, and
+    # leaves them as eager does.
+    modes_checked(lambda: isolated(resumes_under_grad_modes, B=torch.zeros(1)), [
+        first(xg, ctx=torch.no_grad), again(ctx=torch.no_grad), fresh(zg, expect=MONITOR, ctx=torch.no_grad),
+        again(ctx=torch.no_grad), fresh(xg, ctx=torch.no_grad),
+        first(xg, expect=MONITOR, name="grad mode on"), fresh(zg, expect=MONITOR), again(),
+    ], observe=globals_view("B"))
+
+
 def steps_under_inference_and_autocast(x):
     with torch.inference_mode():
         n = int(x.sum())
@@ -531,6 +552,21 @@ def test_value_a_python_getattr_made_checks_the_attribute_is_missing():
     check_compiled(build, [
         first(x2), again(), after(own, expect=MONITOR), again(), after(on_class, expect=MONITOR), again(),
     ], observe=lambda ns: vars(ns["d"]))
+
+
+def defaultdict_lookup(x):
+    D["k"].append(1)  # noqa: F821
+    return x * len(D["k"])  # noqa: F821
+
+
+def test_defaultdict_lookup_that_made_the_key_checks_it_was_missing():
+    def put(ns):
+        ns["D"].clear()
+        ns["D"]["k"] = [7, 7]
+
+    check_compiled(lambda: isolated(defaultdict_lookup, D=collections.defaultdict(list)), [
+        first(x2), after(put, expect=MONITOR), after(put, expect=MOCK),
+    ], observe=lambda ns: dict(ns["D"]))
 
 
 def name_error_path(x):

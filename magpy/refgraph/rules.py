@@ -354,6 +354,9 @@ class RefGraphBuilder(Observer):
             try:
                 if snap.get(key, _MISSING) is value:
                     self.g.child(node, ITEM, key, value)
+                elif key not in snap and (ITEM, key) not in node.written \
+                        and type_lookup(type(node.value), "__missing__") is not NULL:
+                    node.mark_absent(ITEM, key)   # (a defaultdict made it: not there before)
             except TypeError:
                 pass
             return
