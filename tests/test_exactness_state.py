@@ -90,7 +90,6 @@ def modes_checked(build, steps, **kwargs):
                 yield
         return both
 
-    kwargs.setdefault("fullgraph", False)   # (steps: graph breaks)
     trace = check_compiled(build, [dataclasses.replace(s, ctx=wrap(s.ctx)) for s in steps], **kwargs)
     for i, (e, c) in enumerate(zip(log[::2], log[1::2])):
         assert e == c, f"step {i} ({steps[i].name}): torch state after the call: eager {e}, compiled {c}"
@@ -117,7 +116,7 @@ def reset_state(ns):
 
 def test_stores_that_found_their_value_are_replayed():
     # Issue 33 A: eager leaves 5/[5]/5/{'a': 0.5} after every call; the caller resets in between.
-    check_compiled(lambda: isolated(stores_that_change_nothing, o=_obj(a=5), L=[5], N=5, G={"a": 0.5}), [
+    modes_checked(lambda: isolated(stores_that_change_nothing, o=_obj(a=5), L=[5], N=5, G={"a": 0.5}), [
         first(x2), again(), after(reset_state, expect=MOCK), fresh(x2), after(reset_state, expect=MOCK),
     ], observe=globals_view("o", "L", "N", "G"))
 
@@ -136,7 +135,7 @@ def test_setattr_update_and_negative_index_stores_replayed():
         ns["D"]["k"] = 0
         ns["L"][-1] = 0
 
-    check_compiled(lambda: isolated(setattr_and_item_stores, o=_obj(a=5), D={"k": 1, "s": 2}, L=[1, 7]), [
+    modes_checked(lambda: isolated(setattr_and_item_stores, o=_obj(a=5), D={"k": 1, "s": 2}, L=[1, 7]), [
         first(x2), again(), after(reset, expect=MOCK), after(reset, expect=MOCK),
     ], observe=globals_view("o", "D", "L"))
 
@@ -159,7 +158,7 @@ def closure_store():
 
 
 def test_nonlocal_store_replayed():
-    check_compiled(closure_store, [
+    modes_checked(closure_store, [
         first(x2), again(),
         after(lambda s: s["put"](0), expect=MOCK), after(lambda s: s["put"](1), expect=MOCK),
     ], observe=lambda s: s["get"]())
@@ -192,7 +191,7 @@ def test_module_attribute_and_submodule_stores_replayed():
         m.sub = KEPT
         return m, m
 
-    check_compiled(build, [
+    modes_checked(build, [
         first(x2), again(), after(reset, expect=MOCK), after(swap, expect=MOCK), again(),
     ], observe=lambda m: (m.count, m.sub is KEPT))
 
@@ -216,7 +215,7 @@ def test_python_setitem_store_replayed():
     def reset(ns):
         ns["S"].data.clear()
 
-    check_compiled(lambda: isolated(python_setitem, S=Store()), [
+    modes_checked(lambda: isolated(python_setitem, S=Store()), [
         first(x2), again(), after(reset, expect=MOCK), after(reset, expect=MOCK),
     ], observe=lambda ns: ns["S"].data)
 
@@ -243,7 +242,7 @@ def test_module_and_class_attribute_stores_replayed():
     def observe(ns):
         return {k: v for k, v in vars(ns["M"]).items() if not k.startswith("__")}, ns["K"].count
 
-    check_compiled(build, [
+    modes_checked(build, [
         first(x2), after(reset, expect=MOCK), after(reset, expect=MOCK),
         again(expect=ANY),   # (``del M.GONE`` of a missing attribute: AttributeError, as eager)
     ], observe=observe)
@@ -262,7 +261,7 @@ def test_list_item_store_keeps_the_items_the_caller_added():
     def empty(ns):
         ns["L"].clear()
 
-    check_compiled(lambda: isolated(list_item_store, L=[0]), [
+    modes_checked(lambda: isolated(list_item_store, L=[0]), [
         first(x2), again(), after(grow, expect=MONITOR), again(),
         after(empty, expect=ANY),   # (IndexError, as eager: no record)
     ], observe=globals_view("L"))
@@ -279,7 +278,7 @@ def test_list_rewritten_from_what_it_held():
     def grow(ns):
         ns["L"][:] = [1, 2]
 
-    check_compiled(lambda: isolated(delete_then_append, L=[1]), [
+    modes_checked(lambda: isolated(delete_then_append, L=[1]), [
         first(x2), after(grow, expect=MONITOR), again(expect=MONITOR),
     ], observe=globals_view("L"))
 
@@ -299,7 +298,7 @@ def test_stored_then_deleted_key_and_deleted_attribute():
     def attribute_back(ns):
         ns["o"].a = 3
 
-    check_compiled(lambda: isolated(store_then_delete, G={}, o=_obj(a=1)), [
+    modes_checked(lambda: isolated(store_then_delete, G={}, o=_obj(a=1)), [
         first(x2), after(put_back, expect=MOCK), after(attribute_back, expect=MOCK),
         # ``del o.a`` of a missing attribute raises AttributeError, as eager does
         again(expect=ANY),
@@ -317,7 +316,7 @@ def test_key_deleted_and_stored_again_goes_last():
         ns["G"].clear()
         ns["G"].update({"a": 1, "z": 0})
 
-    check_compiled(lambda: isolated(delete_then_store, G={"a": 1}), [
+    modes_checked(lambda: isolated(delete_then_store, G={"a": 1}), [
         first(x2), after(reset, expect=MOCK), after(reset, expect=MOCK),
     ], observe=lambda ns: list(ns["G"].items()))
 
@@ -344,7 +343,7 @@ def test_grad_mode_back_on_after_a_step_under_no_grad():
     # its result requires grad as eager's does.
     modes_checked(lambda: (read_under_no_grad, None), [
         first(xg), again(), fresh(xg), fresh(zg, expect=MONITOR), again(), fresh(xg),
-    ])
+    ], fullgraph=False)
 
 
 def read_under_enable_grad(x):
@@ -357,7 +356,7 @@ def test_grad_mode_back_off_after_a_step_under_enable_grad():
     modes_checked(lambda: (read_under_enable_grad, None), [
         first(xg, ctx=torch.no_grad), again(ctx=torch.no_grad), fresh(zg, expect=MONITOR, ctx=torch.no_grad),
         again(ctx=torch.no_grad),
-    ])
+    ], fullgraph=False)
 
 
 def read_under_set_grad_enabled(x):
@@ -375,13 +374,13 @@ def grad_mode_left_off(x):
 
 def test_grad_mode_switched_by_set_grad_enabled():
     modes_checked(lambda: (read_under_set_grad_enabled, None), [
-        first(xg), again(), fresh(zg, expect=MONITOR)])
+        first(xg), again(), fresh(zg, expect=MONITOR)], fullgraph=False)
 
 
 @pytest.mark.magpy_rerecords   # (the call leaves grad mode off: the identical call finds it so)
 def test_grad_mode_left_off_by_the_program():
     modes_checked(lambda: (grad_mode_left_off, None), [
-        first(xg), again(), fresh(zg, expect=MONITOR), again()])
+        first(xg), again(), fresh(zg, expect=MONITOR), again()], fullgraph=False)
 
 
 def step_before_graph_under_no_grad(x):
@@ -401,8 +400,10 @@ def autocast_around_a_step(x):
 def test_modes_around_steps_outside_graphs():
     # A ``with`` around a step alone: the mock switches the mode for the step and back for the
     # graph after it, whose operations must run as eager's did.
-    modes_checked(lambda: (step_before_graph_under_no_grad, None), [first(xg), again(), fresh(xg)])
-    modes_checked(lambda: (autocast_around_a_step, None), [first(xg), again(), fresh(zg, expect=MONITOR)])
+    modes_checked(lambda: (step_before_graph_under_no_grad, None), [first(xg), again(), fresh(xg)],
+                  fullgraph=False)
+    modes_checked(lambda: (autocast_around_a_step, None), [first(xg), again(), fresh(zg, expect=MONITOR)],
+                  fullgraph=False)
 
 
 def step_raises_under_no_grad(x):
@@ -415,7 +416,7 @@ def step_raises_under_no_grad(x):
 def test_grad_mode_after_a_step_raised_under_no_grad():
     modes_checked(lambda: (step_raises_under_no_grad, None), [
         first(xg), again(), fresh(zg, expect=None), again(expect=None),
-    ])
+    ], fullgraph=False)
 
 
 def resumes_under_grad_modes(x):
@@ -435,7 +436,7 @@ def test_grad_modes_after_a_resume():
         first(xg, ctx=torch.no_grad), again(ctx=torch.no_grad), fresh(zg, expect=MONITOR, ctx=torch.no_grad),
         again(ctx=torch.no_grad), fresh(xg, ctx=torch.no_grad),
         first(xg, expect=MONITOR, name="grad mode on"), fresh(zg, expect=MONITOR), again(),
-    ], observe=globals_view("B"))
+    ], observe=globals_view("B"), fullgraph=False)
 
 
 def steps_under_inference_and_autocast(x):
@@ -452,7 +453,7 @@ def steps_under_inference_and_autocast(x):
 def test_modes_after_inference_mode_autocast_and_device_blocks():
     modes_checked(lambda: (steps_under_inference_and_autocast, None), [
         first(xg, expect=None), again(expect=None), fresh(zg, expect=None),
-    ])
+    ], fullgraph=False)
 
 
 # ----------------------------------------------------------------------------- G: caught exceptions
@@ -478,7 +479,7 @@ def test_index_error_path_checks_the_length():
     def add(ns):
         ns["xs"].append(2 * torch.ones(2))
 
-    check_compiled(lambda: isolated(index_error_path, xs=[torch.ones(2)]), [
+    modes_checked(lambda: isolated(index_error_path, xs=[torch.ones(2)]), [
         first(x2), again(), after(add, expect=MONITOR), again(),
     ], observe=globals_view("xs"))
 
@@ -487,7 +488,7 @@ def test_key_error_path_checks_the_key_is_missing():
     def add(ns):
         ns["D"]["k"] = 2 * torch.ones(2)
 
-    check_compiled(lambda: isolated(key_error_path, D={}), [
+    modes_checked(lambda: isolated(key_error_path, D={}), [
         first(x2), again(), after(add, expect=MONITOR), again(),
     ], observe=globals_view("D"))
 
@@ -522,7 +523,7 @@ def test_missing_attribute_paths_check_the_object_and_its_class():
         klass = type("Plain", (Plain,), {})
         return isolated(attribute_error_path, o=klass(), K=klass)
 
-    check_compiled(build, [
+    modes_checked(build, [
         first(x2), again(), after(instance_a, expect=MONITOR), again(),
         after(class_b, expect=MONITOR), again(), after(class_c, expect=MONITOR), again(),
     ], observe=lambda ns: (vars(ns["o"]), ns["K"].__dict__.get("b"), ns["K"].__dict__.get("c")))
@@ -549,7 +550,7 @@ def test_value_a_python_getattr_made_checks_the_attribute_is_missing():
     def build():
         return isolated(read_through_getattr, d=type("Defaults", (Defaults,), {})())
 
-    check_compiled(build, [
+    modes_checked(build, [
         first(x2), again(), after(own, expect=MONITOR), again(), after(on_class, expect=MONITOR), again(),
     ], observe=lambda ns: vars(ns["d"]))
 
@@ -564,7 +565,7 @@ def test_defaultdict_lookup_that_made_the_key_checks_it_was_missing():
         ns["D"].clear()
         ns["D"]["k"] = [7, 7]
 
-    check_compiled(lambda: isolated(defaultdict_lookup, D=collections.defaultdict(list)), [
+    modes_checked(lambda: isolated(defaultdict_lookup, D=collections.defaultdict(list)), [
         first(x2), after(put, expect=MONITOR), after(put, expect=MOCK),
     ], observe=lambda ns: dict(ns["D"]))
 
@@ -581,7 +582,7 @@ def test_name_error_path_checks_the_global_is_missing():
     def define(ns):
         ns["MAYBE"] = 3.0
 
-    check_compiled(lambda: isolated(name_error_path), [
+    modes_checked(lambda: isolated(name_error_path), [
         first(x2), again(), after(define, expect=MONITOR), again(),
     ], observe=globals_view("MAYBE"))
 
@@ -613,7 +614,7 @@ def test_natives_and_unpacking_that_raised():
         ns["D"]["k"] = 7.0
         ns["o"].e = 9.0
 
-    check_compiled(lambda: isolated(failed_natives, xs=[1.0, 2.0, 3.0], L=[], D={}, o=Plain()), [
+    modes_checked(lambda: isolated(failed_natives, xs=[1.0, 2.0, 3.0], L=[], D={}, o=Plain()), [
         first(x2), again(), after(refill, expect=MONITOR),
         again(expect=MONITOR), again(),   # (the pops emptied L and D again)
     ], observe=globals_view("xs", "L", "D", "o"))
@@ -632,7 +633,7 @@ class InPlaceMatmul(nn.Module):
 
 
 def test_in_place_update_of_an_argument_with_a_parameter_compiles():
-    check_compiled(lambda: (lambda m: (m, m))(InPlaceMatmul()), [
+    modes_checked(lambda: (lambda m: (m, m))(InPlaceMatmul()), [
         first(lambda m: (torch.randn(2, 2),)),
         again(expect=MONITOR),   # (the same x, which requires grad now: another record)
         again(), fresh(lambda m: (torch.randn(2, 2),)),
@@ -654,7 +655,7 @@ def test_resume_inside_a_comprehension_over_a_tensor_compiles():
     modes_checked(lambda: isolated(nested_modes_then_a_tensor_test, B=torch.ones(2)), [
         first(xg), again(), fresh(lambda s: (torch.tensor([1.0, -1.0], requires_grad=True),), expect=ANY),
         again(),
-    ], observe=globals_view("B"))
+    ], observe=globals_view("B"), fullgraph=False)
 
 
 def parameter_left_behind(x):
@@ -669,7 +670,7 @@ def test_parameter_made_by_the_call_compiles():
     def reset(ns):
         ns["P"].clear()
 
-    trace = check_compiled(lambda: isolated(parameter_left_behind, P={}), [
+    trace = modes_checked(lambda: isolated(parameter_left_behind, P={}), [
         first(lambda s: (torch.randn(3, 2),)), fresh(lambda s: (torch.randn(3, 2),), expect=MONITOR),
         again(), after(reset, args=lambda s: (torch.randn(3, 2),), expect=MOCK),
     ], observe=globals_view("P"))
@@ -696,9 +697,9 @@ def test_advancing_an_iterator_from_outside_is_not_baked_in():
         return lambda: isolated(fn, IT=iter([1.0, 2.0, 3.0, 4.0, 5.0]))
 
     left = lambda ns: operator.length_hint(ns["IT"])  # noqa: E731
-    check_compiled(build(next_of_an_outside_iterator), [first(x2), again(), again(), fresh(x2)],
+    modes_checked(build(next_of_an_outside_iterator), [first(x2), again(), again(), fresh(x2)],
                    fullgraph=False, observe=left)
-    check_compiled(build(first_of_an_outside_iterator), [
+    modes_checked(build(first_of_an_outside_iterator), [
         first(x2, expect=None), again(expect=None), again(expect=None)], fullgraph=False, observe=left)
 
 
@@ -718,7 +719,7 @@ def test_checks_in_a_loop_over_a_list_resume_in_the_loop():
     # mock failed to write: the callable ran eagerly); a continuation's own resume points
     # take it where the continuation left it, and its guard checks the items it has left.
     xs = [1.0, 1.0, 0.1, 2.0, 0.1, 1.0, 2.0, 0.3, 1.6]
-    trace = check_compiled(lambda: isolated(checks_in_a_loop_over_a_list, B=torch.zeros(1)),
+    trace = modes_checked(lambda: isolated(checks_in_a_loop_over_a_list, B=torch.zeros(1)),
                            [first(lambda s: (torch.full((2,), xs[0]),))]
                            + [fresh((lambda v: lambda s: (torch.full((2,), v),))(v), expect=None)
                               for v in xs[1:]],

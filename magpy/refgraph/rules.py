@@ -569,8 +569,9 @@ class RefGraphBuilder(Observer):
 
     def advanced(self, it, step: bool = False) -> bool:
         """The program advanced iterator ``it`` (``next(it)``, a ``for`` loop).  One from outside
-        the call (or handed to a continuation) holds a position that the RefGraph does not
-        see and the mock would not move: a dynamic operation (True)."""
+        the call holds a position that the RefGraph does not see and the mock would not move:
+        a dynamic operation (True).  (A continuation's frames hold iterators the mock makes
+        anew, where the check failed: those are the call's own.)"""
         node = self.node(it)
         if node is None or node.kind is not Kind.OPAQUE or node.id in self.g.frame_iterators:
             return False
