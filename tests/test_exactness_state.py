@@ -697,8 +697,9 @@ def test_advancing_an_iterator_from_outside_is_not_baked_in():
         return lambda: isolated(fn, IT=iter([1.0, 2.0, 3.0, 4.0, 5.0]))
 
     left = lambda ns: operator.length_hint(ns["IT"])  # noqa: E731
-    modes_checked(build(next_of_an_outside_iterator), [first(x2), again(), again(), fresh(x2)],
-                   fullgraph=False, observe=left)
+    modes_checked(build(next_of_an_outside_iterator), [
+        first(x2, expect=None), again(expect=None), again(expect=None), fresh(x2, expect=None)],
+        fullgraph=False, observe=left)
     modes_checked(build(first_of_an_outside_iterator), [
         first(x2, expect=None), again(expect=None), again(expect=None)], fullgraph=False, observe=left)
 
