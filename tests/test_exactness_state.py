@@ -248,6 +248,34 @@ def test_module_and_class_attribute_stores_replayed():
     ], observe=observe)
 
 
+class Slotted:
+    __slots__ = ("a", "b")
+
+
+def slot_stores_and_reads(x):
+    o.a = 7.0  # noqa: F821
+    return x * o.a * o.b  # noqa: F821
+
+
+def test_slot_attributes_are_read_and_stored():
+    # A __slots__ object has no __dict__: its stores were never replayed and its reads never
+    # guarded (o.b's new value gave the old result).
+    def build():
+        o = Slotted()
+        o.a, o.b = 1.0, 2.0
+        return isolated(slot_stores_and_reads, o=o)
+
+    def reset(ns):
+        ns["o"].a = 0.0
+
+    def change_b(ns):
+        ns["o"].b = 3.0
+
+    modes_checked(build, [
+        first(x2), again(), after(reset, expect=MOCK), after(change_b, expect=MONITOR), again(),
+    ], observe=lambda ns: (ns["o"].a, ns["o"].b))
+
+
 def list_item_store(x):
     L[0] = 5  # noqa: F821
     return x + 1

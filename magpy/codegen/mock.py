@@ -26,7 +26,7 @@ from magpy.dynamic import Scalar
 from magpy.errors import CaptureError
 from magpy.monitor import NULL, generators
 from magpy.opgraph import InputSource, ScalarInput, int_tensor, scalar_tensor, set_thread_modes
-from magpy.refgraph.graph import UNSET, Kind, RefGraph, is_immutable, is_namespace, namespace_state, state_of
+from magpy.refgraph.graph import UNSET, Kind, RefGraph, is_immutable, state_of, stored_attributes
 
 
 class MockCommitError(Exception):
@@ -47,10 +47,18 @@ class StepRaised(Exception):
         self.step = step   # its index in the record's steps
 
 
+def _setattr(obj, name: str, value) -> None:
+    """``obj.name = value`` for a module, class or ``__slots__`` attribute, as ``object``'s
+    (``type``'s) ``__setattr__`` does it: no Python ``__setattr__`` runs in the mock."""
+    (type.__setattr__ if isinstance(obj, type) else object.__setattr__)(obj, name, value)
+
+
 def _delattr_if(obj, name: str) -> None:
-    """``del obj.name`` of a module or class attribute the program stored, then deleted."""
-    if name in obj.__dict__:
-        delattr(obj, name)
+    """``del obj.name`` of an attribute the program stored, then deleted (as ``_setattr``)."""
+    try:
+        (type.__delattr__ if isinstance(obj, type) else object.__delattr__)(obj, name)
+    except AttributeError:
+        pass
 
 
 class _Miss:
@@ -65,7 +73,7 @@ MISS = _Miss()
 NAMESPACE = {"FUNCTION": types.FunctionType, "CELL": types.CellType, "COMMIT_FAILED": MockCommitError,
              "MISS": MISS, "STEP_RAISED": StepRaised, "RESUME": Resume, "SCALAR": scalar_tensor,
              "INT_SCALAR": int_tensor, "SET_GRAD": torch._C._set_grad_enabled, "SET_MODES": set_thread_modes,
-             "DELATTR_IF": _delattr_if}
+             "SETATTR": _setattr, "DELATTR_IF": _delattr_if}
 
 
 class MockWriter:
@@ -235,13 +243,13 @@ class MockWriter:
         k = node.kind
         snap = node.snapshot
         if now is None:
-            now = state_of(node.value, k) if snap is not None else namespace_state(node)
+            now = state_of(node.value, k) if snap is not None else stored_attributes(node)
         if k is Kind.LIST:
             self.list_update(node, v, now, snap)
         elif k is Kind.DICT:
             self.dict_update(node, v, now, snap, mapping=v)
-        elif snap is None and is_namespace(node.value):
-            self.namespace_update(node, v, now)
+        elif snap is None:   # a module's, class's or __slots__' attributes
+            self.attributes_update(node, v, now)
         elif k is Kind.OBJECT or isinstance(node.value, torch.nn.Module):
             self.commit(f"    d{node.id} = {v}.__dict__")
             self.dict_update(node, v, now, snap, mapping=f"d{node.id}")
@@ -263,12 +271,13 @@ class MockWriter:
         else:
             raise CaptureError(f"cannot reproduce the in-place change of a {type(node.value).__qualname__}")
 
-    def namespace_update(self, node, v, now):
-        """A module's or class's attributes the program stored (``refgraph.namespace_state``),
-        set as the program set them (its setattr runs no program code), or deleted."""
+    def attributes_update(self, node, v, now):
+        """The attributes of a module, class or object's ``__slots__`` the program stored
+        (``refgraph.stored_attributes``): set or deleted past any Python ``__setattr__`` (which
+        the monitor followed to these stores)."""
         for key in dict.fromkeys(key for _, key in node.written):
             if key in now:
-                self.commit(f"    setattr({v}, {key!r}, {self.expr(now[key])})")
+                self.commit(f"    SETATTR({v}, {key!r}, {self.expr(now[key])})")
             else:
                 self.commit(f"    DELATTR_IF({v}, {key!r})")
 

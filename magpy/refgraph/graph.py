@@ -166,11 +166,31 @@ def is_namespace(v) -> bool:
     return isinstance(v, (types.ModuleType, type))
 
 
-def namespace_state(node) -> dict:
-    """The attributes of a module or class node that the program stored into, as they are now
-    (those it deleted are missing)."""
-    d = node.value.__dict__
-    return {key: d[key] for _, key in node.written if key in d}
+def slot_of(v, name):
+    """The ``__slots__`` member descriptor through which ``v.name`` is stored, else None."""
+    for klass in type(v).__mro__:
+        raw = klass.__dict__.get(name)
+        if raw is not None:
+            return raw if type(raw) is types.MemberDescriptorType else None
+    return None
+
+
+def stored_attributes(node) -> dict:
+    """The attributes of a node without a snapshot of its ``__dict__`` (a module, a class, an
+    object's ``__slots__``) that the program stored into, as they are now (those it deleted
+    are missing)."""
+    v = node.value
+    out = {}
+    for _, key in node.written:
+        slot = None if is_namespace(v) else slot_of(v, key)
+        if slot is None and key in v.__dict__:
+            out[key] = v.__dict__[key]
+        elif slot is not None:
+            try:
+                out[key] = slot.__get__(v)   # (a member descriptor runs no program code)
+            except AttributeError:
+                pass
+    return out
 
 
 def tensor_requires_grad(t) -> bool:
@@ -364,8 +384,8 @@ class RefGraph:
         all the same, since a later call may find the slot changed."""
         for node in self.nodes[1:]:
             if node.snapshot is None:
-                if node.stores:   # a module's or class's attributes: those it stored
-                    yield node, namespace_state(node)
+                if node.stores:   # a module's, class's or __slots__' attributes: those it stored
+                    yield node, stored_attributes(node)
                 continue
             now = state_of(node.value, node.kind)
             if node.stores or not same_state(now, node.snapshot):

@@ -38,6 +38,7 @@ from magpy.refgraph.graph import (
     is_immutable,
     is_namespace,
     same_state,
+    slot_of,
     state_of,
 )
 
@@ -428,6 +429,10 @@ class RefGraphBuilder(Observer):
                     if self._mutable_class(before):
                         self.g.const(before).mark_absent(ATTR, name)
                 self._class_attr(klass, name, klass.__dict__[name], raw=True)
+                if type(klass.__dict__[name]) is types.MemberDescriptorType \
+                        and (ATTR, name) not in node.written:
+                    # A __slots__ attribute: the object's own value, as the call found it.
+                    self.g.child(node, ATTR, name, value)
                 return
         # Neither the object nor its class has it: a Python __getattr__ made the value.  The
         # monitor enters those; one that ran natively read unseen state.
@@ -589,8 +594,10 @@ class RefGraphBuilder(Observer):
                 self.dynamic(f"a write to {type(obj).__qualname__}, which keeps its attributes "
                              "in its C++ module")
             node.versions.append(ShadowVersion(node.versions[-1].refs))
-            if rel == ATTR and node.snapshot is None and is_namespace(obj) and type(key) is str:
-                node.stored(ATTR, key, how is not SET, must_exist=how is DEL)
+            if rel == ATTR and node.snapshot is None and type(key) is str and (
+                    is_namespace(obj) or slot_of(obj, key) is not None):
+                # (a slot's presence is not in a __dict__ for the guard to check)
+                node.stored(ATTR, key, how is not SET, must_exist=how is DEL and is_namespace(obj))
             elif node.snapshot is not None and node.kind is not Kind.TENSOR:
                 self._stored(node, obj, rel, key, how)
 
