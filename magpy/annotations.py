@@ -99,7 +99,7 @@ FUNCTIONS: dict[Callable, Annotation] = {
                          math.fsum, math.isclose)},
     getattr: Annotation(reads=(NONE, DEEP, NONE), relation="attr"),
     hasattr: Annotation(reads=(NONE, DEEP), relation="hasattr"),
-    next: Annotation(reads=NONE, inplace=(0,)),   # (it moves the iterator on)
+    next: Annotation(reads=NONE),   # (an iterator from outside moving on: magpy.refgraph.rules)
     max: ELEMENT, min: ELEMENT,
     setattr: Annotation(reads=(NONE, DEEP, NONE), inplace=(0,)),
     delattr: Annotation(reads=(NONE, DEEP), inplace=(0,)),

@@ -38,7 +38,7 @@ from magpy.dynamic import Lifting
 from magpy.errors import BackendError, CaptureError, GraphBreakError, GraphBreakWarning, MagpyError
 from magpy.monitor import Monitor
 from magpy.monitor.tracebacks import frame_object, program_entries, user_stacklevel
-from magpy.opgraph import failed_assertion, failed_own_check
+from magpy.opgraph import failed_assertion, failed_own_check, set_thread_modes
 from magpy.record import FastGuardMismatch, Record, capture, capture_continuation, machinery_failed
 from magpy.refgraph.graph import tensor_version
 
@@ -126,7 +126,7 @@ class RecordCache:
         try:
             result = rec.mock(env)
         except StepRaised as e:
-            torch._C._set_grad_enabled(e.grad)
+            set_thread_modes(e.modes)
             self.stats.mock_runs += 1
             cause = e.__cause__
             at = rec.steps[e.step].at
@@ -135,9 +135,12 @@ class RecordCache:
                 tb = types.TracebackType(tb, frame_object(*at), -1, at[2])
             raise cause.with_traceback(tb) from None
         except MockCommitError as e:
+            set_thread_modes(rec.entry_modes)
             cause = e.__cause__
             raise self.half_done(rec, "the mock failed while updating objects in place", cause) from cause
         except Exception as e:  # noqa: BLE001 - the mock is magpy's code
+            # (a graph may have switched grad mode or autocast before it failed)
+            set_thread_modes(rec.entry_modes)
             unchanged = versions == [tensor_version(env[i]) for i in rec.mutated]
             if unchanged and any(failed_own_check(gm, e) for gm in rec.graphs):
                 _rewind(drawn)
@@ -159,8 +162,9 @@ class RecordCache:
         if type(result) is Resume:
             self.stats.graphs_per_call += result.graphs
             return self.resume(rec, result)
-        if result is MISS:
+        if result is MISS:   # the call runs again: under the modes it came with
             _rewind(drawn)
+            set_thread_modes(rec.entry_modes)
         else:
             self.stats.mock_runs += 1
             self.stats.graphs_per_call += len(rec.graphs)

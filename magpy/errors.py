@@ -17,6 +17,7 @@ class GraphBreak:
     filename: str = "<unknown>"
     lineno: int | None = 0   # None: the instruction has no line (CPython's f_lineno may be None)
     retry: bool = False   # the next call records again (this run learnt how to do better)
+    changes: bool = False   # it changes state from outside the call: its eager step is an effect
 
     @property
     def source(self) -> str:

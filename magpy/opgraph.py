@@ -70,6 +70,7 @@ class Piece:
         self.entered: list = []                      # (inference-mode context node, grad mode before)
         self.autocast = autocast_state()             # autocast where the graph is now
         self.autocasts: list = []                    # (autocast context nodes, autocast before)
+        self.start_modes = thread_modes()            # the modes its graph starts under
         self.constants: dict[str, torch.Tensor] = {}   # tensors folded into the graph (_fold)
         self.submodules: dict[str, fx.GraphModule] = {}   # the arms of its conds
 
@@ -264,6 +265,8 @@ class OpRecorder(TorchFunctionMode):
         self.pieces: list[Piece] = [Piece(0)]
         self.made: dict[int, Piece] = {}   # id(tensor) -> the piece whose operations made it
         self.eager: dict[int, str] = {}          # id(tensor) -> expression of the eager step that made it
+        # id(nn.Parameter the run made) -> (its data, requires_grad): the mock makes it anew
+        self.wrapped: dict[int, tuple] = {}
         # ids of the tensors the graphs made whose shapes follow tensor data (nonzero, x[mask],
         # and what is computed from them): their sizes are data (ann.TORCH_DATA_SHAPED).
         self.data_shaped: set[int] = set()
@@ -1273,6 +1276,21 @@ AUTOCAST_DEVICES = ("cpu", "cuda")
 def autocast_state() -> tuple:
     """Per device type of :data:`AUTOCAST_DEVICES`: whether autocast is on, and its dtype."""
     return tuple((torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in AUTOCAST_DEVICES)
+
+
+def thread_modes() -> tuple:
+    """torch's thread-local modes that the program switches and the graphs follow: grad mode
+    and autocast (inference mode is entered and left inside a graph, never across a step)."""
+    return torch.is_grad_enabled(), autocast_state()
+
+
+def set_thread_modes(modes: tuple) -> None:
+    """Switch to ``modes`` (:func:`thread_modes`' form)."""
+    grad, autocast = modes
+    torch._C._set_grad_enabled(grad)
+    for device, (on, dtype) in zip(AUTOCAST_DEVICES, autocast):
+        torch.set_autocast_enabled(device, on)
+        torch.set_autocast_dtype(device, dtype)
 
 
 def _qualname(func) -> str:

@@ -87,6 +87,7 @@ class Record:
     trials: tuple = ()             # its compiled graphs on trial against eager (magpy.autopilot)
     deferred: background.Deferred | None = None   # its graphs' compile, until it is taken
     draws: bool = False            # its run drew random numbers (magpy.rng)
+    entry_modes: tuple = ()        # torch's modes its guard passed under (a failed mock restores them)
 
     def match(self, args: tuple, kwargs: dict):
         """The mock's environment if this record covers the call, else None.  A compile
@@ -181,6 +182,19 @@ def _custom_function(recorder):
     def intrinsic(monitor, args, kwargs):
         cls, *rest = args
         return recorder.apply_function(_graph_apply(cls), _monitored(monitor, cls).apply, tuple(rest), kwargs)
+    return intrinsic
+
+
+def _new_parameter(recorder):
+    """``nn.Parameter(data)``: a new leaf sharing ``data``'s storage, made natively (torch does
+    not report it as an operation).  Where the call leaves it behind (a module made lazily),
+    the mock makes it the same way from the tensor its graph gives for ``data``."""
+    def intrinsic(monitor, args, kwargs):
+        param = torch.nn.Parameter(*args, **(kwargs or {}))
+        data = args[0] if args else (kwargs or {}).get("data")
+        if isinstance(data, torch.Tensor):
+            recorder.wrapped[id(param)] = (data, param.requires_grad, param)   # (kept alive: ids stay its)
+        return param
     return intrinsic
 
 
@@ -357,6 +371,7 @@ def _recording(fn, args, kwargs, roots, lifting) -> Capture:
 def _policy(recorder):
     policy = record_policy()
     policy.add_intrinsic(_FUNCTION_APPLY, _custom_function(recorder))
+    policy.add_intrinsic(torch.nn.Parameter, _new_parameter(recorder))
     policy.add_intrinsic(torch.Tensor.backward, training.backward_intrinsic(recorder))
     return policy
 
@@ -436,7 +451,7 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names, draws: bool
                  breaks=tuple(cap.segmenter.breaks), effects=cap.segmenter.effects,
                  lifted=_lifted_words(cap.lifted, names),
                  shape_source=shape_source, conds=tuple(cap.branches.conds), trials=trials, deferred=deferred,
-                 draws=draws)
+                 draws=draws, entry_modes=cap.entry_modes)
     if gen.lone_result:
         with _stage("handing back a native generator"):
             result = _native_twin(result)

@@ -69,7 +69,7 @@ from magpy.dynamic import Lifting, Scalar, Shapes, argument_shadows, specialise,
 from magpy.errors import GraphBreak
 from magpy.monitor import Monitor, Observer, bytecode, operators
 from magpy.monitor.observer import CALLS, RETURNS, calling, returns_to_caller, tracked
-from magpy.opgraph import OpRecorder
+from magpy.opgraph import OpRecorder, thread_modes
 from magpy.refgraph import Breaker, RefGraph, RefGraphBuilder
 from magpy.refgraph.graph import is_immutable
 
@@ -204,6 +204,8 @@ class Step:
     undoable: bool = True             # nothing observable happened before it (see Segmenter.undoable)
     at: tuple = ()                    # (file, function, line) of the program where it happens
     resume: ResumePoint | None = None  # a failed check resumes the monitor here (after effects)
+    # torch's thread-local modes it runs under (grad mode, autocast): as the run had them here
+    modes: tuple = dataclasses.field(default_factory=thread_modes)
 
 
 class Segmenter(Observer):
@@ -748,7 +750,7 @@ class Segmenter(Observer):
         pending = self._pending
         if pending is not None and pending[0] is frame:
             brk = self._finish()
-            self._step(callee, args, kwargs, result, brk, pure=_pure(callee))
+            self._step(callee, args, kwargs, result, brk, pure=_pure(callee) and not brk.changes)
             return
         if self.dynamic and (self.is_dynamic(callee) or self.is_dynamic(getattr(callee, "__self__", None))
                              or any(map(self.is_dynamic, args))
@@ -1088,7 +1090,7 @@ class Capture:
         if self.shapes is not None:
             self.shapes.monitor = self.monitor
             self.shapes.eager_value = self.segmenter.is_dynamic
-        self.grad_on_entry = torch.is_grad_enabled()
+        self.entry_modes = thread_modes()   # grad mode, autocast (opgraph.thread_modes)
 
     @property
     def steps(self) -> list[Step]:
@@ -1129,7 +1131,10 @@ class Capture:
         self.entry_state = GlobalStateGuard()
         try:
             with self.recorder:
-                return run(*args, **kwargs)
+                result = run(*args, **kwargs)
+            # The grad mode (autocast) the call leaves: the mock's, whatever its graphs did.
+            self.final_modes = thread_modes()
+            return result
         finally:
             # What the call leaves running (a generator, a coroutine) runs on unrecorded.
             self.monitor.observers.clear()

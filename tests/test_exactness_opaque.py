@@ -101,6 +101,7 @@ def test_a_deque_made_in_the_call_is_still_one_graph():
 ITERATORS = {
     "list iterator": lambda: iter([1.0, 2.0, 3.0, 4.0, 5.0]),
     "itertools.count": lambda: itertools.count(1.0),
+    "itertools.count of ints": lambda: itertools.count(1),   # (ints are checked: a miss must not advance it twice)
     "map": lambda: map(float, range(1, 9)),
     "generator": lambda: (float(i) for i in range(1, 9)),
 }

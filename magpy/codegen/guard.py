@@ -45,9 +45,11 @@ from magpy.refgraph.graph import (
     GETATTR,
     ITEM,
     KWARG,
+    LEFT,
     VAR,
     Kind,
     RefGraph,
+    as_found,
     is_immutable,
 )
 
@@ -57,6 +59,7 @@ _OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
 _TYPE_GETATTRIBUTE = type.__dict__["__getattribute__"]
 # What guard code refers to by name.
 NAMESPACE = {"SAME": same_value, "DICT_VERSION": _DICT_VERSION, "OWN_DICTS": bytecode.OWN_DICTS,
+             "LENGTH_HINT": operator.length_hint,
              "GET_DICT": operator.attrgetter("__dict__"),
              "IS": operator.is_, "CLASS_DICT": None, "_short": None}
 
@@ -74,7 +77,7 @@ class GuardWriter:
         """One check of the tensors' dtype, device, sizes and strides (not the lifted sizes)."""
         meta = [self.shapes.sizes_and_strides(n.value) if self.shapes
                 else (list(n.value.size()), list(n.value.stride())) for n in tensors]
-        return TensorGuards(*[n.value for n in tensors], tensor_check_names=names,
+        return TensorGuards(*[as_found(n) for n in tensors], tensor_check_names=names,
                             dynamic_dims_sizes=[m[0] for m in meta],
                             dynamic_dims_strides=[m[1] for m in meta])
 
@@ -268,6 +271,8 @@ class GuardWriter:
             return f"{p}()"   # a weakref's call runs no Python code
         if rel == GETATTR:
             return f"getattr({p}, {key!r})"   # torch's __getattr__: no program code
+        if rel == LEFT:
+            return f"LENGTH_HINT({p}, -1)"   # a native iterator's __length_hint__: no program code
         raise CaptureError(f"no path step for relation {rel!r}")
 
     def checks(self, node) -> list[str]:
@@ -315,6 +320,11 @@ class GuardWriter:
                 out.append(f"{key!r} not in {v}.__dict__")
             else:
                 out.append(f"{self.literal(key)} not in {v}")
+        for rel, key in node.present:   # (the program deletes them: eager raises where one is missing)
+            if rel == ATTR:
+                out.append(f"{key!r} in {v}.__dict__")
+            elif rel == ITEM:
+                out.append(f"{self.literal(key)} in {v}")
         return out
 
     def relations(self, node) -> list[str]:
@@ -398,7 +408,7 @@ def _fast_plan(g: RefGraph, nodes: list) -> _FastPlan:
                     versioned[p.id] = p
             elif not is_immutable(n.value) and n.kind is not Kind.TENSOR:
                 pinned.add(n.id)
-        if (n.id in known or n.id in pinned) and (n.struct or n.absent) and _versionable(n):
+        if (n.id in known or n.id in pinned) and (n.struct or n.absent or n.present) and _versionable(n):
             versioned[n.id] = n
     anchored = known | pinned
     for n in nodes:

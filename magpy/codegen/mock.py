@@ -25,8 +25,8 @@ from magpy.continuations import Reduced, Resume, Shadowed, Variable
 from magpy.dynamic import Scalar, symbolic
 from magpy.errors import CaptureError
 from magpy.monitor import NULL, generators
-from magpy.opgraph import InputSource, ScalarInput, int_tensor, scalar_tensor
-from magpy.refgraph.graph import UNSET, Kind, RefGraph, is_immutable, state_of
+from magpy.opgraph import InputSource, ScalarInput, int_tensor, scalar_tensor, set_thread_modes
+from magpy.refgraph.graph import UNSET, Kind, RefGraph, is_immutable, state_of, stored_attributes
 
 
 class MockCommitError(Exception):
@@ -38,12 +38,27 @@ class MockCommitError(Exception):
 
 class StepRaised(Exception):
     """An eager step raised the program's exception (``__cause__``) after effects that cannot
-    be taken back: it propagates, with grad mode restored to ``grad`` (as on entry)."""
+    be taken back: it propagates, with torch's modes restored to ``modes`` (as on entry:
+    the program's ``with`` blocks it leaves restore them)."""
 
-    def __init__(self, grad: bool, step: int):
-        super().__init__(grad, step)
-        self.grad = grad
+    def __init__(self, modes: tuple, step: int):
+        super().__init__(modes, step)
+        self.modes = modes
         self.step = step   # its index in the record's steps
+
+
+def _setattr(obj, name: str, value) -> None:
+    """``obj.name = value`` for a module, class or ``__slots__`` attribute, as ``object``'s
+    (``type``'s) ``__setattr__`` does it: no Python ``__setattr__`` runs in the mock."""
+    (type.__setattr__ if isinstance(obj, type) else object.__setattr__)(obj, name, value)
+
+
+def _delattr_if(obj, name: str) -> None:
+    """``del obj.name`` of an attribute the program stored, then deleted (as ``_setattr``)."""
+    try:
+        (type.__delattr__ if isinstance(obj, type) else object.__delattr__)(obj, name)
+    except AttributeError:
+        pass
 
 
 class _Miss:
@@ -57,7 +72,8 @@ MISS = _Miss()
 # What mock code refers to by name.
 NAMESPACE = {"FUNCTION": types.FunctionType, "CELL": types.CellType, "COMMIT_FAILED": MockCommitError,
              "MISS": MISS, "STEP_RAISED": StepRaised, "RESUME": Resume, "SCALAR": scalar_tensor,
-             "INT_SCALAR": int_tensor}
+             "INT_SCALAR": int_tensor, "SET_GRAD": torch._C._set_grad_enabled, "SET_MODES": set_thread_modes,
+             "SETATTR": _setattr, "DELATTR_IF": _delattr_if}
 
 
 class MockWriter:
@@ -67,7 +83,9 @@ class MockWriter:
         self.shapes = recording.lifted     # magpy.dynamic.Shapes if the run lifted anything
         self.steps = recording.steps
         self.dynamic = recording.dynamic             # id(value) -> variable of the step that made it
-        self.grad_on_entry = recording.grad_on_entry
+        self.entry_modes = recording.entry_modes     # torch's modes where the run began ...
+        self.final_modes = recording.final_modes     # ... and ended (opgraph.thread_modes)
+        self.modes = self.entry_modes                # the modes where the code being written is
         self.new_functions = recording.new_functions
         self.lines = []        # phase 1: graph outputs, new objects
         self.commits = []      # phase 2: in-place updates of pre-existing objects
@@ -81,15 +99,34 @@ class MockWriter:
     def write(self, result):
         """The mock's body: pieces and steps in program order, then the final state."""
         pieces = []
+        last = self.rec.pieces[-1]
         for piece in self.rec.pieces:
             for step in self.steps:
                 if step.before == piece.index:
+                    if step.kind == "call":
+                        self.switch(step.modes)
                     self.step(step)
             if piece.op_count:
+                self.switch(piece.start_modes)
                 ins = ", ".join(self.graph_input(source) for source, _ in piece.inputs)
                 self.lines.append(f"    out{piece.index} = GRAPH{piece.index}({ins})")
+                # A graph leaves the modes as the program had them where it ends: at the next
+                # step (where it was cut), or at the end of the call (the last one).
+                self.modes = self.final_modes if piece is last else (piece.grad, piece.autocast)
             pieces, self.lines = pieces + self.lines, []
         return pieces + self.final(result)
+
+    def switch(self, modes: tuple) -> None:
+        """Put torch's thread-local modes as the program had them here (where the code being
+        written has them otherwise: a ``with torch.no_grad():`` around a step alone, or left
+        after the last graph, is in no graph)."""
+        if modes == self.modes:
+            return
+        if modes[1] == self.modes[1]:
+            self.lines.append(f"    SET_GRAD({modes[0]})")
+        else:
+            self.lines.append(f"    SET_MODES({self.names.const(modes)})")
+        self.modes = modes
 
     def graph_input(self, source) -> str:
         """The mock's expression of a graph input (see ``Piece.inputs``)."""
@@ -126,7 +163,7 @@ class MockWriter:
             # Where the program may handle it, the monitor resumes there with it (a resume point).
             failed = ("return MISS" if step.undoable
                       else f"return cont{step.resume.index}(locals(), e)" if step.resume is not None
-                      else f"raise STEP_RAISED({self.grad_on_entry}, {index}) from e")
+                      else f"raise STEP_RAISED({self.names.const(self.entry_modes)}, {index}) from e")
             self.lines.append(f"    except Exception as e: {failed}")
 
     def callee(self, fn) -> str:
@@ -184,6 +221,7 @@ class MockWriter:
             self.update(node)
         ret = self.expr(result)
         self.fill_cells()
+        self.switch(self.final_modes)
         return self.lines + self.commit_block() + [f"    return {ret}"]
 
     def lone(self, v) -> bool:
@@ -212,16 +250,13 @@ class MockWriter:
         k = node.kind
         snap = node.snapshot
         if now is None:
-            now = state_of(node.value, k)
+            now = state_of(node.value, k) if snap is not None else stored_attributes(node)
         if k is Kind.LIST:
-            if len(now) >= len(snap) and all(a is b for a, b in zip(now, snap)):
-                added = now[len(snap):]
-                self.commit(f"    {v}.extend([{', '.join(self.expr(x) for x in added)}])")
-            else:
-                self.g.rewritten(node, now)
-                self.commit(f"    {v}[:] = [{', '.join(self.expr(x) for x in now)}]")
+            self.list_update(node, v, now, snap)
         elif k is Kind.DICT:
             self.dict_update(node, v, now, snap, mapping=v)
+        elif snap is None:   # a module's, class's or __slots__' attributes
+            self.attributes_update(node, v, now)
         elif k is Kind.OBJECT or isinstance(node.value, torch.nn.Module):
             self.commit(f"    d{node.id} = {v}.__dict__")
             self.dict_update(node, v, now, snap, mapping=f"d{node.id}")
@@ -233,7 +268,9 @@ class MockWriter:
         elif k is Kind.CONTEXTVAR:
             self.commit(f"    {v}.set({self.expr(None if now[0] is UNSET else now[0])})")
         elif k is Kind.TENSOR:   # a leaf's .grad (refgraph.tensor_state)
-            for key, val in now.items():
+            # (None: an in-place update of a leaf made it a non-leaf, in the graph as in eager;
+            # a non-leaf keeps no .grad)
+            for key, val in (now or {}).items():
                 self.commit(f"    {v}.{key} = {self.expr(val)}")
         elif k is Kind.SET:
             self.g.rewritten(node, now)
@@ -241,23 +278,60 @@ class MockWriter:
         else:
             raise CaptureError(f"cannot reproduce the in-place change of a {type(node.value).__qualname__}")
 
-    def dict_update(self, node, v, now, snap, mapping):
-        kept = [key for key in snap if key in now]
-        expected = kept + [key for key in now if key not in snap]
-        if list(now) == expected:
-            for key in snap:
-                if key not in now:
-                    self.commit(f"    del {mapping}[{self.key(key)}]")
-            for key, val in now.items():
-                size = self.stored_value(node.value, key, val)
-                if size is not None:
-                    self.commit(f"    {mapping}[{self.key(key)}] = {size}")
-                elif key not in snap or snap[key] is not val:
-                    self.commit(f"    {mapping}[{self.key(key)}] = {self.expr(val)}")
+    def attributes_update(self, node, v, now):
+        """The attributes of a module, class or object's ``__slots__`` the program stored
+        (``refgraph.stored_attributes``): set or deleted past any Python ``__setattr__`` (which
+        the monitor followed to these stores)."""
+        for key in dict.fromkeys(key for _, key in node.written):
+            if key in now:
+                self.commit(f"    SETATTR({v}, {key!r}, {self.expr(now[key])})")
+            else:
+                self.commit(f"    DELATTR_IF({v}, {key!r})")
+
+    def list_update(self, node, v, now, snap):
+        """A list's items the program stored into, by index, and those it added at the end
+        (the guard fixes its length where an index is written); else all of it."""
+        slots = _slots(node)
+        if not node.whole and len(now) >= len(snap) and all(
+                a is b for i, (a, b) in enumerate(zip(now, snap)) if i not in slots):
+            for i in sorted(i for i in slots if i < len(snap)):
+                node.struct = True   # (eager's store raises past the end)
+                self.commit(f"    {v}[{i}] = {self.expr(now[i])}")
+            added = now[len(snap):]
+            if added:
+                self.commit(f"    {v}.extend([{', '.join(self.expr(x) for x in added)}])")
         else:
+            self.g.rewritten(node, now)
+            self.commit(f"    {v}[:] = [{', '.join(self.expr(x) for x in now)}]")
+
+    def dict_update(self, node, v, now, snap, mapping):
+        """Every slot the program stored into or deleted, whether or not it changed it (a
+        later call may find it changed), where the order of the keys comes out as eager's:
+        the keys it kept where they were, then the others in the order they came; else all
+        of it, rewritten."""
+        slots = _slots(node)
+        moved = {key for (_, key), deleted in node.written.items() if deleted}
+        kept = [key for key in snap if key in now and key not in moved]
+        expected = kept + [key for key in now if key not in kept]
+        if node.whole or list(now) != expected:
             self.g.rewritten(node, now)
             items = ", ".join(f"{self.key(key)}: {self.expr(val)}" for key, val in now.items())
             self.commit(f"    {mapping}.clear(); {mapping}.update({{{items}}})")
+            return
+        for key in snap:
+            if key not in now:
+                self.commit(f"    del {mapping}[{self.key(key)}]")
+        for key in slots:
+            if key not in snap and key not in now:   # stored, then deleted again
+                self.commit(f"    {mapping}.pop({self.key(key)}, None)")
+        for key, val in now.items():
+            if key in moved:   # deleted, then stored again: at the end now
+                self.commit(f"    {mapping}.pop({self.key(key)}, None)")
+            size = self.stored_value(node.value, key, val)
+            if size is not None:
+                self.commit(f"    {mapping}[{self.key(key)}] = {size}")
+            elif key not in snap or snap[key] is not val or key in slots:
+                self.commit(f"    {mapping}[{self.key(key)}] = {self.expr(val)}")
 
     def stored_value(self, holder, key, held) -> str | None:
         """The source of a size or lifted float the run stored into ``holder``'s attribute or
@@ -331,6 +405,13 @@ class MockWriter:
         piece = self.rec.produced(t) if self.point is None else self.point.made.get(id(t))
         if piece is None and id(t) in self.rec.eager:   # a tensor an eager step gave back
             return self.use(self.rec.eager[id(t)])
+        if piece is None and id(t) in self.rec.wrapped:   # nn.Parameter(data) the call made
+            built = self._built.get(id(t))
+            if built is not None:
+                self.shared.add(id(t))
+                return built
+            data, requires_grad, _ = self.rec.wrapped[id(t)]
+            return self.bind(t, f"{self.names.const(type(t))}({self.expr(data)}, {requires_grad})")
         if piece is None:
             raise CaptureError(f"the call leaves behind a tensor of unknown origin (shape {tuple(t.shape)})")
         passes = self.rec.passes.get(id(t))
@@ -476,6 +557,11 @@ class MockWriter:
                 self.lines.append(f"    {name}[{self.key(k)}] = {self.expr(x)}")
         return name
 
+
+
+def _slots(node) -> set:
+    """The keys (indices, names) of the slots the program stored into or deleted."""
+    return {key for _, key in node.written}
 
 
 def _bound(fn) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import contextvars
 import enum
+import operator
 import sys
 import types
 
@@ -31,6 +32,7 @@ CELL = "cell"       # parent.cell_contents
 VAR = "var"         # parent.get(): the value of a contextvars.ContextVar
 DEREF = "deref"     # parent(): the object a weak reference refers to (or None)
 GETATTR = "getattr"  # getattr(parent, name) through a natively run __getattr__ (a ScriptModule's)
+LEFT = "left"       # operator.length_hint(parent, -1): the items an iterator has left
 
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
@@ -79,6 +81,11 @@ def _numpy_scalar(v) -> bool:
     # numpy is looked up, not imported: without it loaded there is no numpy scalar.
     np = sys.modules.get("numpy")
     return np is not None and isinstance(v, np.generic) and not isinstance(v, np.void)
+
+
+def is_iterator(v) -> bool:
+    """A native iterator (not a generator: the monitor runs those)."""
+    return hasattr(type(v), "__next__") and not isinstance(v, types.GeneratorType)
 
 
 def kind_of(v) -> Kind:
@@ -153,6 +160,56 @@ def tensor_version(t) -> int | None:
             return None
 
 
+def is_namespace(v) -> bool:
+    """A module or a class: its attributes are stores the program makes (``config.STEP = n``,
+    ``Klass.count += 1``), not snapshotted whole (their dicts are big and mostly functions)."""
+    return isinstance(v, (types.ModuleType, type))
+
+
+def slot_of(v, name):
+    """The ``__slots__`` member descriptor through which ``v.name`` is stored, else None."""
+    for klass in type(v).__mro__:
+        raw = klass.__dict__.get(name)
+        if raw is not None:
+            return raw if type(raw) is types.MemberDescriptorType else None
+    return None
+
+
+def stored_attributes(node) -> dict:
+    """The attributes of a node without a snapshot of its ``__dict__`` (a module, a class, an
+    object's ``__slots__``) that the program stored into, as they are now (those it deleted
+    are missing)."""
+    v = node.value
+    out = {}
+    for _, key in node.written:
+        slot = None if is_namespace(v) else slot_of(v, key)
+        if slot is None and key in v.__dict__:
+            out[key] = v.__dict__[key]
+        elif slot is not None:
+            try:
+                out[key] = slot.__get__(v)   # (a member descriptor runs no program code)
+            except AttributeError:
+                pass
+    return out
+
+
+def tensor_requires_grad(t) -> bool:
+    """``t.requires_grad``, read past torch function modes (as :func:`tensor_version`)."""
+    with torch._C.DisableTorchFunction():
+        return t.requires_grad
+
+
+def as_found(node):
+    """A tensor node's value with the metadata the guard checks as the program found it: the
+    tensor itself, or (where the call changed its ``requires_grad``) a detached alias with
+    the flag it had."""
+    t = node.value
+    if tensor_requires_grad(t) == node.requires_grad:
+        return t
+    with torch._C.DisableTorchFunction():
+        return t.detach().requires_grad_(node.requires_grad)
+
+
 def dict_items(d) -> dict:
     """A dict's entries in its iteration order, without running Python overrides of ``items``
     (an OrderedDict's order is its own, not that of the dict underneath)."""
@@ -188,7 +245,8 @@ class ShadowNode:
     """A runtime value the program reached from outside, with its update history."""
 
     __slots__ = ("id", "value", "kind", "parent", "rel", "key", "versions", "children", "read",
-                 "struct", "snapshot", "aliases", "absent", "distinct", "changed", "tensor_version")
+                 "struct", "snapshot", "aliases", "absent", "distinct", "changed", "tensor_version",
+                 "written", "whole", "cleared", "present", "requires_grad")
 
     def __init__(self, nid, value, parent, rel, key):
         self.id = nid
@@ -206,9 +264,37 @@ class ShadowNode:
         self.changed = False      # its final state differs from version 0
         # A tensor's version counter when the program reached it: in-place updates bump it.
         self.tensor_version = tensor_version(value) if self.kind is Kind.TENSOR else None
+        # ... and whether it required grad (an in-place update with one that does changes it)
+        self.requires_grad = tensor_requires_grad(value) if self.kind is Kind.TENSOR else None
+        # The program's own stores into it, which the mock replays even where they left the
+        # slot as they found it (a caller may change it before the next call):
+        self.written = {}         # (rel, key) stored or deleted -> deleted at some point
+        self.whole = False        # a native changed it in place, slots unknown: rewritten whole
+        self.cleared = False      # its first change emptied it (what it held before is not kept)
+        self.present = {}         # (rel, key) deleted as found: must be there, as an ordered set
 
     def mark_absent(self, rel: str, key) -> None:
         self.absent[(rel, key)] = None
+
+    def stored(self, rel: str, key, deleted: bool = False, must_exist: bool = False) -> None:
+        """The program stored into (``deleted``: deleted) slot ``(rel, key)`` of this node;
+        ``must_exist``: a deletion that raises where the slot is empty (``del d[k]``)."""
+        slot = (rel, key)
+        if must_exist and slot not in self.written and not self.whole:
+            self.present[slot] = None
+        self.written[slot] = self.written.get(slot, False) or deleted
+
+    def rewritten_in_place(self, cleared: bool = False) -> None:
+        """A native changed it in place in ways the mock cannot tell slot by slot
+        (``cleared``: it emptied it)."""
+        if not self.written and not self.whole:
+            self.cleared = cleared
+        self.whole = True
+
+    @property
+    def stores(self) -> bool:
+        """Did the program store into it (whatever it left there)?"""
+        return bool(self.written) or self.whole
 
     def __repr__(self):
         return f"SN#{self.id}<{self.kind.value} {type(self.value).__name__}>"
@@ -220,6 +306,9 @@ class RefGraph:
     def __init__(self):
         self.nodes = [ShadowNode(0, None, None, None, None)]
         self.by_id = {}           # id(value) -> node, for values with identity
+        # ids of the iterators a continuation's frames hold: made anew by the mock on each
+        # call, positioned where the check failed (not objects from outside the call)
+        self.frame_iterators: set[int] = set()
 
     @property
     def sn0(self) -> ShadowNode:
@@ -274,6 +363,11 @@ class RefGraph:
         node = self.child(self.sn0, rel, key, value, read=False)
         if anew and type(value) is types.MethodType and node.kind is Kind.OPAQUE:
             node.kind = Kind.METHOD
+        if anew and node.kind is Kind.OPAQUE and is_iterator(value):
+            # What the rest of the call does depends on where it is: the guard checks the
+            # items it has left, where the iterator tells (a list's, a tuple's, a dict's ...).
+            self.frame_iterators.add(node.id)
+            self.child(node, LEFT, None, operator.length_hint(value, -1))
         return self.child(self.sn0, rel, key, value, read=read)
 
     def const(self, value) -> ShadowNode:
@@ -285,12 +379,16 @@ class RefGraph:
 
     # ------------------------------------------------------------------ final state
     def changes(self):
-        """``(node, state now)`` for every node whose state is no longer its first one."""
+        """``(node, state now)`` for every node whose state is no longer its first one, or
+        that the program stored into: a store that left the slot as it found it is replayed
+        all the same, since a later call may find the slot changed."""
         for node in self.nodes[1:]:
             if node.snapshot is None:
+                if node.stores:   # a module's, class's or __slots__' attributes: those it stored
+                    yield node, stored_attributes(node)
                 continue
             now = state_of(node.value, node.kind)
-            if not same_state(now, node.snapshot):
+            if node.stores or not same_state(now, node.snapshot):
                 yield node, now
 
     def finish(self) -> None:
@@ -306,9 +404,12 @@ class RefGraph:
         if node.kind is Kind.SET:
             node.struct = True   # the guard fixes a set's members themselves
             return
+        # What it held decides what the program left in it (``L.pop(); L.append(x)``), unless
+        # the program emptied it first.
+        node.struct = node.struct or not node.cleared
         kept = {id(v) for v in (now.values() if type(now) is dict else now)}
         snap = node.snapshot
-        rel = ATTR if node.kind is Kind.OBJECT else ITEM
+        rel = ATTR if node.kind is Kind.OBJECT or node.kind is Kind.STATIC else ITEM
         for key, val in (snap.items() if type(snap) is dict else enumerate(snap)):
             if id(val) in kept:
                 node.struct = True
@@ -336,7 +437,7 @@ class RefGraph:
         refers to), and every ancestor of these, which their paths go through."""
         needed = set(loaded)
         for node in self.nodes[1:]:
-            if node.read or node.absent or node.struct:
+            if node.read or node.absent or node.struct or node.present:
                 needed.add(node.id)
             for parent, _, _ in node.aliases:
                 needed.add(parent.id)

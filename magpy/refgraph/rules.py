@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import array
 import collections
+import dataclasses
+import operator
 import os
 import sys
 import sysconfig
@@ -19,7 +21,7 @@ import torch
 from magpy import annotations as ann
 from magpy import scripted, standins
 from magpy.errors import GraphBreak
-from magpy.monitor import Observer, operators
+from magpy.monitor import Observer, bytecode, operators
 from magpy.monitor.frame import Frame
 from magpy.monitor.interpreter import attribute_access
 from magpy.monitor.protocols import NULL, py_method, type_lookup
@@ -36,11 +38,18 @@ from magpy.refgraph.graph import (
     RefGraph,
     ShadowVersion,
     is_immutable,
+    is_namespace,
     same_state,
+    slot_of,
     state_of,
 )
 
 _MISSING = object()
+# How a store changes a slot: SET stores, DEL deletes what must be there (else it raises), POP
+# deletes what may be missing.  Slot relations besides the RefGraph's: CLEAR (the whole of it
+# emptied), ADDED (items added at the end of a list, which the mock extends).
+SET, DEL, POP = "set", "del", "pop"
+CLEAR, ADDED = "clear", "added"
 _HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: a class defined in Python (its attributes can change)
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 _CONTAINERS = (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.SET)
@@ -77,12 +86,14 @@ class Breaker:
             self.internal = exc
             self("internal error in magpy's capture")
 
-    def __call__(self, reason: str, step: bool = False) -> None:
+    def __call__(self, reason: str, step: bool = False, changes: bool = False) -> None:
         if self.sandbox is not None:
             self.sandbox.stop(reason)
         if self.brk is not None:
             return
         brk = self.where(reason)
+        if changes:
+            brk = dataclasses.replace(brk, changes=True)
         if step and self.segmenter is not None and self.segmenter.begin(brk):
             return
         self.brk = brk
@@ -104,10 +115,10 @@ class Breaker:
         return GraphBreak(reason, f.code.co_filename, f.line) if f is not None else GraphBreak(reason)
 
     def pending_module_writes(self) -> bool:
-        """Has the run so far changed a Python module's attributes or a globals dict (state an
-        eager step may read, which the mock only writes back at its end)?"""
+        """Has the run so far changed a Python module's or class's attributes or a globals dict
+        (state an eager step may read, which the mock only writes back at its end)?"""
         for node in self.graph.nodes[1:]:
-            if isinstance(node.value, types.ModuleType) and len(node.versions) > 1:
+            if is_namespace(node.value) and len(node.versions) > 1:
                 return True
             if node.kind is Kind.DICT and node.rel == CONST and not same_state(
                     state_of(node.value, node.kind), node.snapshot):
@@ -134,6 +145,7 @@ class RefGraphBuilder(Observer):
         self.new_functions: set[int] = set()   # functions the run created (closures, lambdas)
         self.fixed_ids: set[int] = set()   # objects the guard fixes by identity as set members
         self._recorded = None   # a native whose next call an intrinsic recorded itself
+        self._unwinding = None  # the exception last reported unwinding
         self._keep = []
 
     def recorded_by_intrinsic(self, callee) -> None:
@@ -157,6 +169,22 @@ class RefGraphBuilder(Observer):
             if rule is not None:
                 try:
                     rule(self, frame, ins, inputs, outputs)
+                except Exception as e:  # noqa: BLE001
+                    self.dynamic.fail(e)
+
+    def on_exception(self, frame, exc):
+        # An operation that raised read what made it fail (an index past the end, a missing
+        # key or attribute): a path the program takes because it caught that exception
+        # depends on it, and the guard checks it.  Only where the exception starts (its first
+        # report), not in the frames it unwinds through afterwards.
+        if exc is self._unwinding:
+            return
+        self._unwinding = exc
+        if self.dynamic.brk is None and hasattr(frame, "info"):
+            rule = _FAILED.get(frame.info.instructions[frame.lasti].opname)
+            if rule is not None:
+                try:
+                    rule(self, frame, frame.ins_inputs, exc)
                 except Exception as e:  # noqa: BLE001
                     self.dynamic.fail(e)
 
@@ -211,6 +239,8 @@ class RefGraphBuilder(Observer):
         if ann.ends_recording(callee):
             self.dynamic("a magpy.disable() block")
             return
+        if callee is next and args and self.opaque_contents(args[0], "next() of", step=True, changes=True):
+            return
         if ann.records_itself(callee):
             return   # its effect is a step of its own (magpy.warns)
         a, bound = ann.lookup(callee)
@@ -223,7 +253,9 @@ class RefGraphBuilder(Observer):
             self.dynamic(f"call to impure native {_describe(callee)}", step=True)
             return
         full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
-        if self.hashed_call(callee, full):
+        if self.hashed_call(callee, full) or any(
+                self.opaque_contents(full[i], f"native {_describe(callee)} changes", step=True, changes=True)
+                for i in a.inplace if i < len(full)):
             return
         order_free = ann.set_order_free(callee)
         for i, v in enumerate(full):
@@ -240,7 +272,9 @@ class RefGraphBuilder(Observer):
         elif a.relation is not None:
             _RELATIONS[a.relation](self, full, result)
         for i in a.inplace:
-            if i < len(full):
+            if i == 0 and full:
+                self.written_by(callee, full, kwargs)
+            elif i < len(full):
                 self.write(full[i])
 
     # ------------------------------------------------------------------ reads
@@ -254,7 +288,7 @@ class RefGraphBuilder(Observer):
         node = self.node(v)
         if node is None:
             return
-        if self.opaque_contents(v, f"native {_describe(what)} reads"):
+        if self.opaque_contents(v, f"native {_describe(what)} reads", step=True):
             return
         if kind == ann.OPERAND:
             if node.kind in _CONTAINERS:
@@ -325,6 +359,9 @@ class RefGraphBuilder(Observer):
             try:
                 if snap.get(key, _MISSING) is value:
                     self.g.child(node, ITEM, key, value)
+                elif key not in snap and (ITEM, key) not in node.written \
+                        and type_lookup(type(node.value), "__missing__") is not NULL:
+                    node.mark_absent(ITEM, key)   # (a defaultdict made it: not there before)
             except TypeError:
                 pass
             return
@@ -396,6 +433,10 @@ class RefGraphBuilder(Observer):
                     if self._mutable_class(before):
                         self.g.const(before).mark_absent(ATTR, name)
                 self._class_attr(klass, name, klass.__dict__[name], raw=True)
+                if type(klass.__dict__[name]) is types.MemberDescriptorType \
+                        and (ATTR, name) not in node.written:
+                    # A __slots__ attribute: the object's own value, as the call found it.
+                    self.g.child(node, ATTR, name, value)
                 return
         # Neither the object nor its class has it: a Python __getattr__ made the value.  The
         # monitor enters those; one that ran natively read unseen state.
@@ -403,6 +444,62 @@ class RefGraphBuilder(Observer):
                 and self.dynamic.monitor.policy.runs_natively(getattr_fn):
             self.dynamic(f"{tp.__qualname__}.{name} read through {getattr_fn.__qualname__}, "
                          "which runs natively")
+            return
+        # (where the object or a class gains it, __getattr__ is not asked)
+        self.missing_attr(obj, name)
+
+    def missing_attr(self, obj, name) -> None:
+        """``obj`` has no attribute ``name`` (``getattr`` took its default, ``hasattr`` said
+        False, an AttributeError): neither it nor a class of its MRO that can gain one may
+        have it."""
+        node = self.node(obj)
+        if node is None or type(name) is not str or node.kind is Kind.TENSOR:
+            return
+        d = getattr(obj, "__dict__", None)
+        if node.kind in (Kind.OBJECT, Kind.STATIC) and type(d) in (dict, types.MappingProxyType) \
+                and name not in (node.snapshot if type(node.snapshot) is dict else {}):
+            node.mark_absent(ATTR, name)
+        for klass in (obj if isinstance(obj, type) else type(obj)).__mro__:
+            if self._mutable_class(klass) and klass is not obj:
+                self.g.const(klass).mark_absent(ATTR, name)
+
+    def native_failed(self, callee, args, kwargs) -> None:
+        """A native call raised: what it read decided that (as for a call that returns), and
+        a lookup found its key, item or attribute missing."""
+        if ann.ends_recording(callee) or ann.records_itself(callee):
+            return
+        a, bound = ann.lookup(callee)
+        if a is None and ann.is_tensor_method(callee):
+            a = ann.PURE
+        if a is None or not a.pure:
+            return   # a dynamic operation: an eager step's exception (magpy.segments)
+        full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
+        if self.hashed_call(callee, full) or any(
+                self.opaque_contents(full[i], f"native {_describe(callee)} changes", step=True, changes=True)
+                for i in a.inplace if i < len(full)):
+            return
+        for i, v in enumerate(full):
+            self.read_value(v, a.read_kind(i), callee)
+        for v in (kwargs or {}).values():
+            self.read_value(v, a.read_kind(len(full)), callee)
+        if a.relation == "attr" and len(full) >= 2:
+            self.missing_attr(full[0], full[1])
+        elif a.relation == "element" and full:
+            self.missing_item(full[0], full[1] if len(full) > 1 else None)
+
+    def missing_item(self, container, key) -> None:
+        """``container[key]`` raised: a dict without the key, a sequence too short for it."""
+        node = self.node(container)
+        if node is None:
+            return
+        if node.kind is Kind.DICT:
+            try:
+                if key not in node.snapshot:
+                    node.mark_absent(ITEM, key)
+            except TypeError:
+                pass   # an unhashable key: TypeError whatever the dict holds
+        elif node.kind in (Kind.LIST, Kind.TUPLE):
+            node.struct = True
 
     @staticmethod
     def _mutable_class(klass) -> bool:
@@ -481,26 +578,88 @@ class RefGraphBuilder(Observer):
         self.dynamic(f"{type(obj).__qualname__}.{name} (a Python method) called by a native operation")
         return True
 
-    def opaque_contents(self, v, what: str) -> bool:
-        """``what`` (a read or a write) reaches the contents of ``v``, a mutable C container
-        or iterator from outside the call (a deque, an ndarray, a list's iterator): the guard
-        checks only its identity and the mock cannot make a change to it, so a read must not be baked in nor
-        a write left out: a dynamic operation (True)."""
+    def opaque_contents(self, v, what: str, step: bool = False, changes: bool = False) -> bool:
+        """``what`` (a read, or a write: ``changes``) reaches the contents of ``v``, a mutable C
+        container or iterator from outside the call (a deque, an ndarray, a list's iterator):
+        the guard checks only its identity and the mock cannot make a change to it, so a read
+        must not be baked in nor a write left out: a dynamic operation (True; ``step``: a native
+        call's, an eager step, an effect where it ``changes`` ``v``).  (A continuation's frames
+        hold iterators its mock makes anew where the check failed: those are the call's own,
+        their items left guarded.)"""
         node = self.node(v)
-        if node is None or node.kind is not Kind.OPAQUE or not _mutable_opaque(v):
+        if (node is None or node.kind is not Kind.OPAQUE or not _mutable_opaque(v)
+                or node.id in self.g.frame_iterators):
             return False
-        self.dynamic(f"{what} a {type(v).__qualname__} from outside the call")
+        self.dynamic(f"{what} a {type(v).__qualname__} from outside the call", step=step, changes=changes)
         return True
 
     # ------------------------------------------------------------------ writes
-    def write(self, obj):
+    def write(self, obj, rel=None, key=None, how=SET):
+        """The program changed ``obj``: in slot ``(rel, key)`` (``how``: SET, DEL or POP, see
+        :data:`_NATIVE_STORES`), or (``rel`` None) natively in ways not known slot by slot."""
         node = self.node(obj)
-        if node is not None and not self.opaque_contents(obj, "a write to"):
+        if node is not None and not self.opaque_contents(obj, "a write to", changes=True):
             if py_method(type(obj), "__setattr__") in scripted.NATIVE_SETATTRS:
                 # The mock makes the writes it sees in snapshots of __dict__s; this one is not.
                 self.dynamic(f"a write to {type(obj).__qualname__}, which keeps its attributes "
                              "in its C++ module")
             node.versions.append(ShadowVersion(node.versions[-1].refs))
+            if rel == ATTR and node.snapshot is None and type(key) is str and (
+                    is_namespace(obj) or slot_of(obj, key) is not None):
+                # (a slot's presence is not in a __dict__ for the guard to check)
+                node.stored(ATTR, key, how is not SET, must_exist=how is DEL and is_namespace(obj))
+            elif node.snapshot is not None and node.kind is not Kind.TENSOR:
+                self._stored(node, obj, rel, key, how)
+
+    def _stored(self, node, obj, rel, key, how):
+        deleted = how is not SET
+        if rel is ADDED:
+            return
+        if rel is None or rel is CLEAR:
+            node.rewritten_in_place(cleared=rel is CLEAR)
+        elif rel == ATTR:
+            self._stored_attr(node, obj, key, how)
+        elif node.kind is Kind.LIST and type(key) is slice:
+            node.rewritten_in_place(cleared=key == _ALL and not deleted)
+        elif node.kind is Kind.LIST and isinstance(key, int) and not deleted:
+            node.stored(ITEM, key if key >= 0 else key + len(obj))
+        elif node.kind in (Kind.DICT, Kind.CELL):
+            node.stored(rel, key, deleted, must_exist=how is DEL)
+        else:
+            node.rewritten_in_place()   # (a list's deleted item moves those after it)
+
+    def _stored_attr(self, node, obj, name, how):
+        """``obj.name = v`` (or ``del obj.name``): a slot of the dict the value went to (an
+        nn.Module's parameters, buffers or submodules, else the instance ``__dict__``)."""
+        d = getattr(obj, "__dict__", None)
+        if type(d) is not dict or type(name) is not str:
+            return
+        if isinstance(obj, torch.nn.Module):
+            for dname in _MODULE_DICTS:
+                store = d.get(dname)
+                dnode = node.children.get((ATTR, dname))
+                if store is None or dnode is None or dnode.snapshot is None:
+                    continue
+                held = name in dnode.snapshot or (ITEM, name) in dnode.written
+                if name in store or (how is not SET and held):
+                    dnode.versions.append(ShadowVersion(dnode.versions[-1].refs))
+                    dnode.stored(ITEM, name, how is not SET, must_exist=how is DEL)
+                    return
+        if how is not SET or name in d:
+            node.stored(ATTR, name, how is not SET, must_exist=how is DEL)
+
+    def written_by(self, callee, full, kwargs) -> None:
+        """The slots a native that changes its first argument in place writes (setattr,
+        ``d.setdefault(k, v)``, ``d.update(other)`` ...), else the whole of it."""
+        method = _method_key(callee)
+        try:
+            slots = None if kwargs else _NATIVE_STORES.get(callee) or _NATIVE_STORES.get(method)
+        except TypeError:   # (an unhashable callable a user annotated)
+            slots = None
+        if slots is None:
+            slots = _added if method in _LIST_ADDITIONS else _whole
+        for rel, key, how in slots(full):
+            self.write(full[0], rel, key, how)
 
 
 # --------------------------------------------------------------------------- instruction rules
@@ -536,7 +695,11 @@ def _make_function(b, frame, ins, inputs, outputs):
 def _store_deref(b, frame, ins, inputs, outputs):
     cell = frame.locals[ins.arg]
     if id(cell) not in b.new_cells:
-        b.write(b.g.const(cell).value)
+        b.write(b.g.const(cell).value, CELL, None, DEL if ins.opname == "DELETE_DEREF" else SET)
+
+
+def _for_iter(b, frame, ins, inputs, outputs):
+    b.opaque_contents(inputs[0], "a for loop over", changes=True)
 
 
 def _load_attr(b, frame, ins, inputs, outputs):
@@ -560,15 +723,15 @@ def _binary_slice(b, frame, ins, inputs, outputs):
 
 
 def _store_attr(b, frame, ins, inputs, outputs):
-    b.write(inputs[1])
+    b.write(inputs[1], ATTR, ins.argval)
 
 
 def _store_subscr(b, frame, ins, inputs, outputs):
     if isinstance(inputs[1], dict) and b.hashes(inputs[1], (inputs[2],), "a dict store"):
         return
-    if not b.opaque_contents(inputs[1], "an item store into"):
+    if not b.opaque_contents(inputs[1], "an item store into", changes=True):
         b.python_dunder(inputs[1], "__setitem__")
-    b.write(inputs[1])
+        b.write(inputs[1], ITEM, inputs[2])
 
 
 def _store_slice(b, frame, ins, inputs, outputs):
@@ -579,17 +742,17 @@ def _store_slice(b, frame, ins, inputs, outputs):
 def _delete_subscr(b, frame, ins, inputs, outputs):
     if isinstance(inputs[0], dict) and b.hashes(inputs[0], (inputs[1],), "a dict deletion"):
         return
-    if not b.opaque_contents(inputs[0], "an item deletion from"):
+    if not b.opaque_contents(inputs[0], "an item deletion from", changes=True):
         b.python_dunder(inputs[0], "__delitem__")
-        b.write(inputs[0])
+        b.write(inputs[0], ITEM, inputs[1], DEL)
 
 
 def _delete_attr(b, frame, ins, inputs, outputs):
-    b.write(inputs[0])
+    b.write(inputs[0], ATTR, ins.argval, DEL)
 
 
 def _store_global(b, frame, ins, inputs, outputs):
-    b.write(frame.globals)
+    b.write(frame.globals, ITEM, ins.argval, DEL if ins.opname == "DELETE_GLOBAL" else SET)
 
 
 def _struct_read(position, dunder=None):
@@ -709,7 +872,7 @@ _RULES = {
     "LOAD_FROM_DICT_OR_DEREF": _load_deref, "BINARY_SLICE": _binary_slice, "STORE_SLICE": _store_slice,
     "MAKE_CELL": _make_cell, "MAKE_FUNCTION": _make_function,
     "STORE_DEREF": _store_deref, "DELETE_DEREF": _store_deref,
-    "LOAD_ATTR": _load_attr, "LOAD_METHOD": _load_attr,
+    "LOAD_ATTR": _load_attr, "LOAD_METHOD": _load_attr, "FOR_ITER": _for_iter,
     "BINARY_SUBSCR": _binary_subscr, "STORE_SUBSCR": _store_subscr, "DELETE_SUBSCR": _delete_subscr,
     "STORE_ATTR": _store_attr, "DELETE_ATTR": _delete_attr,
     "STORE_GLOBAL": _store_global, "DELETE_GLOBAL": _store_global,
@@ -729,6 +892,45 @@ _RULES = {
 }
 
 
+# --------------------------------------------------------------------------- failed instructions
+# What an instruction that raised read: ``(builder, frame, inputs, exc)``.
+def _subscr_failed(b, frame, inputs, exc):
+    if isinstance(exc, (IndexError, KeyError)):
+        b.missing_item(inputs[0], inputs[1])
+
+
+def _attr_failed(b, frame, inputs, exc):
+    if isinstance(exc, AttributeError):
+        ins = frame.info.instructions[frame.lasti]
+        b.missing_attr(inputs[0], ins.argval)
+
+
+def _global_failed(b, frame, inputs, exc):
+    if isinstance(exc, NameError):
+        name = frame.info.instructions[frame.lasti].argval
+        b.g.const(frame.globals).mark_absent(ITEM, name)
+        b.g.const(frame.builtins).mark_absent(ITEM, name)
+
+
+def _unpack_failed(b, frame, inputs, exc):
+    node = b.node(inputs[0])
+    if node is not None and node.kind in _CONTAINERS:
+        b.expand(node)   # (too many or too few items: its length)
+
+
+def _call_failed(b, frame, inputs, exc):
+    # (keyword arguments are read as positional ones: the natives that fail on a lookup
+    # take none; a Python callee's exception was first reported in its own frame)
+    callee, args = bytecode.call_operands(inputs)
+    if not isinstance(callee, (types.FunctionType, types.MethodType)):
+        b.native_failed(callee, args, None)
+
+
+_FAILED = {"BINARY_SUBSCR": _subscr_failed, "LOAD_ATTR": _attr_failed, "LOAD_METHOD": _attr_failed,
+           "LOAD_GLOBAL": _global_failed, "UNPACK_SEQUENCE": _unpack_failed, "UNPACK_EX": _unpack_failed,
+           "CALL": _call_failed}
+
+
 # --------------------------------------------------------------------------- native relations
 def _rel_attr(b, args, result):
     if len(args) >= 2 and type(args[1]) is str:
@@ -736,9 +938,7 @@ def _rel_attr(b, args, result):
         d = getattr(obj, "__dict__", None)
         if len(args) == 3 and result is args[2] and not hasattr(type(obj), name) and (
                 type(d) is not dict or name not in d):
-            node = b.node(obj)
-            if node is not None and node.kind is Kind.OBJECT:
-                node.mark_absent(ATTR, name)  # getattr(obj, name, default) took the default
+            b.missing_attr(obj, name)  # getattr(obj, name, default) took the default
             return
         b.read_attr(obj, name, result)
 
@@ -753,9 +953,9 @@ def _rel_hasattr(b, args, result):
             b.read_attr(obj, name, getattr(obj, name))
         except Exception:  # noqa: BLE001 - the attribute vanished; the guard will miss
             pass
-    elif node.kind is Kind.OBJECT:
-        node.mark_absent(ATTR, name)
-    elif node.kind is not Kind.STATIC:
+    elif node.kind in (Kind.OBJECT, Kind.STATIC):
+        b.missing_attr(obj, name)
+    else:
         b.dynamic(f"hasattr on {type(obj).__qualname__}")
 
 
@@ -801,6 +1001,55 @@ def _rel_frame(b, args, result):
 
 _RELATIONS = {"attr": _rel_attr, "frame": _rel_frame, "hasattr": _rel_hasattr, "element": _rel_element,
               "contextvar": _rel_contextvar}
+
+
+_ALL = slice(None, None, None)   # ``L[:] = ...`` replaces everything
+
+
+def _method_key(callee):
+    """``(type, name)`` of a method of a builtin container, bound or not, else None."""
+    owner = getattr(callee, "__self__", None)
+    objclass = getattr(callee, "__objclass__", None)
+    tp = objclass if objclass is not None else (type(owner) if owner is not None else None)
+    name = getattr(callee, "__name__", None)
+    if tp is None or name is None:
+        return None
+    for base in (dict, list, set):
+        if issubclass(tp, base):
+            return base, name
+    if name in ("__setattr__", "__delattr__"):   # (``super().__setattr__``: object's, bound)
+        return object, name
+    return None
+
+
+def _update_slots(full):
+    # dict.update(other): other's keys (an iterable of pairs is consumed by now: not known).
+    # Its keyword arguments are not in ``full``: the whole dict then.
+    if len(full) == 2 and isinstance(full[1], dict):
+        return [(ITEM, k, SET) for k in full[1]]
+    return [(None, None, SET)]
+
+
+def _slot(rel, how):
+    return lambda a: [(rel, a[1], how)]
+
+
+# Natives that change their first argument in place, slot by slot: args -> [(rel, key, how)]
+# (see ``RefGraphBuilder.write``).  Any other changes it whole.
+_NATIVE_STORES = {
+    setattr: _slot(ATTR, SET), delattr: _slot(ATTR, DEL),
+    (object, "__setattr__"): _slot(ATTR, SET), (object, "__delattr__"): _slot(ATTR, DEL),
+    operator.setitem: _slot(ITEM, SET), operator.delitem: _slot(ITEM, DEL),
+    **{(tp, "__setitem__"): _slot(ITEM, SET) for tp in (dict, list)},
+    **{(tp, "__delitem__"): _slot(ITEM, DEL) for tp in (dict, list)},
+    (dict, "setdefault"): _slot(ITEM, SET), (dict, "pop"): _slot(ITEM, POP),
+    (dict, "update"): _update_slots,
+    **{(tp, "clear"): (lambda a: [(CLEAR, None, SET)]) for tp in (dict, list, set)},
+}
+# List methods that only add items at the end (the mock extends the list).
+_added = lambda a: [(ADDED, None, SET)]  # noqa: E731
+_whole = lambda a: [(None, None, SET)]  # noqa: E731
+_LIST_ADDITIONS = frozenset({(list, "append"), (list, "extend"), (list, "__iadd__")})
 
 
 _HASHED_CONTAINERS = (dict, set, frozenset, type({}.keys()))
