@@ -446,7 +446,7 @@ class OpRecorder(TorchFunctionMode):
 
     def _record_assertion(self, func, t, truth) -> None:
         passing, message = self._assertion()
-        if truth is not passing:   # the program raises AssertionError itself, eagerly
+        if truth is not passing or not checks_in_graph(t):   # (the program raises it itself, eagerly)
             self.dynamic(f"{_qualname(func)} reads tensor data into Python", step=True)
             return
         self._sync_modes()
@@ -1209,6 +1209,14 @@ _LEAVES_PATH = ("JUMP", "RETURN", "YIELD", "FOR_ITER", "SEND", "RERAISE")
 
 # The message of the record's own checks (OpRecorder.check), as opposed to the program's.
 OWN_CHECK = "magpy: this call takes another path than the recorded one: "
+
+
+def checks_in_graph(*values) -> bool:
+    """May a check on these values be an assertion of the graph?  Only on the CPU: a failed
+    ``_assert_async`` on a GPU is a device-side assert, which leaves the CUDA context unusable
+    for the rest of the process; there the check reads the value back (an eager step), as the
+    program's own ``if`` does."""
+    return all(v.device.type == "cpu" for v in values if isinstance(v, torch.Tensor))
 
 
 def failed_own_check(gm: fx.GraphModule | None, exc: BaseException) -> bool:

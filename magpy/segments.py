@@ -69,7 +69,7 @@ from magpy.dynamic import Lifting, Scalar, Shapes, argument_shadows, specialise,
 from magpy.errors import GraphBreak
 from magpy.monitor import Monitor, Observer, bytecode, operators
 from magpy.monitor.observer import CALLS, RETURNS, calling, returns_to_caller, tracked
-from magpy.opgraph import OpRecorder, thread_modes
+from magpy.opgraph import OpRecorder, checks_in_graph, thread_modes
 from magpy.refgraph import Breaker, RefGraph, RefGraphBuilder
 from magpy.refgraph.graph import is_immutable
 
@@ -374,7 +374,7 @@ class Segmenter(Observer):
         its name, or a constant): the graph checks that the same argument comes back on each
         call (where it does not, the call misses the record and records again), if nothing
         observable happened yet."""
-        if not self.undoable():
+        if not self.undoable() or not checks_in_graph(*operands):
             return False
         a, b = operands
         rec = self.recorder

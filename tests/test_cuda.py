@@ -144,6 +144,25 @@ def test_instruction_set_probe_only_for_graphs_with_cpu_kernels(monkeypatch):
     assert probed == [1, 1]
 
 
+def test_checks_go_into_graphs_only_on_the_cpu():
+    """A failed in-graph check (``_assert_async``) on a GPU is a device-side assert that leaves
+    the CUDA context unusable (seen on an H200: every later CUDA call of the process failed),
+    so checks on GPU tensors read the value back instead (magpy.opgraph.checks_in_graph)."""
+    from magpy.opgraph import checks_in_graph
+    assert checks_in_graph(torch.ones(2), 1.5) and checks_in_graph()
+    assert not checks_in_graph(torch.ones(2), torch.empty(2, device="meta"))
+
+
+def _asserts_positive(x):
+    assert (x > 0).all(), "not positive"
+    return x * 2
+
+
+def _clipped(x):
+    n = x.abs().max().item()
+    return x * min(n, 1.5)   # a check of which argument min() gives back
+
+
 # ------------------------------------------------------------------------------ on a GPU
 
 
@@ -513,3 +532,25 @@ def test_cuda_graphs_skip_graphs_that_need_autograd(cuda_graphs):
         assert out.grad_fn is not None
         assert torch.allclose(out, model(x), rtol=RTOL, atol=ATOL)
     assert not cuda_graphs
+
+
+@needs_cuda
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_a_failing_check_on_cuda_leaves_cuda_usable(backend):
+    """The program's assertion and magpy's own check (min() giving back the other argument)
+    fail on CUDA tensors: the program's AssertionError, eager's results, and CUDA still works
+    afterwards (no device-side assert)."""
+    for program, calls in ((_asserts_positive, [1.0, 2.0, -1.0, 3.0]), (_clipped, [1.0, 1.0, 2.0, 0.5])):
+        magpy.reset()
+        compiled = magpy.compile(program, backend=backend)
+        for v in calls:
+            x = torch.full((3,), v, device="cuda")
+            try:
+                want = program(x)
+            except AssertionError:
+                with pytest.raises(AssertionError, match="not positive"):
+                    compiled(x)
+                continue
+            torch.testing.assert_close(compiled(x), want)
+        torch.cuda.synchronize()
+        assert torch.ones(2, device="cuda").sum().item() == 2.0
