@@ -51,9 +51,10 @@ from typing import Callable
 import torch
 from torch._dynamo.convert_frame import compile_lock
 
-from magpy import collector
+from magpy import collector, sessions
 
 _lock = threading.RLock()                        # held by every compile
+_starting = threading.RLock()                    # starting the worker, a record's compile, taking it
 _jobs: queue.SimpleQueue = queue.SimpleQueue()   # (future, job) for the worker, in order
 _STOP = None                                     # the worker's last item (_drain)
 _unfinished: set[Future] = set()                 # submitted, not yet done (synchronize, reset)
@@ -78,9 +79,10 @@ def submit(job: Callable[[], object]) -> Future:
     _unfinished.add(future)
     future.add_done_callback(_unfinished.discard)
     _jobs.put((future, job))
-    if _worker is None or not _worker.is_alive():
-        _worker = threading.Thread(target=_work, name="magpy-compile", daemon=True)
-        _worker.start()
+    with _starting:
+        if _worker is None or not _worker.is_alive():
+            _worker = threading.Thread(target=_work, name="magpy-compile", daemon=True)
+            _worker.start()
     return future
 
 
@@ -107,17 +109,28 @@ def _run(future: Future, job: Callable[[], object]) -> None:
     """Run one job, unless ``magpy.reset()`` cancelled it before it started."""
     if not future.set_running_or_notify_cancel():
         return
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(min(interval, SWITCH_INTERVAL))
     try:
-        with _lock, compile_lock, collector.full_collections_deferred():
+        with _lock, compile_lock, collector.full_collections_deferred(), _FAST_SWITCHING:
             out = job()
     except BaseException as e:  # noqa: BLE001 - handed to the calling thread (Deferred.results)
         future.set_exception(e)
     else:
         future.set_result(out)
-    finally:
-        sys.setswitchinterval(interval)
+
+
+def _switch_often() -> Callable[[], None]:
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, SWITCH_INTERVAL))
+    fast = sys.getswitchinterval()   # (as the interpreter rounds it)
+
+    def undo() -> None:
+        if sys.getswitchinterval() == fast:   # (else the program set its own meanwhile)
+            sys.setswitchinterval(interval)
+
+    return undo
+
+
+_FAST_SWITCHING = sessions.Held(_switch_often)   # while a compile runs (magpy.sessions)
 
 
 def synchronize(timeout: float | None = None) -> bool:
@@ -152,8 +165,9 @@ getattr(threading, "_register_atexit", atexit.register)(_drain)
 
 
 def _anew_in_child() -> None:
-    global _lock, _jobs, _unfinished, _worker
-    _lock, _jobs, _unfinished, _worker = threading.RLock(), queue.SimpleQueue(), set(), None
+    global _lock, _starting, _jobs, _unfinished, _worker
+    _lock, _starting, _jobs, _unfinished, _worker = (threading.RLock(), threading.RLock(), queue.SimpleQueue(),
+                                                     set(), None)
 
 
 if hasattr(os, "register_at_fork"):
@@ -169,22 +183,34 @@ class Deferred:
     list, or the exception the job itself failed with); ``report`` is handed to
     the trials it makes (``magpy.autopilot``), ``taken(graphs)`` counts them (``magpy.stats``)."""
 
-    __slots__ = ("job", "take", "backend", "future", "report", "taken")
+    __slots__ = ("job", "take", "backend", "future", "report", "taken", "claimed")
 
     def __init__(self, job: Callable[[], list], take: Callable, backend: str):
         self.job, self.take, self.backend = job, take, backend
         self.future: Future | None = None
         self.report: Callable | None = None
         self.taken: Callable[[int], None] | None = None
+        self.claimed = False
 
     def start(self) -> None:
-        """Hand the compile to the worker (again, if ``magpy.reset()`` cancelled it)."""
-        if self.future is None or self.future.cancelled():
-            self.future = submit(self.job)
+        """Hand the compile to the worker (again, if ``magpy.reset()`` cancelled it); once,
+        whichever threads start it."""
+        with _starting:
+            if self.future is None or self.future.cancelled():
+                self.future = submit(self.job)
 
     def done(self) -> bool:
         future = self.future
         return future is not None and future.done() and not future.cancelled()
+
+    def claim(self) -> bool:
+        """Is the calling thread the one to take the finished compile's results (the first
+        to ask once it is done)?"""
+        if not self.done():
+            return False
+        with _starting:
+            claimed, self.claimed = self.claimed, True
+        return not claimed
 
     def results(self) -> list | Exception:
         """The job's results, or the exception the job itself failed with."""
