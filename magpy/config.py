@@ -36,6 +36,12 @@ class Config:
     compile in a background thread while calls go on eagerly, and take over when compiled
     (``magpy.background``; ``magpy.synchronize()`` waits for them); False compiles them
     while recording, in the calling thread.  Applies to records made after it is set.
+    ``compile_timeout``: seconds a graph compile may take (None: no limit).  A background
+    compile that runs longer (a backend that hangs) is given up: its record's graphs run
+    eagerly from then on, with one warning, and so do those of the compiles queued behind
+    it while it runs on; ``magpy.synchronize()`` and the process's exit stop waiting for it.
+    A compile in the calling thread waits at most this long for a background compile to
+    finish (then the call's record is not made: it runs eagerly).
     ``joint_backward``: record ``loss.backward()`` into the graph, so a whole train step is one
     graph (``magpy.joint``), where nothing but gradient arithmetic runs in the backward; False
     keeps it an eager step between graphs (the real autograd engine) everywhere.  Applies to
@@ -55,6 +61,7 @@ class Config:
     autopilot: bool = True
     background_compile: bool = True
     joint_backward: bool = True
+    compile_timeout: float | None = 1200.0
 
     def __setattr__(self, name, value):
         if name not in {f.name for f in dataclasses.fields(self)}:
@@ -69,6 +76,10 @@ class Config:
             raise ValueError(f"magpy.config.{name} must be True or False, not {value!r}")
         if name == "max_unroll" and (type(value) is not int or value < 0):
             raise ValueError(f"magpy.config.max_unroll must be an int >= 0, not {value!r}")
+        if name == "compile_timeout" and value is not None and (
+                type(value) not in (int, float) or not value > 0):
+            raise ValueError(f"magpy.config.compile_timeout must be a positive number of seconds or None, "
+                             f"not {value!r}")
         if name == "cache_size_limit" and (not isinstance(value, int) or value < 1):
             raise ValueError(f"magpy.config.cache_size_limit must be a positive int, not {value!r}")
         object.__setattr__(self, name, value)
