@@ -18,6 +18,11 @@ may fail where, and what the call then does:
 
 Either way the record is dropped and the callable runs eagerly from then on, with one
 warning (or raises :class:`CaptureError` with ``on_capture_error="raise"``).
+
+Many threads call one callable (``magpy.sessions`` has the whole model): its records are a
+tuple read without a lock and replaced under ``_lock``; one recording (or continuation
+recording) runs at a time, under ``_recording``, and a call that misses meanwhile runs
+eagerly rather than wait or record the same miss again.
 """
 from __future__ import annotations
 
@@ -92,8 +97,11 @@ class RecordCache:
         except MagpyError:
             raise
         except BaseException as e:
-            # The program's exception: its traceback shows the program's frames, under only
-            # the compiled callable's and this frame (magpy's own entries are dropped).
+            # The program's exception (raised by its code or an operation it called): magpy's
+            # own stages turn their failures into MagpyErrors (magpy.record's stages, the
+            # monitor's observers through Monitor.on_fault, the guard, the mock and the
+            # bookkeeping here).  Its traceback shows the program's frames, under only the
+            # compiled callable's and this frame (magpy's own entries are dropped).
             raise e.with_traceback(program_entries(e.__traceback__))
 
     def call(self, args: tuple, kwargs: dict):
@@ -283,11 +291,24 @@ class RecordCache:
         errors = []
         start = time.perf_counter()
         result, rec = capture(self.fn, args, kwargs, self.backend, self.roots, errors, self.lifting)
-        self.log_recording(rec, time.perf_counter() - start)
         if rec is None:
             self.eager_reason = str(errors[0])
             self.stats.break_reasons.append(self.eager_reason)
             return result
+        try:
+            self.log_recording(rec, time.perf_counter() - start)
+            return self.keep(rec, result)
+        except (MagpyError, Warning):
+            raise   # (GraphBreakError with fullgraph=True; a warning the program made an error)
+        except Exception as e:  # noqa: BLE001 - magpy's bookkeeping, after the program ran
+            error = CaptureError(f"magpy failed keeping a record: {type(e).__name__}: {e}")
+            error.__cause__ = e
+            self.eager_reason = str(error)
+            machinery_failed(error)
+            return result
+
+    def keep(self, rec: Record, result):
+        """Add the record of a recording run, whose result was ``result``."""
         if self.fullgraph and (rec.breaks or rec.graph_break):
             raise GraphBreakError((rec.breaks or (rec.graph_break,))[0])   # the first break
         if rec.graph_break is not None and rec.graph_break.retry:

@@ -17,6 +17,7 @@ import torch
 
 import magpy
 from magpy import background, controlflow, opgraph, record
+from magpy import cache as magpy_cache
 from magpy.errors import BackendError, CaptureError
 from magpy.refgraph import rules
 from tests.compile_harness import fresh_magpy  # noqa: F401 - autouse fixture
@@ -66,6 +67,7 @@ RECORDING_STAGES = {
     "guard codegen": (record, "compile_source", failing_compile_source("guard")),
     "mock codegen": (record, "compile_source", failing_compile_source("mock")),
     "guard and mock generation": (record, "generate", fault()),
+    "the cache's bookkeeping": (magpy_cache.RecordCache, "count_record", fault()),
 }
 
 
