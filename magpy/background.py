@@ -230,9 +230,8 @@ getattr(threading, "_register_atexit", atexit.register)(_drain)
 
 def _anew_in_child() -> None:
     global _lock, _starting, _jobs, _unfinished, _worker, _running, _stuck
-    _lock, _starting, _jobs, _unfinished, _worker = (threading.RLock(), threading.RLock(), queue.SimpleQueue(),
-                                                     set(), None)
-    _running = _stuck = None
+    _lock, _starting, _jobs, _unfinished = threading.RLock(), threading.RLock(), queue.SimpleQueue(), set()
+    _worker = _running = _stuck = None
 
 
 if hasattr(os, "register_at_fork"):

@@ -51,6 +51,7 @@ class Config:
     """
 
     cache_size_limit: int = 8
+    compile_timeout: float | None = 1200.0
     on_capture_error: str = "fallback"
     on_backend_error: str = "fallback"
     verify_fast_guard: bool = False
@@ -61,13 +62,16 @@ class Config:
     autopilot: bool = True
     background_compile: bool = True
     joint_backward: bool = True
-    compile_timeout: float | None = 1200.0
 
     def __setattr__(self, name, value):
         if name not in {f.name for f in dataclasses.fields(self)}:
             raise AttributeError(f"magpy.config has no option {name!r}")
         if name.startswith("on_") and value not in ("fallback", "raise"):
             raise ValueError(f"magpy.config.{name} must be 'fallback' or 'raise', not {value!r}")
+        if name == "compile_timeout" and value is not None and (
+                type(value) not in (int, float) or not value > 0):
+            raise ValueError(f"magpy.config.compile_timeout must be a positive number of seconds or None, "
+                             f"not {value!r}")
         if name == "dynamic" and value not in (None, True, False):
             raise ValueError(f"magpy.config.dynamic must be None (automatic), True or False, not {value!r}")
         if name == "dynamic_after" and (type(value) is not int or value < 2):
@@ -76,10 +80,6 @@ class Config:
             raise ValueError(f"magpy.config.{name} must be True or False, not {value!r}")
         if name == "max_unroll" and (type(value) is not int or value < 0):
             raise ValueError(f"magpy.config.max_unroll must be an int >= 0, not {value!r}")
-        if name == "compile_timeout" and value is not None and (
-                type(value) not in (int, float) or not value > 0):
-            raise ValueError(f"magpy.config.compile_timeout must be a positive number of seconds or None, "
-                             f"not {value!r}")
         if name == "cache_size_limit" and (not isinstance(value, int) or value < 1):
             raise ValueError(f"magpy.config.cache_size_limit must be a positive int, not {value!r}")
         object.__setattr__(self, name, value)

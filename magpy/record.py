@@ -91,7 +91,7 @@ class Record:
         the first hit starts it."""
         deferred = self.deferred
         if deferred is not None and deferred.claim():
-            self.deferred = None   # taken once (by one thread), even if taking raises (on_backend_error="raise")
+            self.deferred = None   # taken once (one thread), even if taking raises (on_backend_error="raise")
             deferred.take(self, deferred.results())
         env = self._guard(args, kwargs)
         if env is not None and self.deferred is not None:
