@@ -73,7 +73,12 @@ def measure(backend: str, threads: int, calls: int) -> dict:
     magpy.synchronize()
     stats = magpy.stats(fast)
     out.update(recordings=stats.monitor_runs, records=stats.records, eager_runs=stats.eager_runs,
-               limit_before=limit, limit_after=sys.getrecursionlimit())
+               mock_runs=stats.mock_runs, limit_before=limit, limit_after=sys.getrecursionlimit())
+    # The same again, once recorded (a server's steady state): the calls the records served.
+    again = hammer(fast, net, threads, calls, seed=1)
+    out.update(again_exceptions=again["exceptions"], again_wrong=again["wrong"],
+               again_mock_runs=stats.mock_runs - out["mock_runs"],
+               again_recordings=stats.monitor_runs - out["recordings"])
     return out
 
 
@@ -87,8 +92,10 @@ def main(argv=None) -> None:
         r = measure(backend, args.threads, args.calls)
         print(f"{backend}: {args.threads} threads x {args.calls} calls: {r['exceptions']} exceptions, "
               f"{r['wrong']} wrong, {r['recordings']} recordings for {r['records']} records "
-              f"({len(BATCHES)} batch sizes), {r['eager_runs']} eager runs, recursion limit "
-              f"{r['limit_before']} -> {r['limit_after']}")
+              f"({len(BATCHES)} batch sizes), {r['mock_runs']} mock runs, {r['eager_runs']} eager runs "
+              f"(while a recording ran), recursion limit {r['limit_before']} -> {r['limit_after']}; "
+              f"again: {r['again_exceptions']} exceptions, {r['again_wrong']} wrong, {r['again_recordings']} "
+              f"recordings, {r['again_mock_runs']} mock runs")
         for err, n in r["errors"].most_common(3):
             print(f"    {n} x {err[:160]}")
 

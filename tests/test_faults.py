@@ -59,15 +59,17 @@ def failing_compile_source(name):
     return compile_source
 
 
-# stage -> how to inject the fault (a monkeypatch target and value)
+# stage -> how to inject the fault there (a monkeypatch target and value): an observer of the
+# recording, the RefGraph's update, the operator recorder, guard / mock / all code generation,
+# the cache's bookkeeping after a recording
 RECORDING_STAGES = {
-    "an observer of the recording": (controlflow.Branches, "on_instruction", fault()),
-    "the RefGraph's update": (rules.RefGraphBuilder, "_native_call", fault()),
-    "the operator recorder": (opgraph.OpRecorder, "_record_result", fault()),
-    "guard codegen": (record, "compile_source", failing_compile_source("guard")),
-    "mock codegen": (record, "compile_source", failing_compile_source("mock")),
-    "guard and mock generation": (record, "generate", fault()),
-    "the cache's bookkeeping": (magpy_cache.RecordCache, "count_record", fault()),
+    "observer": (controlflow.Branches, "on_instruction", fault()),
+    "refgraph_update": (rules.RefGraphBuilder, "_native_call", fault()),
+    "opgraph_recording": (opgraph.OpRecorder, "_record_result", fault()),
+    "guard_codegen": (record, "compile_source", failing_compile_source("guard")),
+    "mock_codegen": (record, "compile_source", failing_compile_source("mock")),
+    "codegen": (record, "generate", fault()),
+    "cache_bookkeeping": (magpy_cache.RecordCache, "count_record", fault()),
 }
 
 

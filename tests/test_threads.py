@@ -5,6 +5,7 @@ import gc
 import os
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -200,7 +201,12 @@ def test_grad_and_inference_mode_entered_per_thread_do_not_leak():
 
 def test_a_trial_called_from_threads_decides_once():
     decided = []
-    trial = autopilot.Trial(lambda x: x + 1, lambda x: x + 1, "fake", 1)
+
+    def version(x):
+        time.sleep(0.002)   # (calls of the threads overlap)
+        return x + 1
+
+    trial = autopilot.Trial(version, version, "fake", 1)
     trial.report = decided.append
 
     def worker(k):
