@@ -26,6 +26,7 @@ eagerly rather than wait or record the same miss again.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -33,6 +34,7 @@ import time
 import types
 import warnings
 import weakref
+from collections.abc import Iterator
 
 import torch
 
@@ -199,12 +201,11 @@ class RecordCache:
                 if cont.mock is None:   # the rest of the call met an operation that ends recording
                     return self.finish_unrecorded(point)
                 return self.run_mock(cont, env, values, {})
-        # Too many ways on from here, or another thread records this callable now: the rest
-        # of the call runs unrecorded.
-        if len(conts) >= config.cache_size_limit or not self._recording.acquire(blocking=False):
-            return self.finish_unrecorded(point)
-        try:
-            self._recorder = threading.get_ident()
+        if len(conts) >= config.cache_size_limit:
+            return self.finish_unrecorded(point)   # too many ways on from here
+        with self.sole_recording() as sole:
+            if not sole:   # another thread records this callable now
+                return self.finish_unrecorded(point)
             self.stats.monitor_runs += 1
             result, cont = capture_continuation(point, self.backend, [])
             if cont is not None:
@@ -212,6 +213,17 @@ class RecordCache:
                     rec.continuations[point.index] = (cont, *rec.continuations.get(point.index, ()))
                 self.count_record(cont)
             return result
+
+    @contextlib.contextmanager
+    def sole_recording(self) -> Iterator[bool]:
+        """Is the calling thread's the callable's only recording now?  If so, no other starts
+        until the block ends."""
+        if not self._recording.acquire(blocking=False):
+            yield False
+            return
+        self._recorder = threading.get_ident()
+        try:
+            yield True
         finally:
             self._recorder = None
             self._recording.release()
@@ -263,19 +275,14 @@ class RecordCache:
     def missed(self, args, kwargs, added: int):
         """No record covered the call (the records added before ``added`` were tried): record
         it, unless another thread records now (then it runs eagerly meanwhile)."""
-        if self.eager_reason is not None or not self._recording.acquire(blocking=False):
-            self.stats.eager_runs += 1
-            return self.fn(*args, **kwargs)
-        try:
-            self._recorder = threading.get_ident()
-            if self._added != added:   # another thread's recording landed meanwhile: it may cover the call
-                result = self.try_records(self.records, args, kwargs)
-                if result is not MISS:
-                    return result
-            return self.miss(args, kwargs)
-        finally:
-            self._recorder = None
-            self._recording.release()
+        if self.eager_reason is None:
+            with self.sole_recording() as sole:
+                if sole:
+                    # A record another thread added since this call tried them may cover it.
+                    result = self.try_records(self.records, args, kwargs) if self._added != added else MISS
+                    return self.miss(args, kwargs) if result is MISS else result
+        self.stats.eager_runs += 1
+        return self.fn(*args, **kwargs)
 
     def miss(self, args, kwargs):
         """A monitor run of the call that records it (under ``_recording``)."""
