@@ -322,3 +322,25 @@ def test_the_worker_waits_for_no_compile_queued_behind_a_hung_one(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert background.submit(lambda: 7).result(60) == 7
+
+
+def scaled(x, n, scale, name):
+    out = x
+    for _ in range(n):
+        out = out * scale
+    if name == "neg":
+        out = -out
+    return out
+
+
+def test_issue_29s_scalar_arguments_give_eagers_results_on_every_call():
+    # Once raised magpy's own KeyError (torch.fx's node_copy, in a loop's recording) as if the
+    # program's ``for`` line had: now eager's result on every call, whatever magpy records.
+    c = magpy.compile(scaled, backend="eager")
+    x = torch.randn(3)
+    calls = [(x, 2, 0.5, "pos"), (x, 3, 0.5, "pos"), (x, 3, 2.0, "pos"), (x, 4, 2.0, "neg"),
+             (x, 2, 0.5, "neg"), (x, 3, 2.0, "pos")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # (a magpy failure falls back with a warning)
+        for a in calls:
+            assert torch.equal(c(*a), scaled(*a))
