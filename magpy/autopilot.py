@@ -12,9 +12,14 @@ looks the graph up (:attr:`Trial.settle`), so later calls pay nothing for the tr
 
 ``magpy.config.autopilot`` (on by default) turns trials off for graphs compiled after it
 is set; the "eager" backend has nothing to try.
+
+Calls from several threads share a trial: each takes its turn (which version, timed or not)
+and adds its time under the trial's lock, and the thread that adds the last time decides,
+once; calls made while it decides run their turn's version as any other.
 """
 from __future__ import annotations
 
+import threading
 from time import perf_counter
 from typing import Callable
 
@@ -31,7 +36,7 @@ _COMPILED, _EAGER = 0, 1
 class Trial:
     """A compiled graph on trial against its eager twin; callable like either of them."""
 
-    __slots__ = ("versions", "backend", "ops", "calls", "times", "kept", "settle", "report")
+    __slots__ = ("versions", "backend", "ops", "calls", "times", "kept", "settle", "report", "lock")
 
     def __init__(self, compiled: Callable, eager: Callable, backend: str, ops: int):
         self.versions = (compiled, eager)
@@ -42,22 +47,25 @@ class Trial:
         self.kept: int | None = None     # _COMPILED or _EAGER once decided
         self.settle: Callable[[Callable], None] | None = None   # puts the winner in the mock's place
         self.report: Callable[[Trial], None] | None = None     # counts and logs the decision
+        self.lock = threading.Lock()   # the turns and times of calls from several threads
 
     def __call__(self, *args):
         if self.kept is not None:   # not settled in a mock (called directly)
             return self.versions[self.kept](*args)
-        n = self.calls
+        with self.lock:
+            n = self.calls
+            self.calls = n + 1
         which = n & 1
         fn = self.versions[which]
-        if n < 2 * WARMUP_CALLS:
-            out = fn(*args)
-            self.calls = n + 1   # (a call that raised, a graph's own check failing, is not counted)
-            return out
+        if n < 2 * WARMUP_CALLS or n >= TRIAL_CALLS:
+            return fn(*args)
         start = _now()
         out = fn(*args)
-        self.times[which].append(_now() - start)
-        self.calls = n + 1
-        if self.calls == TRIAL_CALLS:
+        took = _now() - start
+        with self.lock:
+            self.times[which].append(took)
+            last = sum(map(len, self.times)) == 2 * TIMED_CALLS
+        if last:
             self.decide()
         return out
 

@@ -34,6 +34,16 @@ Why a thread is safe here:
   stop the worker inside the compiler's C++ code, or inside torch's deallocator of a
   tensor a finished job held, which aborts the process (``terminate called without an
   active exception``).
+- A compile that runs longer than ``magpy.config.compile_timeout`` (a backend that hangs)
+  is given up: its record's graphs run their eager twins for good (with one warning, as for
+  a backend that failed), and so do the compiles queued behind it while it runs on;
+  ``magpy.synchronize()`` and the process's exit stop waiting for it, and a compile in the
+  calling thread waits for it at most that long (then the call's record is not made:
+  ``magpy.record``).  A thread cannot be stopped from outside, so the worker runs on until
+  the backend returns; what it returns then is dropped.
+- A ``KeyboardInterrupt`` or other exception that is not an ``Exception`` raised by a
+  compile in the worker (no signal is delivered there: it is the backend's) fails that
+  compile like any other error.
 - A process forked while the worker compiles (``DataLoader`` workers, ``multiprocessing``
   with "fork") has no worker but would inherit magpy's lock held: the child starts with a
   lock, a queue and a worker of its own; its records keep running their eager twins.
@@ -41,28 +51,43 @@ Why a thread is safe here:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import queue
 import sys
 import threading
-from concurrent.futures import Future, wait
-from typing import Callable
+import time
+from concurrent.futures import Future, InvalidStateError, wait
+from typing import Callable, Iterator
 
 import torch
 from torch._dynamo.convert_frame import compile_lock
 
-from magpy import collector
+from magpy import collector, sessions
+from magpy.config import config
 
 _lock = threading.RLock()                        # held by every compile
+_starting = threading.RLock()                    # starting the worker, a record's compile, taking it
 _jobs: queue.SimpleQueue = queue.SimpleQueue()   # (future, job) for the worker, in order
 _STOP = None                                     # the worker's last item (_drain)
 _unfinished: set[Future] = set()                 # submitted, not yet done (synchronize, reset)
 _worker: threading.Thread | None = None
+_running: tuple[Future, float] | None = None     # the compile in the worker now, and when it began
+_stuck: Future | None = None                     # a compile given up that has not returned yet
+_POLL = 0.05   # seconds between looks for an overdue compile while waiting (compile_timeout set)
 
 
-def exclusive() -> threading.RLock:
-    """The lock a compile in the calling thread holds: none runs in the worker meanwhile."""
-    return _lock
+@contextlib.contextmanager
+def exclusive() -> Iterator[None]:
+    """Held by a compile in the calling thread: none runs in the worker meanwhile.  Waits at
+    most ``config.compile_timeout`` for the worker's compile (TimeoutError)."""
+    timeout = config.compile_timeout
+    if not _lock.acquire(timeout=-1 if timeout is None else timeout):
+        raise TimeoutError(f"another compile ran longer than magpy.config.compile_timeout ({timeout} s)")
+    try:
+        yield
+    finally:
+        _lock.release()
 
 
 def can_defer() -> bool:
@@ -78,9 +103,10 @@ def submit(job: Callable[[], object]) -> Future:
     _unfinished.add(future)
     future.add_done_callback(_unfinished.discard)
     _jobs.put((future, job))
-    if _worker is None or not _worker.is_alive():
-        _worker = threading.Thread(target=_work, name="magpy-compile", daemon=True)
-        _worker.start()
+    with _starting:
+        if _worker is None or not _worker.is_alive():
+            _worker = threading.Thread(target=_work, name="magpy-compile", daemon=True)
+            _worker.start()
     return future
 
 
@@ -104,27 +130,78 @@ def _work() -> None:
 
 
 def _run(future: Future, job: Callable[[], object]) -> None:
-    """Run one job, unless ``magpy.reset()`` cancelled it before it started."""
-    if not future.set_running_or_notify_cancel():
+    """Run one job, unless ``magpy.reset()`` cancelled it or it was given up (_expire)
+    before it started."""
+    global _running, _stuck
+    if future.done() or not future.set_running_or_notify_cancel():
         return
+    _running = (future, time.monotonic())
+    try:
+        with _lock, compile_lock, collector.full_collections_deferred(), _FAST_SWITCHING:
+            out = job()
+    except Exception as e:  # noqa: BLE001 - handed to the calling thread (Deferred.results)
+        _settle(future.set_exception, e)
+    except BaseException as e:  # noqa: BLE001 - not a signal (those go to the main thread): the backend's
+        failure = RuntimeError(f"the compile was interrupted by {type(e).__name__}: {e}")
+        failure.__cause__ = e
+        _settle(future.set_exception, failure)
+    else:
+        _settle(future.set_result, out)
+    finally:
+        _running, _stuck = None, None
+
+
+def _settle(setter: Callable, value) -> None:
+    try:
+        setter(value)
+    except InvalidStateError:   # given up already (_expire): what it made is dropped
+        pass
+
+
+def _expire() -> None:
+    """Give up the compile that has run longer than ``config.compile_timeout``, and, while
+    it runs on, every compile queued behind it (module docstring)."""
+    global _stuck
+    running, timeout = _running, config.compile_timeout
+    if running is not None and timeout is not None and time.monotonic() - running[1] > timeout:
+        _stuck = running[0]
+        _settle(running[0].set_exception, TimeoutError(
+            f"the compile ran longer than magpy.config.compile_timeout ({timeout} s)"))
+    if _stuck is not None:
+        for future in list(_unfinished):
+            if not future.running():
+                _settle(future.set_exception, TimeoutError("queued behind a compile that ran longer than "
+                                                           f"magpy.config.compile_timeout ({timeout} s)"))
+
+
+def _switch_often() -> Callable[[], None]:
     interval = sys.getswitchinterval()
     sys.setswitchinterval(min(interval, SWITCH_INTERVAL))
-    try:
-        with _lock, compile_lock, collector.full_collections_deferred():
-            out = job()
-    except BaseException as e:  # noqa: BLE001 - handed to the calling thread (Deferred.results)
-        future.set_exception(e)
-    else:
-        future.set_result(out)
-    finally:
-        sys.setswitchinterval(interval)
+    fast = sys.getswitchinterval()   # (as the interpreter rounds it)
+
+    def undo() -> None:
+        if sys.getswitchinterval() == fast:   # (else the program set its own meanwhile)
+            sys.setswitchinterval(interval)
+
+    return undo
+
+
+_FAST_SWITCHING = sessions.Held(_switch_often)   # while a compile runs (magpy.sessions)
 
 
 def synchronize(timeout: float | None = None) -> bool:
     """Wait until every compile started in the background has finished (each compiled graph
     takes over at its record's next call); False if ``timeout`` seconds passed first."""
-    _, not_done = wait(list(_unfinished), timeout=timeout)
-    return not not_done
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        _expire()
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        step = left if config.compile_timeout is None else min(_POLL, _POLL if left is None else left)
+        _, not_done = wait(list(_unfinished), timeout=step)
+        if not not_done:
+            return True
+        if left is not None and left <= step:
+            return False
 
 
 def cancel_queued() -> None:
@@ -141,7 +218,7 @@ def _drain() -> None:
     cancel_queued()
     synchronize()
     worker = _worker
-    if worker is not None and worker.is_alive():
+    if worker is not None and worker.is_alive() and _stuck is None:   # (a stuck one never ends)
         _jobs.put(_STOP)
         worker.join()
 
@@ -152,8 +229,9 @@ getattr(threading, "_register_atexit", atexit.register)(_drain)
 
 
 def _anew_in_child() -> None:
-    global _lock, _jobs, _unfinished, _worker
-    _lock, _jobs, _unfinished, _worker = threading.RLock(), queue.SimpleQueue(), set(), None
+    global _lock, _starting, _jobs, _unfinished, _worker, _running, _stuck
+    _lock, _starting, _jobs, _unfinished = threading.RLock(), threading.RLock(), queue.SimpleQueue(), set()
+    _worker = _running = _stuck = None
 
 
 if hasattr(os, "register_at_fork"):
@@ -169,22 +247,36 @@ class Deferred:
     list, or the exception the job itself failed with); ``report`` is handed to
     the trials it makes (``magpy.autopilot``), ``taken(graphs)`` counts them (``magpy.stats``)."""
 
-    __slots__ = ("job", "take", "backend", "future", "report", "taken")
+    __slots__ = ("job", "take", "backend", "future", "report", "taken", "claimed")
 
     def __init__(self, job: Callable[[], list], take: Callable, backend: str):
         self.job, self.take, self.backend = job, take, backend
         self.future: Future | None = None
         self.report: Callable | None = None
         self.taken: Callable[[int], None] | None = None
+        self.claimed = False
 
     def start(self) -> None:
-        """Hand the compile to the worker (again, if ``magpy.reset()`` cancelled it)."""
-        if self.future is None or self.future.cancelled():
-            self.future = submit(self.job)
+        """Hand the compile to the worker (again, if ``magpy.reset()`` cancelled it); once,
+        whichever threads start it."""
+        with _starting:
+            if self.future is None or self.future.cancelled():
+                self.future = submit(self.job)
 
     def done(self) -> bool:
         future = self.future
         return future is not None and future.done() and not future.cancelled()
+
+    def claim(self) -> bool:
+        """Is the calling thread the one to take the finished (or given up) compile's results
+        (the first to ask once it is done)?"""
+        if self.future is not None and not self.future.done():
+            _expire()
+        if not self.done():
+            return False
+        with _starting:
+            claimed, self.claimed = self.claimed, True
+        return not claimed
 
     def results(self) -> list | Exception:
         """The job's results, or the exception the job itself failed with."""

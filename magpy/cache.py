@@ -18,14 +18,23 @@ may fail where, and what the call then does:
 
 Either way the record is dropped and the callable runs eagerly from then on, with one
 warning (or raises :class:`CaptureError` with ``on_capture_error="raise"``).
+
+Many threads call one callable (``magpy.sessions`` has the whole model): its records are a
+tuple read without a lock and replaced under ``_lock``; one recording (or continuation
+recording) runs at a time, under ``_recording``, and a call that misses meanwhile runs
+eagerly rather than wait or record the same miss again.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import threading
 import time
 import types
 import warnings
 import weakref
+from collections.abc import Iterator
 
 import torch
 
@@ -70,7 +79,13 @@ class RecordCache:
         self.backend = backend
         self.fullgraph = fullgraph
         self.roots = roots
-        self.records: list[Record] = []
+        # Read without a lock (a tuple, replaced whole), changed under ``_lock``; one recording
+        # at a time, under ``_recording`` (magpy.sessions).
+        self.records: tuple[Record, ...] = ()
+        self._lock = threading.Lock()
+        self._recording = threading.Lock()
+        self._recorder: int | None = None      # the thread that holds ``_recording``
+        self._added = 0                        # records added so far (a miss tries those it missed)
         self.stats = Stats()
         self.eager_reason: str | None = None   # set once the callable gave up compiling
         self.warned: set[str] = set()          # break reasons already warned about
@@ -84,15 +99,23 @@ class RecordCache:
         except MagpyError:
             raise
         except BaseException as e:
-            # The program's exception: its traceback shows the program's frames, under only
-            # the compiled callable's and this frame (magpy's own entries are dropped).
+            # The program's exception (raised by its code or an operation it called): magpy's
+            # own stages turn their failures into MagpyErrors (magpy.record's stages, the
+            # monitor's observers through Monitor.on_fault, the guard, the mock and the
+            # bookkeeping here).  Its traceback shows the program's frames, under only the
+            # compiled callable's and this frame (magpy's own entries are dropped).
             raise e.with_traceback(program_entries(e.__traceback__))
 
     def call(self, args: tuple, kwargs: dict):
         """The call: the first record whose guard passes runs its mock, else a miss."""
         self.stats.graphs_per_call = 0
-        records = self.records
-        for i, rec in enumerate(records):
+        added = self._added
+        result = self.try_records(self.records, args, kwargs)
+        return self.missed(args, kwargs, added) if result is MISS else result
+
+    def try_records(self, records: tuple, args: tuple, kwargs: dict):
+        """The result of the first of ``records`` that covers the call, else MISS."""
+        for rec in records:
             try:
                 env = rec.match(args, kwargs)
             except (FastGuardMismatch, BackendError):
@@ -103,20 +126,24 @@ class RecordCache:
                 return self.failed(rec, "checking a record's guard", e, args, kwargs)
             if env is not None:
                 if rec.mock is None:
-                    self.promote(i)
+                    self.promote(rec)
                     self.stats.eager_runs += 1
                     return self.fn(*args, **kwargs)
                 result = self.run_mock(rec, env, args, kwargs)
                 if result is not MISS:
-                    if i < len(records) and records[i] is rec:   # (not dropped by a failure)
-                        self.promote(i)
+                    self.promote(rec)
                     return result
-        return self.miss(args, kwargs)
+        return MISS
 
-    def promote(self, i: int) -> None:
+    def promote(self, rec: Record) -> None:
         """Most recently matched first."""
-        if i:
-            self.records.insert(0, self.records.pop(i))
+        records = self.records
+        if records and records[0] is rec:
+            return
+        with self._lock:
+            rest = _without(self.records, rec)
+            if len(rest) < len(self.records):   # (not dropped by another thread meanwhile)
+                self.records = (rec, *rest)
 
     def run_mock(self, rec: Record, env: tuple, args: tuple, kwargs: dict):
         """The mock's result; if it fails, the eager result when the program's state is as
@@ -179,29 +206,56 @@ class RecordCache:
             self.stats.eager_runs += 1
             return Monitor().resume(continuations.frames(point, None), point.throw)
         values = point.values()
-        conts = rec.continuations.setdefault(point.index, [])
-        for i, cont in enumerate(conts):
+        conts = rec.continuations.get(point.index, ())
+        for cont in conts:
             try:
                 env = cont.match(values, {})
             except Exception as e:  # noqa: BLE001 - magpy's failure, after the call's effects
                 raise self.half_done(rec, "checking a continuation's guard failed", e) from e
             if env is not None:
-                if i:
-                    conts.insert(0, conts.pop(i))
+                self.promote_continuation(rec, point.index, cont)
                 if cont.mock is None:   # the rest of the call met an operation that ends recording
-                    self.stats.eager_runs += 1
-                    return Monitor().resume(continuations.frames(point, None))
+                    return self.finish_unrecorded(point)
                 return self.run_mock(cont, env, values, {})
         if len(conts) >= config.cache_size_limit:
-            self.stats.eager_runs += 1   # too many ways on from here: finish it unrecorded
-            return Monitor().resume(continuations.frames(point, None))
-        self.stats.monitor_runs += 1
-        errors = []
-        result, cont = capture_continuation(point, self.backend, errors)
-        if cont is not None:
-            conts.insert(0, cont)
-            self.count_record(cont)
-        return result
+            return self.finish_unrecorded(point)   # too many ways on from here
+        with self.sole_recording() as sole:
+            if not sole:   # another thread records this callable now
+                return self.finish_unrecorded(point)
+            self.stats.monitor_runs += 1
+            result, cont = capture_continuation(point, self.backend, [])
+            if cont is not None:
+                with self._lock:
+                    rec.continuations[point.index] = (cont, *rec.continuations.get(point.index, ()))
+                self.count_record(cont)
+            return result
+
+    @contextlib.contextmanager
+    def sole_recording(self) -> Iterator[bool]:
+        """Is the calling thread's the callable's only recording now?  If so, no other starts
+        until the block ends."""
+        if not self._recording.acquire(blocking=False):
+            yield False
+            return
+        self._recorder = threading.get_ident()
+        try:
+            yield True
+        finally:
+            self._recorder = None
+            self._recording.release()
+
+    def finish_unrecorded(self, point: Resume):
+        """The rest of a call from a failed check, run by the monitor without recording."""
+        self.stats.eager_runs += 1
+        return Monitor().resume(continuations.frames(point, None))
+
+    def promote_continuation(self, rec: Record, index: int, cont: Record) -> None:
+        """Most recently matched first, among the continuations from one resume point."""
+        conts = rec.continuations[index]
+        if conts[0] is not cont:
+            with self._lock:
+                rest = _without(rec.continuations[index], cont)
+                rec.continuations[index] = (cont, *rest)
 
     def failed(self, rec: Record, stage: str, err: Exception, args: tuple, kwargs: dict):
         """magpy's ``stage`` failed on this call before it changed anything: drop the record
@@ -224,10 +278,30 @@ class RecordCache:
                             "updated and running the call again would apply those updates twice")
 
     def drop(self, rec: Record) -> None:
-        self.records.remove(rec)
-        self.stats.records = len(self.records)
+        with self._lock:
+            self.records = _without(self.records, rec)
+            self.stats.records = len(self.records)
+
+    def add(self, rec: Record) -> None:
+        with self._lock:
+            self.records = (rec, *self.records)
+            self.stats.records = len(self.records)
+            self._added += 1
+
+    def missed(self, args, kwargs, added: int):
+        """No record covered the call (the records added before ``added`` were tried): record
+        it, unless another thread records now (then it runs eagerly meanwhile)."""
+        if self.eager_reason is None:
+            with self.sole_recording() as sole:
+                if sole:
+                    # A record another thread added since this call tried them may cover it.
+                    result = self.try_records(self.records, args, kwargs) if self._added != added else MISS
+                    return self.miss(args, kwargs) if result is MISS else result
+        self.stats.eager_runs += 1
+        return self.fn(*args, **kwargs)
 
     def miss(self, args, kwargs):
+        """A monitor run of the call that records it (under ``_recording``)."""
         if self.eager_reason is None and len(self.records) >= config.cache_size_limit:
             self.give_up(f"{len(self.records)} records (magpy.config.cache_size_limit) did not cover "
                          f"this call; running eagerly from now on. {self.why_missed(args, kwargs)}")
@@ -240,11 +314,24 @@ class RecordCache:
         errors = []
         start = time.perf_counter()
         result, rec = capture(self.fn, args, kwargs, self.backend, self.roots, errors, self.lifting)
-        self.log_recording(rec, time.perf_counter() - start)
         if rec is None:
             self.eager_reason = str(errors[0])
             self.stats.break_reasons.append(self.eager_reason)
             return result
+        try:
+            self.log_recording(rec, time.perf_counter() - start)
+            return self.keep(rec, result)
+        except (MagpyError, Warning):
+            raise   # (GraphBreakError with fullgraph=True; a warning the program made an error)
+        except Exception as e:  # noqa: BLE001 - magpy's bookkeeping, after the program ran
+            error = CaptureError(f"magpy failed keeping a record: {type(e).__name__}: {e}")
+            error.__cause__ = e
+            self.eager_reason = str(error)
+            machinery_failed(error)
+            return result
+
+    def keep(self, rec: Record, result):
+        """Add the record of a recording run, whose result was ``result``."""
         if self.fullgraph and (rec.breaks or rec.graph_break):
             raise GraphBreakError((rec.breaks or (rec.graph_break,))[0])   # the first break
         if rec.graph_break is not None and rec.graph_break.retry:
@@ -255,8 +342,7 @@ class RecordCache:
             self.warn_break(rec.graph_break, "runs eagerly")
         else:
             self.count_record(rec)
-        self.records.insert(0, rec)
-        self.stats.records = len(self.records)
+        self.add(rec)
         return result
 
     def why_missed(self, args, kwargs) -> str:
@@ -340,11 +426,23 @@ class RecordCache:
         warnings.warn(f"magpy: {self.name()}: {reason}", UserWarning, stacklevel=user_stacklevel())
 
     def clear(self) -> None:
-        self.records.clear()
-        if self.lifting is not None:
-            self.lifting = Lifting()
-        self.stats.records = 0
-        self.eager_reason = None
+        with self._lock:
+            self.records = ()
+            if self.lifting is not None:
+                self.lifting = Lifting()
+            self.stats.records = 0
+            self.eager_reason = None
+
+    def forked(self) -> None:
+        """In a forked child: a recording another thread of the parent ran is gone with it."""
+        if self._recording.locked() and self._recorder != threading.get_ident():
+            self._recording = threading.Lock()
+        self._lock = threading.Lock()
+
+
+def _without(records: tuple, rec: Record) -> tuple:
+    """``records`` less ``rec`` (by identity: a record's ``==`` compares its fields)."""
+    return tuple(r for r in records if r is not rec)
 
 
 def _rewind(drawn) -> None:
@@ -356,3 +454,12 @@ def _rewind(drawn) -> None:
 def reset_all() -> None:
     for cache in list(_ALL_CACHES):
         cache.clear()
+
+
+def _forked_child() -> None:
+    for cache in list(_ALL_CACHES):
+        cache.forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)

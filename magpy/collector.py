@@ -22,45 +22,34 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import threading
 from collections.abc import Callable, Iterator
 
+from magpy.sessions import Held
+
 OUT_OF_REACH = 1 << 30   # generation 2's threshold where the heap cannot be frozen
-_lock = threading.Lock()
-_open = 0                # recordings and compiles in progress, in any thread
-_undo: Callable[[], None] | None = None   # what ends the window, while it is open
+
+
+def _open_window() -> Callable[[], None] | None:
+    """Open the window (the first recording or compile, in any thread); what closes it."""
+    if not gc.isenabled():
+        return None
+    return _freeze() if gc.get_freeze_count() == 0 else _raise_threshold()
+
+
+# Held from the first to the last recording or compile running, in any thread (magpy.sessions).
+_WINDOW = Held(_open_window)
 
 
 @contextlib.contextmanager
 def full_collections_deferred() -> Iterator[None]:
     """Within: full collections do not walk the objects made before (module docstring)."""
-    _enter()
-    try:
+    with _WINDOW:
         yield
-    finally:
-        _leave()
 
 
 def is_open() -> bool:
     """Is a recording or compile under way in some thread (the window open)?"""
-    return _open > 0
-
-
-def _enter() -> None:
-    global _open, _undo
-    with _lock:
-        if _open == 0 and gc.isenabled():
-            _undo = _freeze() if gc.get_freeze_count() == 0 else _raise_threshold()
-        _open += 1
-
-
-def _leave() -> None:
-    global _open, _undo
-    with _lock:
-        _open -= 1
-        if _open == 0 and _undo is not None:
-            _undo()
-            _undo = None
+    return _WINDOW.held()
 
 
 def _freeze() -> Callable[[], None]:

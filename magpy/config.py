@@ -36,6 +36,12 @@ class Config:
     compile in a background thread while calls go on eagerly, and take over when compiled
     (``magpy.background``; ``magpy.synchronize()`` waits for them); False compiles them
     while recording, in the calling thread.  Applies to records made after it is set.
+    ``compile_timeout``: seconds a graph compile may take (None: no limit).  A background
+    compile that runs longer (a backend that hangs) is given up: its record's graphs run
+    eagerly from then on, with one warning, and so do those of the compiles queued behind
+    it while it runs on; ``magpy.synchronize()`` and the process's exit stop waiting for it.
+    A compile in the calling thread waits at most this long for a background compile to
+    finish (then the call's record is not made: it runs eagerly).
     ``joint_backward``: record ``loss.backward()`` into the graph, so a whole train step is one
     graph (``magpy.joint``), where nothing but gradient arithmetic runs in the backward; False
     keeps it an eager step between graphs (the real autograd engine) everywhere.  Applies to
@@ -51,6 +57,7 @@ class Config:
     """
 
     cache_size_limit: int = 8
+    compile_timeout: float | None = 1200.0
     on_capture_error: str = "fallback"
     on_backend_error: str = "fallback"
     verify_fast_guard: bool = False
@@ -68,6 +75,10 @@ class Config:
             raise AttributeError(f"magpy.config has no option {name!r}")
         if name.startswith("on_") and value not in ("fallback", "raise"):
             raise ValueError(f"magpy.config.{name} must be 'fallback' or 'raise', not {value!r}")
+        if name == "compile_timeout" and value is not None and (
+                type(value) not in (int, float) or not value > 0):
+            raise ValueError(f"magpy.config.compile_timeout must be a positive number of seconds or None, "
+                             f"not {value!r}")
         if name == "dynamic" and value not in (None, True, False):
             raise ValueError(f"magpy.config.dynamic must be None (automatic), True or False, not {value!r}")
         if name == "dynamic_after" and (type(value) is not int or value < 2):

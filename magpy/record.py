@@ -94,8 +94,8 @@ class Record:
         finished in the background is taken first (it may change the guard's size check);
         the first hit starts it."""
         deferred = self.deferred
-        if deferred is not None and deferred.done():
-            self.deferred = None   # taken once, even if taking raises (on_backend_error="raise")
+        if deferred is not None and deferred.claim():
+            self.deferred = None   # taken once (one thread), even if taking raises (on_backend_error="raise")
             deferred.take(self, deferred.results())
         env = self._guard(args, kwargs)
         if env is not None and self.deferred is not None:

@@ -1084,6 +1084,7 @@ class Capture:
             self.shapes = self.recorder.shapes = Shapes(lifting, config.dynamic, self.refgraph)
             observers.append(self.shapes)
         self.monitor = Monitor(observers, policy=policy_for(self.recorder))
+        self.monitor.on_fault = self.breaker.fail   # magpy's own failure: stop recording, run on
         for callee, handler in (*warns.intrinsics_for(self), *checkpoint.intrinsics_for(self)):
             self.monitor.policy.add_intrinsic(callee, handler)
         self.breaker.monitor = self.branches.monitor = self.arrays.monitor = self.monitor

@@ -17,6 +17,7 @@ from magpy.monitor.intrinsics import default_policy
 from magpy.monitor.observer import Entries, Items, observed_ops
 from magpy.monitor.policy import CallPolicy
 from magpy.monitor.protocols import NULL, lookup_special, py_method, set_context, tp_name, type_lookup
+from magpy.sessions import RECURSION_HEADROOM
 
 FunctionType = types.FunctionType
 _TYPE_CALL = type.__dict__["__call__"]
@@ -44,6 +45,7 @@ class Monitor:
         self.host_exc = None
         self.in_intrinsic = 0        # intrinsics under way (frames they enter are callbacks)
         self.sandbox = None          # magpy.controlflow.Sandbox of a fork under way
+        self.on_fault = None         # takes an observer's exception (magpy's, not the program's)
         self._depth = 0
 
     # ------------------------------------------------------------------ entry points
@@ -149,8 +151,11 @@ class Monitor:
         else:
             tb = tracebacks.with_entry(tb, f.code, f.line)
         exc.__traceback__ = tb
-        for ob in self.observers:
-            ob.on_exception(f, exc)
+        try:
+            for ob in self.observers:
+                ob.on_exception(f, exc)
+        except Exception as e:  # noqa: BLE001 - magpy's bookkeeping failed, not the program
+            self.observer_failed(e)
         handler = f.info.handlers[f.lasti]
         if handler is None:
             self.propagating = exc
@@ -244,9 +249,24 @@ class Monitor:
         result = callee(*args, **kwargs) if kwargs else callee(*args)
         self.ret_shadow = None
         if self.observers:
-            for ob in self.observers:
-                ob.on_call(self.current, callee, args, kwargs, result, False)
+            self._called(callee, args, kwargs, result, False)
         return result
+
+    def _called(self, callee, args, kwargs, result, entered: bool) -> None:
+        """Report a finished call to the observers."""
+        try:
+            for ob in self.observers:
+                ob.on_call(self.current, callee, args, kwargs, result, entered)
+        except Exception as e:  # noqa: BLE001 - magpy's bookkeeping failed, not the program
+            self.observer_failed(e)
+
+    def observer_failed(self, exc: Exception) -> None:
+        """An observer (magpy's bookkeeping) raised ``exc`` after the program's operation
+        completed: not the program's exception.  The recording's ``on_fault`` takes it and the
+        program runs on; a monitor without one lets it propagate."""
+        if self.on_fault is None:
+            raise exc
+        self.on_fault(exc)
 
     def _intrinsic(self, callee, handler, args, kwargs):
         if self.sandbox is not None:
@@ -258,8 +278,7 @@ class Monitor:
             self.in_intrinsic -= 1
         self.ret_shadow = None
         if self.observers:
-            for ob in self.observers:
-                ob.on_call(self.current, callee, args, kwargs, result, False)
+            self._called(callee, args, kwargs, result, False)
         return result
 
     def enter(self, fn, args, kwargs, shadows=None):
@@ -277,11 +296,13 @@ class Monitor:
             return self.execute(f)
         f.shadow_locals = _param_shadows(info, code, shadows)
         f.shadow_stack = []
-        for ob in self.observers:
-            ob.on_enter(f)
+        try:
+            for ob in self.observers:
+                ob.on_enter(f)
+        except Exception as e:  # noqa: BLE001 - magpy's bookkeeping failed, not the program
+            self.observer_failed(e)
         result = self.execute(f)
-        for ob in self.observers:
-            ob.on_call(self.current, fn, args, kwargs, result, True)
+        self._called(fn, args, kwargs, result, True)
         self.ret_shadow = f.ret_shadow
         return result
 
@@ -422,12 +443,13 @@ def shared_default_policy() -> CallPolicy:
 
 
 class _Session:
-    """The outermost run: record the host frame/exception, give recursion headroom."""
+    """The outermost run: record the host frame/exception, give recursion headroom (a
+    process-wide change, held while any thread's session runs: ``magpy.sessions``)."""
 
-    __slots__ = ("monitor", "host_frame", "limit")
+    __slots__ = ("monitor", "host_frame", "headroom")
 
     def __init__(self, monitor, host_frame):
-        self.monitor, self.host_frame, self.limit = monitor, host_frame, None
+        self.monitor, self.host_frame, self.headroom = monitor, host_frame, None
 
     def __enter__(self):
         if not bytecode.SUPPORTED:
@@ -438,21 +460,14 @@ class _Session:
             m.host_frame = self.host_frame
             m.host_exc = sys.exception()
             m.exc_stack = [[m.host_exc]]
-            old = sys.getrecursionlimit()
-            # Each monitored frame costs a few host frames: keep the program's own depth.
-            self.limit = (old, old * _FRAMES_PER_CALL)
-            sys.setrecursionlimit(old * _FRAMES_PER_CALL)
+            self.headroom = RECURSION_HEADROOM.__enter__()
         return self
 
     def __exit__(self, *exc):
-        m = self.monitor
-        m._depth -= 1
-        if self.limit is not None and sys.getrecursionlimit() == self.limit[1]:
-            sys.setrecursionlimit(self.limit[0])
+        self.monitor._depth -= 1
+        if self.headroom is not None:
+            self.headroom.__exit__(*exc)
         return False
-
-
-_FRAMES_PER_CALL = 6
 
 
 def _shift(shadows):

@@ -7,6 +7,13 @@ shadow slot beside every local and every stack value; the monitor moves shadows 
 the values (loads, stores, copies, swaps, arguments into a callee's parameters, a return
 value back to the call site) and observers may set them on any output.  That is where the
 RefGraph hangs provenance, independently of ``id()``.
+
+An observer's exception is never the program's: it is raised by magpy's bookkeeping after
+the program's own operation completed, so the monitor hands it to ``Monitor.on_fault`` (a
+recording stops recording, the program runs on: ``Monitor.observer_failed``) instead of
+unwinding it through the program's exception handlers.  Only an exception that is not an
+``Exception`` (``KeyboardInterrupt``, ``SystemExit``: asynchronous, or a request to stop)
+unwinds as the program's, as it would have wherever eager execution was when it came.
 """
 import inspect
 
@@ -172,8 +179,11 @@ def _observe(handler, ins, npop):
         if handler(f, arg):
             f.ret_shadow = in_sh[0] if in_sh else None
             del ss[base:]
-            for ob in mon.observers:
-                ob.on_instruction(f, ins, inputs, (f.retval,))
+            try:
+                for ob in mon.observers:
+                    ob.on_instruction(f, ins, inputs, (f.retval,))
+            except Exception as e:  # noqa: BLE001 - magpy's bookkeeping failed, not the program
+                mon.observer_failed(e)
             return True
         outputs = tuple(s[base:])
         if npop:
@@ -184,8 +194,11 @@ def _observe(handler, ins, npop):
         if move is not None:
             move(f, arg, in_sh, out_sh, mon)
         ss[base:] = out_sh
-        for ob in mon.observers:
-            ob.on_instruction(f, ins, inputs, outputs)
+        try:
+            for ob in mon.observers:
+                ob.on_instruction(f, ins, inputs, outputs)
+        except Exception as e:  # noqa: BLE001 - magpy's bookkeeping failed, not the program
+            mon.observer_failed(e)
         return False
 
     return observed
