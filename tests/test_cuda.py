@@ -282,8 +282,6 @@ class Dropping(nn.Module):
 
 
 @needs_cuda
-@pytest.mark.xfail(strict=False, reason="CUDA RNG: magpy's graphs do not yet draw eager's random numbers "
-                                        "nor leave eager's generator state (the rng branch fixes that)")
 @pytest.mark.parametrize("backend", ["eager", "inductor"])
 def test_dropout_in_training_draws_eagers_numbers(backend):
     """Dropout in training mode after ``torch.manual_seed``: the same mask as eager, and the
