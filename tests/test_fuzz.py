@@ -19,11 +19,12 @@ def _repro(seed: int, outcome) -> str:
     program = generate(seed)
     summary = "\n".join(outcome.describe().splitlines()[:6])
     return (f"--- program seed {seed}: {summary}\n{program.function_source()}\n"
-            f"calls: {program.calls}\n(python -m tests.fuzz --n 1 --seed {seed} --out DIR writes it minimised)")
+            f"calls: {program.calls}\n"
+            f"(python -m tests.fuzz --n 1 --seed {seed} --out DIR writes it minimised)")
 
 
 @pytest.mark.magpy_rerecords   # the calls change what guards read on purpose; the fuzzer compares with eager
-@pytest.mark.xfail(strict=False, reason="open: issue 33 causes A..L and the finds in tests/test_fuzz_finds.py")
+@pytest.mark.xfail(strict=False, reason="open: issue 33 A..L and the finds in tests/test_fuzz_finds.py")
 def test_fuzz_sample_matches_eager():
     failures = []
     for seed in SAMPLE:
@@ -31,7 +32,8 @@ def test_fuzz_sample_matches_eager():
         outcome = check(program.source(), program.calls, program.target)
         if outcome.kind not in ("ok", "fallback"):
             failures.append(_repro(seed, outcome))
-    assert not failures, f"{len(failures)} of {len(SAMPLE)} programs differ from eager:\n\n" + "\n\n".join(failures)
+    head = f"{len(failures)} of {len(SAMPLE)} programs differ from eager:\n\n"
+    assert not failures, head + "\n\n".join(failures)
 
 
 def test_generator_is_deterministic_and_valid():

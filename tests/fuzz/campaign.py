@@ -61,7 +61,8 @@ def repro_text(program: Program, outcome: Outcome, name: str) -> str:
     calls = "\n".join(f"    {c!r}," for c in program.calls)
     detail = "\n".join(line for line in outcome.detail.splitlines()[-40:]).replace('"""', "'''")
     return REPRO.format(seed=program.seed, kind=outcome.kind, call=outcome.call, signature=outcome.signature,
-                        detail=detail, name=name, root=ROOT, source=program.source(), calls=calls, target=program.target)
+                        detail=detail, name=name, root=ROOT, source=program.source(), calls=calls,
+                        target=program.target)
 
 
 def _quiet_worker() -> None:

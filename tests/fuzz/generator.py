@@ -35,7 +35,8 @@ TENSOR = (
 )
 SCALAR = (
     "acc = acc + {c}", "acc = acc * s", "acc += float(h.sum())", "acc = acc + h.mean().item()",
-    "k = k + int(h.sum() > 0)", "k += n", "k = k * 2 - n", "k = len(name) + k", "acc = acc + bool(h.min() < 0)",
+    "k = k + int(h.sum() > 0)", "k += n", "k = k * 2 - n", "k = len(name) + k",
+    "acc = acc + bool(h.min() < 0)",
     "k = k + h.shape[0]", "acc = round(acc, 2)", "k = int(x.abs().sum())", "acc = acc + x[0, 0].item()",
     "tp = (h, k)\nh, k = tp[0] * 2, tp[1] + 1",
 )

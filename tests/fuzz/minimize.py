@@ -24,7 +24,8 @@ def minimize(program: Program, outcome: Outcome, budget_s: float = 60.0,
 
     def fails(candidate: Program):
         nonlocal best, best_outcome
-        got = check(candidate.source(), candidate.calls, candidate.target, time_limit_s=10.0, compiler=compiler)
+        got = check(candidate.source(), candidate.calls, candidate.target, time_limit_s=10.0,
+                    compiler=compiler)
         if got.signature == outcome.signature:
             best, best_outcome = candidate, got
             return True

@@ -48,8 +48,8 @@ class Outcome:
 
     def describe(self) -> str:
         """A readable summary."""
-        head = self.signature or self.kind
-        return head + (f" (call {self.call})" if self.call >= 0 else "") + ("\n" + self.detail if self.detail else "")
+        head = (self.signature or self.kind) + (f" (call {self.call})" if self.call >= 0 else "")
+        return head + ("\n" + self.detail if self.detail else "")
 
 
 def freeze(v, memo=None):
@@ -270,7 +270,8 @@ def compare(a: After, b: After, i: int) -> Outcome | None:
     """The outcome of call ``i`` where eager's and magpy's differ, else None."""
     if a.raised is None and b.raised is not None:
         sig = f"crash: {b.raised[0]}: {normalise(b.raised[1])}"
-        return Outcome("crash", sig, i, f"innermost magpy frame: {magpy_frame(b.error) or '?'}\n{_tb(b.error)}")
+        where = magpy_frame(b.error) or "?"
+        return Outcome("crash", sig, i, f"innermost magpy frame: {where}\n{_tb(b.error)}")
     if a.raised is not None and a.raised != b.raised:
         got = "returned" if b.raised is None else f"{b.raised[0]}: {normalise(b.raised[1])}"
         sig = f"raise-mismatch: eager {a.raised[0]}, magpy {got}"
