@@ -169,3 +169,51 @@ def test_caught_zero_division_in_a_replayed_step():
                 pass
     """, ["X = torch.randn(2, 4, generator=GEN); ARGS = (X, 0.5, 1, 'pos')", "ARGS = (X, 0.5, 1, 'pos')"],
         prelude=WORLD + "\n\n")
+
+
+ARM_UPDATES = {
+    "subscript": """
+        def f(x):
+            h = x * 2
+            if x.mean() < 0:
+                h[:, 0] += 3.0
+            return h
+    """,
+    "view": """
+        def f(x):
+            h = x * 2
+            if x.mean() < 0:
+                v = h[0]
+                v += 3.0
+            return h
+    """,
+    "global-slice": """
+        T = torch.zeros(4)
+
+        def f(x):
+            if x.mean() < 0:
+                T[1:] += 3.0
+            return x
+    """,
+    "while-body": """
+        def f(x):
+            h = x * 2
+            i = 0
+            while i < 2 and h.sum() < 0:
+                h[:, 0] += 1.0
+                i += 1
+            return h
+    """,
+}
+
+
+TWICE = ("an augmented assignment to a view of a tensor from outside a tensor-if arm (or while body) is "
+         "applied twice on the recording call itself: the fork that tries to record a cond runs the in-place "
+         "+= before it stops, then the real run does it again")
+
+
+@pytest.mark.xfail(strict=True, reason=TWICE)
+@pytest.mark.parametrize("name", sorted(ARM_UPDATES))
+def test_augmented_update_of_an_outer_view_in_a_tensor_branch(name):
+    neg, pos = "X = -torch.ones(3, 4); ARGS = (X,)", "X = torch.ones(3, 4); ARGS = (X,)"
+    like_eager(ARM_UPDATES[name], [neg, SAME, neg, pos, neg])
