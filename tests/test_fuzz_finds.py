@@ -217,3 +217,17 @@ TWICE = ("an augmented assignment to a view of a tensor from outside a tensor-if
 def test_augmented_update_of_an_outer_view_in_a_tensor_branch(name):
     neg, pos = "X = -torch.ones(3, 4); ARGS = (X,)", "X = torch.ones(3, 4); ARGS = (X,)"
     like_eager(ARM_UPDATES[name], [neg, SAME, neg, pos, neg])
+
+
+@pytest.mark.xfail(strict=True, reason="h.contiguous().view(x.shape[0], -1) in a tensor-if arm: KeyError c0 "
+                                       "from torch.fx node_copy on the first call, shown as the program's "
+                                       "own exception (issue 33 L's error, reached by a cond, not a for)")
+def test_view_of_contiguous_by_size_in_a_tensor_if_arm():
+    neg, pos = "X = -torch.ones(4, 4); ARGS = (X,)", "X = torch.ones(4, 4); ARGS = (X,)"
+    like_eager("""
+        def f(x):
+            h = x * 1.0
+            if x.mean() < 0:
+                h = h.contiguous().view(x.shape[0], -1)
+            return h
+    """, [neg, SAME, pos, "X = -torch.ones(2, 4); ARGS = (X,)"])
