@@ -16,6 +16,7 @@ from tests.fuzz.runner import check
 PRELUDE = """\
 import io
 import torch
+torch.manual_seed(0)
 GEN = torch.Generator().manual_seed(1)
 LOG = io.StringIO()
 
@@ -242,3 +243,23 @@ def test_augmented_subscript_store_in_a_loop_of_changing_length():
                 h[:, 0] += 1.0
             return h
     """, [f"X = torch.ones({b}, 4); ARGS = (X,)" for b in (2, 5, 3, 5, 2)])
+
+
+REBUILD = ("a for over a tensor that updates a global tensor in place, then breaks on tensor data: "
+           "codegen's rebuild of the continuation's stack fails (AttributeError: 'int' object has no "
+           "attribute 'items') and the callable runs eagerly from then on (issue 33's silent fallbacks: "
+           "the largest fallback group, ~7% of programs)")
+
+
+@pytest.mark.xfail(strict=True, reason=REBUILD)
+def test_break_on_tensor_data_after_a_global_in_place_update_compiles():
+    rows = "X = torch.tensor([[-1.0] * 4, [1.0] * 4]); ARGS = (X,)"
+    like_eager("""
+        T = torch.zeros(4)
+
+        def f(x):
+            for row in x:
+                if row.sum() > 0:
+                    break
+                T.add_(1)
+    """, [rows, SAME, "X = torch.tensor([[-1.0] * 4, [-1.0] * 4, [1.0] * 4]); ARGS = (X,)"])

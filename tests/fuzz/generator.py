@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-from tests.fuzz.program import Node, Program
+from tests.fuzz.program import PROLOGUE, Node, Program
 
 C = ("0.5", "2.0", "-1.0", "0.1", "1.5", "3")            # constants
 PY_COND = ("n > 0", "s < 0", "name == 'neg'", "k % 2 == 0", "acc > 1.0", "m.flag", "N > 1",
@@ -174,7 +174,7 @@ class Gen:
                           "k", "None", "x", "h * 1"))
 
     def program(self) -> Program:
-        body = self.block(0, self.r.randint(4, 12))
+        body = [Node(p) for p in PROLOGUE] + self.block(0, self.r.randint(4, 12))
         body.append(Node(f"return {self.ret()}"))
         return Program(self.seed, self.r.random() < 0.35, body, CallPlan(self.r, self.ints).calls())
 

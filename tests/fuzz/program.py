@@ -58,6 +58,7 @@ class Net(torch.nn.Module):
 
 STATE = ("N", "Z", "G", "LST", "T", "W", "LOG", "M", "X")
 
+# The first statements of every body (the minimiser may drop them like any other).
 PROLOGUE = [
     "global N, T, Z",
     "h = x * 1.0",
@@ -101,7 +102,7 @@ class Program:
 
     def function_source(self) -> str:
         """The program itself (function or class), as its world defines it."""
-        prologue = [Node(p) for p in PROLOGUE] + [Node("m = self" if self.module else "m = M")]
+        prologue = [Node("m = self" if self.module else "m = M")]
         if self.module:
             head = "class Prog(Net):\n    def forward(self, x, s, n, name):"
             return head + "\n" + "\n".join(render_body(prologue + self.body, " " * 8)) + "\n\n\nM = Prog()\n"
