@@ -78,14 +78,14 @@ def _swallow(fn):
 
 
 CALLS = ["X = torch.randn(2, 4, generator=GEN); ARGS = (X, 0.5, 1, 'pos')", "ARGS = (X, 0.5, 1, 'pos')"]
-SOURCE_RETURNS_H = Program(0, False, [Node("return h * s")], CALLS).source()
+SOURCE_RETURNS_X = Program(0, False, [Node("return x * s")], CALLS).source()
 SOURCE_RAISES = Program(0, False, [Node("raise RuntimeError('stop')")], CALLS).source()
 
 
 @pytest.mark.parametrize("compiler, source, kind, signature", [
-    (lambda fn: fn, SOURCE_RETURNS_H, "ok", ""),
-    (_plus_one, SOURCE_RETURNS_H, "wrong", "wrong: result"),
-    (_grad_off, SOURCE_RETURNS_H, "wrong", "wrong: grad-mode"),
+    (lambda fn: fn, SOURCE_RETURNS_X, "ok", ""),
+    (_plus_one, SOURCE_RETURNS_X, "wrong", "wrong: result"),
+    (_grad_off, SOURCE_RETURNS_X, "wrong", "wrong: grad-mode"),
     (_swallow, SOURCE_RAISES, "raise-mismatch", "raise-mismatch: eager RuntimeError, magpy returned"),
 ], ids=["same", "result", "grad-mode", "raise"])
 def test_runner_sees_differences(compiler, source, kind, signature):
