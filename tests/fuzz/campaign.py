@@ -34,7 +34,7 @@ import sys
 sys.path[:0] = [{root!r}]   # the repository whose magpy and tests.fuzz ran it
 from tests.fuzz.runner import check  # noqa: E402
 
-SOURCE = {source!r}
+SOURCE = {source}
 
 CALLS = [
 {calls}
@@ -61,8 +61,16 @@ def repro_text(program: Program, outcome: Outcome, name: str) -> str:
     calls = "\n".join(f"    {c!r}," for c in program.calls)
     detail = "\n".join(line for line in outcome.detail.splitlines()[-40:]).replace('"""', "'''")
     return REPRO.format(seed=program.seed, kind=outcome.kind, call=outcome.call, signature=outcome.signature,
-                        detail=detail, name=name, root=ROOT, source=program.source(), calls=calls,
+                        detail=detail, name=name, root=ROOT, source=_raw(program.source()), calls=calls,
                         target=program.target)
+
+
+def _raw(text: str) -> str:
+    """``text`` as a raw triple-quoted literal (readable in the repro), else its repr."""
+    q = "'" * 3
+    if q in text or text.endswith("\\"):
+        return repr(text)
+    return f"r{q}\\\n{text}{q}"
 
 
 def _quiet_worker() -> None:
