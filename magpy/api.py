@@ -58,6 +58,10 @@ class CompiledModule(torch.nn.Module):
 def compiled_module(module: torch.nn.Module, cache: RecordCache) -> CompiledModule:
     """``module`` compiled: a :class:`CompiledModule` of a subclass named after its class."""
     cls = type(module)
+    if type(cls) is not type(CompiledModule):
+        # A class of another metaclass: TorchScript's modules keep their state and methods in
+        # C++, and their Python class is not one to extend (nor its forward to wrap).
+        return CompiledModule(module, cache)
 
     @functools.wraps(cls.forward)
     def forward(self, *args, **kwargs):
@@ -65,11 +69,12 @@ def compiled_module(module: torch.nn.Module, cache: RecordCache) -> CompiledModu
 
     # A class per call, not cached per original class: a cache would keep every class
     # (a test's local one too) alive through its forward's __wrapped__.
-    namespace = {"__slots__": (), "forward": forward, "__module__": __name__, "__doc__": CompiledModule.__doc__}
+    namespace = {"__slots__": (), "forward": forward, "__module__": __name__,
+                 "__doc__": CompiledModule.__doc__}
     name = f"Compiled{cls.__name__}"
     try:
         sub = type(name, (CompiledModule, cls), namespace)
-    except TypeError:   # a layout or metaclass the two bases cannot share (__slots__, TorchScript)
+    except TypeError:   # a layout the two bases cannot share (__slots__)
         sub = type(name, (CompiledModule,), namespace)
     return sub(module, cache)
 

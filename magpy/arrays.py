@@ -52,7 +52,8 @@ FUNCTIONS = {
 }
 # ndarray method -> torch function of the array's tensor and the same arguments.
 METHODS = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin, "prod": torch.prod,
-           "copy": torch.clone, "reshape": torch.Tensor.reshape, "transpose": lambda t, *axes: _transpose(t, axes),
+           "copy": torch.clone, "reshape": torch.Tensor.reshape,
+           "transpose": lambda t, *axes: _transpose(t, axes),
            "all": torch.all, "any": torch.any, "argmax": torch.argmax, "argmin": torch.argmin,
            "clip": torch.clamp, "flatten": lambda t: torch.flatten(t).clone(), "ravel": torch.ravel,
            "squeeze": torch.squeeze, "std": FUNCTIONS[np.std], "var": FUNCTIONS[np.var]}

@@ -36,8 +36,6 @@ import warnings
 import weakref
 from collections.abc import Iterator
 
-import torch
-
 from magpy import continuations, logs, rng
 from magpy.backends import SYMBOLIC
 from magpy.codegen import MISS, MockCommitError, StepRaised

@@ -133,7 +133,8 @@ def _legacy(kind):
     standins: dict[tuple, types.FunctionType] = {}
 
     def choose(caller, args, kwargs):
-        sizes = all(type(a) is int and a >= 0 for a in args) or (len(args) == 1 and type(args[0]) is torch.Size)
+        sizes = (all(type(a) is int and a >= 0 for a in args)
+                 or (len(args) == 1 and type(args[0]) is torch.Size))
         if kwargs or not (sizes or (len(args) == 1 and type(args[0]) in (list, tuple) and _data(args[0]))):
             return None
         # torch.Tensor makes the default dtype (read now: the record keeps it, as torch.tensor's)
@@ -145,10 +146,10 @@ def _legacy(kind):
     return choose
 
 
+_LEGACY_NAMES = ("FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor",
+                 "ShortTensor", "CharTensor", "ByteTensor", "BoolTensor")
 _LEGACY_CONSTRUCTORS = (torch.Tensor, *(getattr(module, name) for module in (torch, torch.cuda)
-                                         for name in ("FloatTensor", "DoubleTensor", "HalfTensor",
-                                                      "BFloat16Tensor", "LongTensor", "IntTensor", "ShortTensor",
-                                                      "CharTensor", "ByteTensor", "BoolTensor")))
+                                         for name in _LEGACY_NAMES))
 
 # (builtin, choose) for magpy.record's call policy.
 REROUTES = ((max, extremum(max_)), (min, extremum(min_)),

@@ -98,7 +98,8 @@ class _Rows(torch.utils.data.Dataset):
 
 def _bert():
     torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2,
                                      intermediate_size=64, max_position_embeddings=32)
     return transformers.BertForSequenceClassification(config)
 

@@ -1,3 +1,4 @@
+# ruff: noqa: F821 - BOX and IT are the globals each program is given (tests.compile_harness.isolated)
 """Mutable C containers from outside the call: a deque, a numpy array, a bytearray, an
 ``array.array``.  The guard checks only their identity (their contents are not Python
 objects it can compare) and the mock cannot replay a change to them, so every read or write
@@ -101,7 +102,8 @@ def test_a_deque_made_in_the_call_is_still_one_graph():
 ITERATORS = {
     "list iterator": lambda: iter([1.0, 2.0, 3.0, 4.0, 5.0]),
     "itertools.count": lambda: itertools.count(1.0),
-    "itertools.count of ints": lambda: itertools.count(1),   # (ints are checked: a miss must not advance it twice)
+    # (ints are checked: a call that misses must not advance it twice)
+    "itertools.count of ints": lambda: itertools.count(1),
     "map": lambda: map(float, range(1, 9)),
     "generator": lambda: (float(i) for i in range(1, 9)),
 }

@@ -37,8 +37,6 @@ def like_eager(src: str, calls: list, target: str = "f", prelude: str = PRELUDE)
     assert outcome.kind == "ok", outcome.describe()
 
 
-@pytest.mark.xfail(strict=True, reason="a random operation whose result is unused is left out of the "
-                                       "replay: torch's generator does not advance (issue 29 item 4)")
 def test_unused_random_draw_advances_the_generator():
     like_eager("""
         def f(x):
@@ -48,9 +46,6 @@ def test_unused_random_draw_advances_the_generator():
     """, [FIRST, SAME, NEW, SAME])
 
 
-@pytest.mark.xfail(strict=True, reason="a check on a random .item() fails on replay and the resume applies "
-                                       "the attribute update after it twice (issue 33 C, reached by a guard "
-                                       "on a toggled attribute)")
 def test_update_after_random_item_check_applied_once():
     like_eager("""
         M = O()
@@ -65,9 +60,6 @@ def test_update_after_random_item_check_applied_once():
     """, [FIRST, SAME, SAME, SAME, SAME, NEW])
 
 
-@pytest.mark.xfail(strict=True, reason="a raise on tensor data that the program itself catches fails the "
-                                       "graph's check and becomes a CaptureError after the print's effect "
-                                       "(issue 33 K, with the raise caught: eager returns)")
 def test_caught_raise_on_tensor_data_before_a_print():
     like_eager("""
         def f(x):
@@ -81,8 +73,6 @@ def test_caught_raise_on_tensor_data_before_a_print():
     """, [FIRST, SAME, NEW, NEW, NEW])
 
 
-@pytest.mark.xfail(strict=True, reason="the continuation after a failed check reads a graph output made "
-                                       "after the check (KeyError 'out1', CaptureError; issue 33 D)")
 def test_in_place_update_after_an_int_check():
     like_eager("""
         def f(x):
@@ -93,9 +83,6 @@ def test_in_place_update_after_an_int_check():
     """, [FIRST, SAME, "X.mul_(-1); ARGS = (X,)", "X.mul_(-1); ARGS = (X,)", SAME])
 
 
-@pytest.mark.xfail(strict=True, reason="a mock that fails 'before any effect' has already drawn random "
-                                       "numbers; the eager rerun draws them again (issue 29 item 4; "
-                                       "reached through issue 33 D's KeyError)")
 def test_failed_mock_does_not_draw_twice():
     like_eager("""
         def f(x):
@@ -119,9 +106,6 @@ def test_global_float_written_from_item_then_read():
     """, [new3, new3, new3, new3, new3])
 
 
-@pytest.mark.xfail(strict=True, reason="the path a caught ZeroDivisionError took is replayed without "
-                                       "checking that int(x.sum()) is still 0 (issue 33 G, another "
-                                       "exception type)")
 def test_zero_division_path_is_checked():
     calls = [f"X = torch.full((2,), {v}); ARGS = (X,)" for v in (0.3, 1.0, 1.0, 0.2, 2.0)]
     like_eager("""
@@ -138,8 +122,6 @@ def test_zero_division_path_is_checked():
     """, calls)
 
 
-@pytest.mark.xfail(strict=True, reason="grad mode stays off after a mock whose no_grad block holds a print "
-                                       "(an effect step) and no tensor read (issue 33 F, another way in)")
 def test_grad_mode_after_a_print_inside_no_grad():
     like_eager("""
         def f(x):
@@ -149,9 +131,6 @@ def test_grad_mode_after_a_print_inside_no_grad():
     """, [FIRST, SAME, SAME, NEW])
 
 
-@pytest.mark.xfail(strict=True, reason="the mock replays 1.0 / int(h.sum()) as a step outside the program's "
-                                       "try: the ZeroDivisionError the program catches reaches the caller "
-                                       "(recorded where the int was not 0; dropout makes it 0 now)")
 def test_caught_zero_division_in_a_replayed_step():
     # The fuzzer's world (tests.fuzz.program.WORLD) seeds torch: the dropout masks are those it found.
     like_eager("""
@@ -220,9 +199,6 @@ def test_augmented_update_of_an_outer_view_in_a_tensor_branch(name):
     like_eager(ARM_UPDATES[name], [neg, SAME, neg, pos, neg])
 
 
-@pytest.mark.xfail(strict=True, reason="h.contiguous().view(x.shape[0], -1) in a tensor-if arm: KeyError c0 "
-                                       "from torch.fx node_copy on the first call, shown as the program's "
-                                       "own exception (issue 33 L's error, reached by a cond, not a for)")
 def test_view_of_contiguous_by_size_in_a_tensor_if_arm():
     neg, pos = "X = -torch.ones(4, 4); ARGS = (X,)", "X = torch.ones(4, 4); ARGS = (X,)"
     like_eager("""
@@ -245,14 +221,9 @@ def test_augmented_subscript_store_in_a_loop_of_changing_length():
     """, [f"X = torch.ones({b}, 4); ARGS = (X,)" for b in (2, 5, 3, 5, 2)])
 
 
-REBUILD = ("a for over a tensor that updates a global tensor in place, then breaks on tensor data: "
-           "codegen's rebuild of the continuation's stack fails (AttributeError: 'int' object has no "
-           "attribute 'items') and the callable runs eagerly from then on (issue 33's silent fallbacks: "
-           "the largest fallback group, ~7% of programs)")
-
-
-@pytest.mark.xfail(strict=True, reason=REBUILD)
 def test_break_on_tensor_data_after_a_global_in_place_update_compiles():
+    # codegen's rebuild of the continuation's stack failed ('int' object has no attribute
+    # 'items') and the callable ran eagerly from then on: ~7% of the fuzzed programs.
     rows = "X = torch.tensor([[-1.0] * 4, [1.0] * 4]); ARGS = (X,)"
     like_eager("""
         T = torch.zeros(4)
@@ -265,13 +236,9 @@ def test_break_on_tensor_data_after_a_global_in_place_update_compiles():
     """, [rows, SAME, "X = torch.tensor([[-1.0] * 4, [-1.0] * 4, [1.0] * 4]); ARGS = (X,)"])
 
 
-PROMOTE = ("a record after the first whose mock fails is dropped (cache.failed), then cache.call promotes "
-           "records[i] by its old index: IndexError 'pop index out of range' reaches the program as its "
-           "own (or another record moves to the front)")
-
-
-@pytest.mark.xfail(strict=True, reason=PROMOTE)
 def test_failed_mock_of_a_later_record():
+    # A later record whose mock failed was dropped, then promoted by its old index: an
+    # IndexError reached the program as its own.
     like_eager("""
         M = O()
         M.flag = True

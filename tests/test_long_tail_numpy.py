@@ -28,7 +28,8 @@ def _graph_as_is(gm, example_inputs):
 def _views_and_copies(x):
     a = np.asarray(x.numpy())
     b = a.reshape(4, 3).transpose().copy()
-    return torch.from_numpy(np.array(b) * 2) + torch.from_numpy(np.transpose(a.reshape((2, 6)), (1, 0)).flatten()).sum()
+    c = np.transpose(a.reshape((2, 6)), (1, 0)).flatten()
+    return torch.from_numpy(np.array(b) * 2) + torch.from_numpy(c).sum()
 
 
 def _statistics(x):

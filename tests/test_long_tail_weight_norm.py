@@ -87,7 +87,8 @@ def test_spectral_norm_power_iteration_updates_its_buffers_as_eager():
         return m, m
 
     with torch.no_grad():
-        check_compiled(build, [*standard(_rows), after(lambda m: m.l1.weight_orig.data.mul_(0.5), expect=None)],
+        halved = after(lambda m: m.l1.weight_orig.data.mul_(0.5), expect=None)
+        check_compiled(build, [*standard(_rows), halved],
                        expect_records=1, observe=_state)
 
 

@@ -115,10 +115,13 @@ class Breaker:
         return GraphBreak(reason, f.code.co_filename, f.line) if f is not None else GraphBreak(reason)
 
     def pending_module_writes(self) -> bool:
-        """Has the run so far changed a Python module's or class's attributes or a globals dict
-        (state an eager step may read, which the mock only writes back at its end)?"""
+        """Has the run so far changed a Python module's attributes or a globals dict (state an
+        eager step may read, ``print`` reading ``sys.stdout``, which the mock only writes back
+        at its end)?  A class's attributes are left out: natives read modules' state, and
+        DistributedDataParallel's forward sets and resets ``_active_ddp_module`` on its class
+        around every call, before its reducer's steps."""
         for node in self.graph.nodes[1:]:
-            if is_namespace(node.value) and len(node.versions) > 1:
+            if isinstance(node.value, types.ModuleType) and len(node.versions) > 1:
                 return True
             if node.kind is Kind.DICT and node.rel == CONST and not same_state(
                     state_of(node.value, node.kind), node.snapshot):
