@@ -121,6 +121,11 @@ _METADATA = frozenset({"shape", "dtype", "device", "ndim", "layout", "requires_g
                        "dim"})
 _MOVES = bytecode.FAST_MOVES | {"COPY", "SWAP", "POP_TOP"}
 _CELL_OPS = frozenset({"MAKE_CELL", "STORE_DEREF", "LOAD_DEREF"})
+# A comprehension's additions to the container it builds, which sits on the stack from before
+# an ``if`` in its body (3.12 inlines comprehensions into the frame, PEP 709): an arm that adds
+# to it leaves another container than the other arm (``[t for t in x if t > 0]`` was a cond
+# whose mock kept the recorded length).
+_COMPREHENSION_ADDS = frozenset({"LIST_APPEND", "SET_ADD", "MAP_ADD"})
 
 _STACKS = frozenset({"stack", "cat", "concat"})
 _PLAIN = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device)
@@ -178,7 +183,7 @@ class Sandbox:
         """``handler`` of instruction ``opname``, stopping the fork before an effect."""
         if opname == "STORE_SUBSCR" and (self.writes is not None or self.writable):
             return self._row_store(handler)
-        if opname in bytecode.EFFECT_OPS:
+        if opname in bytecode.EFFECT_OPS or opname in _COMPREHENSION_ADDS:
             def refuse(f, arg):
                 self.stop(f"{opname} in a branch")
             return refuse
