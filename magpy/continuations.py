@@ -36,6 +36,7 @@ import torch
 
 from magpy.monitor import NULL, Frame, bytecode, code_info
 from magpy.monitor.protocols import py_method
+from magpy.opgraph import thread_modes
 from magpy.refgraph.graph import RefGraph, is_immutable
 
 _CALLS = ("CALL", "CALL_FUNCTION_EX")
@@ -77,6 +78,9 @@ class ResumePoint:
     # taken: a later graph may update one in place (``h *= 2`` is made anew by a piece after
     # the check, which never ran when the check fails).
     made: dict = dataclasses.field(default_factory=dict)
+    # torch's thread-local modes there (``magpy.opgraph.thread_modes``): the mock may have
+    # switched them for a step or graph it ran after (a ``no_grad`` block before the check).
+    modes: tuple = ()
 
     def where(self) -> str:
         """The innermost frame's line the call resumes at."""
@@ -169,7 +173,7 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
     direct = {id(v) for fs in frames for v in (*fs.locals, *fs.stack)}
     made = {i: p for i, p in ((i, produced(t)) for i, t in taker.tensors.items()) if p is not None}
     return ResumePoint(index, frames, changed, [v for k, v in taker.external.items() if k not in direct],
-                       made=made)
+                       made=made, modes=thread_modes())
 
 
 def _slots(taker, values, shadows, shadowed) -> list:

@@ -24,7 +24,6 @@ def _repro(seed: int, outcome) -> str:
 
 
 @pytest.mark.magpy_rerecords   # the calls change what guards read on purpose; the fuzzer compares with eager
-@pytest.mark.xfail(strict=False, reason="open: issue 33 A..L and the finds in tests/test_fuzz_finds.py")
 def test_fuzz_sample_matches_eager():
     failures = []
     for seed in SAMPLE:

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from tests.fuzz.generator import generate
 from tests.fuzz.program import WORLD
 from tests.fuzz.runner import check
 
@@ -129,6 +130,16 @@ def test_grad_mode_after_a_print_inside_no_grad():
             with torch.no_grad():
                 print("hi", file=LOG)
     """, [FIRST, SAME, SAME, NEW])
+
+
+def test_grad_mode_at_a_resume_after_a_no_grad_step():
+    # (fuzz seed 20624, the sample's last failure) The mock switched grad mode off for an
+    # .item() step inside no_grad; a check after effects failed later and the monitor resumed
+    # there with grad mode still off, which the call left off.  A resume point now puts its
+    # own modes back.  (The program as generated: smaller ones took other paths.)
+    program = generate(20624)
+    outcome = check(program.source(), program.calls, program.target)
+    assert outcome.kind == "ok", outcome.describe()
 
 
 def test_caught_zero_division_in_a_replayed_step():

@@ -200,7 +200,9 @@ class MockWriter:
                 frames.append(f"({parts}, [{local}], [{stack}], {fs.pc}, {fs.kwnames!r})")
             external = "".join(self.expr(v) + ", " for v in point.external)
             self.fill_cells()
-            body = self.lines + self.commit_block()
+            # (the monitor resumes under the point's modes, whatever the mock switched to since)
+            modes = [f"    SET_MODES({self.names.const(point.modes)})"] if point.modes else []
+            body = self.lines + self.commit_block() + modes
             head = [f"def cont{point.index}(m, throw=None):"]
             head += [f"    {name} = m[{name!r}]" for name in sorted(self.used)]
             ran = sum(1 for piece in self.rec.pieces[:point.before] if piece.op_count)
