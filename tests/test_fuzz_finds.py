@@ -6,9 +6,12 @@ exception, the program's state, grad mode and torch's RNG state (tests.fuzz.runn
 Each is marked xfail(strict=True) while its cause is open: when a fix lands the mark comes off
 and the test must pass.  Finds that are issue 33's own examples (A..L) are tested with those.
 """
+import sys
 import textwrap
 
 import pytest
+
+import magpy
 
 from tests.fuzz.generator import generate
 from tests.fuzz.program import WORLD
@@ -260,3 +263,24 @@ def test_failed_mock_of_a_later_record():
             k = int(torch.randint(0, 3, ()).item())
             h.clamp_(-5, 5)
     """, [FIRST, SAME, SAME, SAME, SAME, SAME])
+
+
+# The wrong results of a 10,000-program campaign after this session's fixes (python -m
+# tests.fuzz --n 10000 --seed 100000: 9,925 ok, 22 wrong, 0 crashes, 53 fallbacks), with the
+# campaign's settings (background compile on).  Open: mostly lifted floats and counts written
+# back by a resume after a draw and a check in a while loop (M.scale, M.count), and results
+# after such resumes.
+CAMPAIGN_WRONG = [100147, 100691, 100991, 102284, 102649, 103063, 103114, 103157, 103495, 104465, 106022,
+                  106183, 106540, 106869, 107123, 107127, 108684, 109051, 109061, 109202, 109414, 109845]
+
+
+@pytest.mark.magpy_rerecords   # (the calls change what guards read on purpose)
+# (strict on 3.11, where the campaign ran: 3.12 and 3.13 compile a few of them otherwise)
+@pytest.mark.xfail(strict=sys.version_info[:2] == (3, 11),
+                   reason="open: a wrong result or state of the 10,000-program campaign")
+@pytest.mark.parametrize("seed", CAMPAIGN_WRONG)
+def test_campaign_program_matches_eager(seed):
+    magpy.config.background_compile = True   # as the campaign ran it (the fixture puts it back)
+    program = generate(seed)
+    outcome = check(program.source(), program.calls, program.target)
+    assert outcome.kind in ("ok", "fallback"), outcome.describe()
