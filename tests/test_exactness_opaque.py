@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import magpy
-from tests.compile_harness import after, again, check_compiled, first, isolated
+from tests.compile_harness import after, again, check_compiled, first, fresh, isolated
 
 
 @pytest.fixture(autouse=True)
@@ -129,3 +129,19 @@ def test_an_iterator_from_outside_moves_on_as_in_eager(kind, program):
     # (each call's result shows the iterator's position: its objects do not compare)
     check_compiled(lambda: isolated(program, IT=ITERATORS[kind]()), steps, fullgraph=False,
                    observe=lambda ns: None)
+
+
+def _logs(x):
+    LOG.write(f"{float(x.sum()):.2f}\n")
+    return x + 1
+
+
+def test_a_program_writing_to_a_stringio_from_outside_is_not_given_up():
+    # On 3.13 the fast guard detaches objects' dicts from their inline values; an io object's
+    # __dict__ is read-only, and that raised inside the guard: every such program ran eagerly
+    # from its second call on.  It now runs its mock (the write an eager step).
+    import io
+    steps = [first(_x), again(), fresh(_x), again()]
+    trace = check_compiled(lambda: isolated(_logs, LOG=io.StringIO()), steps, fullgraph=False,
+                           observe=lambda ns: ns["LOG"].getvalue())
+    assert trace.stats["eager_runs"] == 0

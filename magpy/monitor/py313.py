@@ -279,7 +279,10 @@ def own_dicts(objects) -> bool:
         setter = _dict_setter(type(obj))
         if setter is None:
             return False
-        setter(obj, obj.__dict__)
+        try:
+            setter(obj, obj.__dict__)
+        except (AttributeError, TypeError):   # a read-only one (io's objects: "not writable")
+            return False
     return True
 
 
