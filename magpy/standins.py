@@ -25,6 +25,7 @@ recorded (raising, for ragged data, what the constructor raises).
 from __future__ import annotations
 
 import collections
+import functools
 import types
 
 import torch
@@ -110,6 +111,7 @@ def at_site(stand_in, caller):
     return fn
 
 
+@functools.cache   # (one stand-in per dtype and device, whichever constructor chose it)
 def _legacy_standin(dtype: torch.dtype, device: str):
     """What ``torch.FloatTensor(...)`` (a legacy constructor of ``dtype`` on ``device``) does
     with sizes or with Python data, as the factories torch records."""
@@ -130,19 +132,15 @@ def _legacy(kind):
     stand-in for sizes (ints, one ``torch.Size``) or one list or tuple of Python numbers;
     natively (a tensor of unknown origin, a graph break) for anything else (a tensor, a
     storage, ``device=``)."""
-    standins: dict[tuple, types.FunctionType] = {}
-
     def choose(caller, args, kwargs):
         sizes = (all(type(a) is int and a >= 0 for a in args)
                  or (len(args) == 1 and type(args[0]) is torch.Size))
         if kwargs or not (sizes or (len(args) == 1 and type(args[0]) in (list, tuple) and _data(args[0]))):
             return None
         # torch.Tensor makes the default dtype (read now: the record keeps it, as torch.tensor's)
-        key = (kind.dtype, "cuda" if kind.is_cuda else "cpu") if kind is not torch.Tensor else \
-            (torch.get_default_dtype(), "cpu")
-        if key not in standins:
-            standins[key] = _legacy_standin(*key)
-        return standins[key]
+        if kind is torch.Tensor:
+            return _legacy_standin(torch.get_default_dtype(), "cpu")
+        return _legacy_standin(kind.dtype, "cuda" if kind.is_cuda else "cpu")
     return choose
 
 

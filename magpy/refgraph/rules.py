@@ -256,9 +256,7 @@ class RefGraphBuilder(Observer):
             self.dynamic(f"call to impure native {_describe(callee)}", step=True)
             return
         full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
-        if self.hashed_call(callee, full) or any(
-                self.opaque_contents(full[i], f"native {_describe(callee)} changes", step=True, changes=True)
-                for i in a.inplace if i < len(full)):
+        if self.hashed_call(callee, full) or self.changes_opaque(callee, a, full):
             return
         order_free = ann.set_order_free(callee)
         for i, v in enumerate(full):
@@ -477,9 +475,7 @@ class RefGraphBuilder(Observer):
         if a is None or not a.pure:
             return   # a dynamic operation: an eager step's exception (magpy.segments)
         full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
-        if self.hashed_call(callee, full) or any(
-                self.opaque_contents(full[i], f"native {_describe(callee)} changes", step=True, changes=True)
-                for i in a.inplace if i < len(full)):
+        if self.hashed_call(callee, full) or self.changes_opaque(callee, a, full):
             return
         for i, v in enumerate(full):
             self.read_value(v, a.read_kind(i), callee)
@@ -580,6 +576,13 @@ class RefGraphBuilder(Observer):
             return False  # native, or a Python method the monitor entered
         self.dynamic(f"{type(obj).__qualname__}.{name} (a Python method) called by a native operation")
         return True
+
+    def changes_opaque(self, callee, a: ann.Annotation, full: tuple) -> bool:
+        """Does native ``callee`` (annotation ``a``) change a mutable C object from outside the
+        call that it is given (``deque.append``): an eager step that is an effect (True)."""
+        what = f"native {_describe(callee)} changes"
+        return any(self.opaque_contents(full[i], what, step=True, changes=True)
+                   for i in a.inplace if i < len(full))
 
     def opaque_contents(self, v, what: str, step: bool = False, changes: bool = False) -> bool:
         """``what`` (a read, or a write: ``changes``) reaches the contents of ``v``, a mutable C
