@@ -81,6 +81,10 @@ class ResumePoint:
     # torch's thread-local modes there (``magpy.opgraph.thread_modes``): the mock may have
     # switched them for a step or graph it ran after (a ``no_grad`` block before the check).
     modes: tuple = ()
+    # id(node) -> the node's stores then (``ShadowNode.written``, ``whole``), of the changed
+    # nodes: the program's stores after the point are not the point's (a continuation writes
+    # back only what had been stored by then).
+    written: dict = dataclasses.field(default_factory=dict)
 
     def where(self) -> str:
         """The innermost frame's line the call resumes at."""
@@ -172,8 +176,9 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
     changed = [(node, taker.take_state(node.snapshot, now)) for node, now in graph.changes()]
     direct = {id(v) for fs in frames for v in (*fs.locals, *fs.stack)}
     made = {i: p for i, p in ((i, produced(t)) for i, t in taker.tensors.items()) if p is not None}
+    written = {node.id: (dict(node.written), node.whole) for node, _ in changed}
     return ResumePoint(index, frames, changed, [v for k, v in taker.external.items() if k not in direct],
-                       made=made, modes=thread_modes())
+                       made=made, modes=thread_modes(), written=written)
 
 
 def _slots(taker, values, shadows, shadowed) -> list:

@@ -284,7 +284,7 @@ class MockWriter:
         """The attributes of a module, class or object's ``__slots__`` the program stored
         (``refgraph.stored_attributes``): set or deleted past any Python ``__setattr__`` (which
         the monitor followed to these stores)."""
-        for key in dict.fromkeys(key for _, key in node.written):
+        for key in dict.fromkeys(key for _, key in self.written(node)[0]):
             if key in now:
                 self.commit(f"    SETATTR({v}, {key!r}, {self.expr(now[key])})")
             else:
@@ -293,8 +293,9 @@ class MockWriter:
     def list_update(self, node, v, now, snap):
         """A list's items the program stored into, by index, and those it added at the end
         (the guard fixes its length where an index is written); else all of it."""
-        slots = _slots(node)
-        if not node.whole and len(now) >= len(snap) and all(
+        written, whole = self.written(node)
+        slots = _slots(written)
+        if not whole and len(now) >= len(snap) and all(
                 a is b for i, (a, b) in enumerate(zip(now, snap)) if i not in slots):
             for i in sorted(i for i in slots if i < len(snap)):
                 node.struct = True   # (eager's store raises past the end)
@@ -311,11 +312,12 @@ class MockWriter:
         later call may find it changed), where the order of the keys comes out as eager's:
         the keys it kept where they were, then the others in the order they came; else all
         of it, rewritten."""
-        slots = _slots(node)
-        moved = {key for (_, key), deleted in node.written.items() if deleted}
+        written, whole = self.written(node)
+        slots = _slots(written)
+        moved = {key for (_, key), deleted in written.items() if deleted}
         kept = [key for key in snap if key in now and key not in moved]
         expected = kept + [key for key in now if key not in kept]
-        if node.whole or list(now) != expected:
+        if whole or list(now) != expected:
             self.g.rewritten(node, now)
             items = ", ".join(f"{self.key(key)}: {self.expr(val)}" for key, val in now.items())
             self.commit(f"    {mapping}.clear(); {mapping}.update({{{items}}})")
@@ -334,6 +336,13 @@ class MockWriter:
                 self.commit(f"    {mapping}[{self.key(key)}] = {size}")
             elif key not in snap or snap[key] is not val or key in slots:
                 self.commit(f"    {mapping}[{self.key(key)}] = {self.expr(val)}")
+
+    def written(self, node) -> tuple[dict, bool]:
+        """``node``'s stores (``ShadowNode.written``) and whether a native rewrote it whole, in
+        the state being written: the call's end, or a resume point's (not the stores after it)."""
+        if self.point is None:
+            return node.written, node.whole
+        return self.point.written.get(node.id, ({}, False))
 
     def stored_value(self, holder, key, held) -> str | None:
         """The source of a size or lifted float the run stored into ``holder``'s attribute or
@@ -561,9 +570,9 @@ class MockWriter:
 
 
 
-def _slots(node) -> set:
+def _slots(written: dict) -> set:
     """The keys (indices, names) of the slots the program stored into or deleted."""
-    return {key for _, key in node.written}
+    return {key for _, key in written}
 
 
 def _bound(fn) -> bool:
