@@ -886,9 +886,14 @@ class Segmenter(Observer):
 
     def _freeze(self, v, depth=_TAINT_DEPTH):
         """A step's argument as it is now: containers copied (the program may change them
-        later; the mock builds the copy), dynamic values and everything else themselves."""
+        later; the mock builds the copy), dynamic values as their variables (a later check
+        makes the value a constant of what follows it, not of this step, which runs before),
+        everything else itself."""
+        var = self.dynamic.get(id(v))
+        if var is not None:
+            return continuations.Variable(var)
         t = type(v)
-        if not depth or t not in _CONTAINERS or id(v) in self.dynamic:
+        if not depth or t not in _CONTAINERS:
             return v
         if t is dict:
             return {k: self._freeze(x, depth - 1) for k, x in v.items()}

@@ -115,6 +115,23 @@ def test_store_after_a_resume_point_is_not_the_points():
     """, [FIRST] + [SAME] * 7)
 
 
+def test_step_before_a_later_check_uses_the_value_of_the_call():
+    # (campaign seed 106540) A float read from tensor data, printed (a step), then checked by
+    # a later use (a store into a tensor): the check made it a constant of the record, and
+    # of the print before it too, which printed the recorded number on every call.  A step's
+    # arguments are the values as they are when it runs.
+    like_eager("""
+        T = torch.zeros(4)
+
+        def f(x):
+            h = x + torch.rand(4)
+            acc = 0.0 + h.mean().item()
+            print(f"{acc:.3f}", [acc, 1], {"a": (acc,)}, file=LOG)
+            T[0] = acc
+            return h * 2
+    """, [FIRST, SAME, SAME, "torch.manual_seed(0); ARGS = (X,)", NEW, SAME])
+
+
 @pytest.mark.xfail(strict=True, reason="a global float written from .item() and read back: from the second "
                                        "record on the result uses a stale value of it")
 def test_global_float_written_from_item_then_read():
@@ -289,11 +306,13 @@ def test_failed_mock_of_a_later_record():
 # campaign's settings (background compile on).  Open: mostly lifted floats and counts written
 # back by a resume after a draw and a check in a while loop (M.scale, M.count), and results
 # after such resumes.
-CAMPAIGN_WRONG = [100691, 100991, 102649, 103063, 104465, 106540, 107123, 107127, 108684, 109051, 109414,
+CAMPAIGN_WRONG = [100691, 100991, 102649, 103063, 104465, 107123, 107127, 108684, 109051, 109414,
                   109845]
 # (fixed: 100147, 102284, 103114, 103157, 103495, 106022, 106183, 106869, 109061, 109202 by
-# test_store_after_a_resume_point_is_not_the_points's fix)
-CAMPAIGN_FIXED = [100147, 102284, 103114, 103157, 103495, 106022, 106183, 106869, 109061, 109202]
+# test_store_after_a_resume_point_is_not_the_points's fix; 106540 by
+# test_step_before_a_later_check_uses_the_value_of_the_call's)
+CAMPAIGN_FIXED = [100147, 102284, 103114, 103157, 103495, 106022, 106183, 106869, 109061, 109202,
+                  106540]
 
 
 def campaign_program_like_eager(seed: int) -> None:
