@@ -409,9 +409,11 @@ TORCH_METADATA_RESULTS = frozenset({"type", "result_type", "promote_types", "can
 # operation of the graph instead.
 TORCH_TRUTH = frozenset({"__bool__"})
 
-# torch's Python functions run natively, except these, which the monitor enters so that the
-# truth they read is seen as an assertion (``torch._assert``: ``if not c: raise AssertionError``).
-MONITORED_TORCH_FUNCTIONS = (torch._assert,)
+# torch's Python functions run natively, except these, which the monitor enters: the truth
+# ``torch._assert`` reads is seen as an assertion (``if not c: raise AssertionError``), and
+# ``torch.distributed.is_available()`` reads a constant of the build, not an eager step
+# (``is_initialized`` has a stand-in: magpy.standins).
+MONITORED_TORCH_FUNCTIONS = (torch._assert, torch.distributed.is_available)
 
 # Tensor operations that read tensor data into Python ...
 TORCH_DATA_READS = frozenset({
@@ -616,7 +618,7 @@ def lookup(callee) -> tuple[Annotation | None, bool]:
             return None, False   # a C class of another library
         base = _builtin_constructor(callee)
         return (None if base is None else lookup(base)[0]), False
-    if t is types.FunctionType and _is_library(callee.__module__):
+    if t is types.FunctionType and _is_library(callee.__module__) and callee not in MONITORED_TORCH_FUNCTIONS:
         return torch_library_annotation(callee), False
     return None, False
 

@@ -156,7 +156,7 @@ def _native_module(name: str) -> bool:
 # check in the graph only where the monitor sees the jump.
 _MONITORED_TORCH = ("torch.nn.modules", "torch.nn.utils.parametriz", "torch.nn.utils.weight_norm",
                     "torch.nn.utils.spectral_norm", "torch.nn.parallel.distributed",
-                    "torch.distributions",
+                    "torch.distributions", "torch.utils._contextlib",
                     "torch.distributed.algorithms.join", *training.MONITORED_TORCH)
 
 
@@ -235,7 +235,7 @@ def _base_policy():
     for fn in (torch.nn.Module.__getattr__, torch.nn.Module.__setattr__, torch.nn.Module.__delattr__):
         policy.run_natively(fn)
     for fn in annotations.MONITORED_TORCH_FUNCTIONS:
-        policy.add_intrinsic(fn, functools.partial(_enter, fn))
+        policy.reroute(fn, _itself(fn))   # entered as the program's own code
     policy.add_intrinsic(torch.autograd.Variable, _variable)
     # Scripted functions and scripted modules' forwards run their original Python, as under
     # torch.compile for functions: their tensor operations are recorded like any others.
@@ -245,6 +245,8 @@ def _base_policy():
     training.add_to(policy)
     for callee, choose in standins.REROUTES:
         policy.reroute(callee, choose)
+    for owner, name, choose in standins.METHOD_REROUTES:
+        policy.reroute_method(owner, name, choose)
     return policy
 
 
@@ -256,8 +258,8 @@ def _variable(monitor, args, kwargs):
     return torch.autograd.Variable(*args, **(kwargs or {}))
 
 
-def _enter(fn, monitor, args, kwargs):
-    return monitor.enter(fn, args, kwargs)
+def _itself(fn):
+    return lambda frame, args, kwargs: fn
 
 
 def record_policy():

@@ -149,8 +149,64 @@ _LEGACY_NAMES = ("FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", 
 _LEGACY_CONSTRUCTORS = (torch.Tensor, *(getattr(module, name) for module in (torch, torch.cuda)
                                          for name in _LEGACY_NAMES))
 
+def _cast_standin(kind):
+    """What ``t.type(kind)`` does for a legacy tensor type ``kind``: a cast to its dtype and
+    device (``t`` itself where it has them), as ``Tensor.to`` makes it."""
+    dtype, device = kind.dtype, "cuda" if kind.is_cuda else "cpu"
+
+    def tensor_type(t, kind=None):
+        return t.to(device=device, dtype=dtype)
+    tensor_type.__qualname__ = f"Tensor.type({kind.__module__}.{kind.__name__})"
+    return tensor_type
+
+
+_TENSORTYPE = type(torch.FloatTensor)   # (torch.tensortype, not a name torch exports)
+_LEGACY_BY_NAME = {f"{kind.__module__}.{kind.__name__}": kind for kind in _LEGACY_CONSTRUCTORS[1:]}
+
+
+def _tensor_type(caller, args, kwargs):
+    """The ``choose`` of ``Tensor.type``: a cast to a legacy tensor type (``torch.FloatTensor``,
+    or its name) is a ``Tensor.to``, which the recorder sees; anything else (no type: a read of
+    the type's name; a dtype; ``non_blocking=``) natively."""
+    if kwargs or len(args) != 2 or not isinstance(args[0], torch.Tensor):
+        return None
+    kind = _LEGACY_BY_NAME.get(args[1]) if type(args[1]) is str else args[1]
+    return _cast_standins(kind) if type(kind) is _TENSORTYPE else None
+
+
+_cast_standins = functools.cache(_cast_standin)
+
+
+def is_initialized():
+    """``torch.distributed.is_initialized()``: is the default process group up?  Read from
+    the attribute the property behind ``GroupMember.WORLD`` returns, which the guard reads
+    again on each call (a record made before ``init_process_group`` misses after it)."""
+    return _WORLD._default_pg is not None
+
+
+def _process_group_query(caller, args, kwargs):
+    return None if args or kwargs else is_initialized
+
+
+def _distributed_reroutes() -> tuple:
+    """``is_initialized``'s stand-in where this torch has distributed support and keeps the
+    default group where the stand-in reads it."""
+    if not torch.distributed.is_available():
+        return ()
+    global _WORLD
+    from torch.distributed import distributed_c10d
+    # (held here: what torch's own modules hold is taken as constant, unguarded)
+    _WORLD = getattr(distributed_c10d, "_world", None)
+    if "_default_pg" not in vars(_WORLD or object()):
+        return ()
+    return ((distributed_c10d.is_initialized, _process_group_query),)
+
+
 # (builtin, choose) for magpy.record's call policy.
 REROUTES = ((max, extremum(max_)), (min, extremum(min_)),
             (collections._count_elements, _always(count_elements)),
-            *((kind, _legacy(kind)) for kind in _LEGACY_CONSTRUCTORS))
+            *((kind, _legacy(kind)) for kind in _LEGACY_CONSTRUCTORS),
+            (torch.Tensor.type, _tensor_type), *_distributed_reroutes())
+# (owner, builtin method name, choose), for the method bound to an instance
+METHOD_REROUTES = ((torch.Tensor, "type", _tensor_type),)
 FILE = __file__

@@ -316,6 +316,11 @@ class Monitor:
     def _call_builtin(self, b, args, kwargs, shadows):
         owner = b.__self__
         if owner is not None and type(owner) is not types.ModuleType:
+            reroute = self.policy.method_reroutes.get(b.__name__)
+            if reroute is not None and isinstance(owner, reroute[0]):
+                target = reroute[1](self.current, (owner,) + args, kwargs)
+                if target is not None:
+                    return self.enter(target, (owner,) + args, kwargs, _shift(shadows))
             entry = self.policy.method_intrinsics.get(b.__name__)
             if entry is not None and isinstance(owner, entry[0]):
                 return self._intrinsic(b, entry[1], (owner,) + args, kwargs)

@@ -24,6 +24,7 @@ class CallPolicy:
         self.substitutes: dict = {}      # callable type -> instance -> what to call instead
         self.aliases: dict = {}          # id(callee) -> what to call instead
         self.reroutes: dict = {}         # id(callee) -> (caller, args, kwargs) -> function to enter or None
+        self.method_reroutes: dict = {}  # builtin method name -> (owner type, choose), as reroutes
         self._keep: list = []
 
     def run_natively(self, fn: Callable) -> None:
@@ -63,6 +64,11 @@ class CallPolicy:
         self.reroutes[id(callee)] = choose
         self._keep.append(callee)
 
+    def reroute_method(self, owner: type, name: str, choose: Callable) -> None:
+        """:meth:`reroute` for the builtin method ``owner.name`` bound to any instance
+        (``choose`` gets the instance as its first argument)."""
+        self.method_reroutes[name] = (owner, choose)
+
     def copy(self) -> "CallPolicy":
         """An independent policy starting from this one's entries."""
         new = CallPolicy()
@@ -73,5 +79,6 @@ class CallPolicy:
         new.substitutes = dict(self.substitutes)
         new.aliases = dict(self.aliases)
         new.reroutes = dict(self.reroutes)
+        new.method_reroutes = dict(self.method_reroutes)
         new._keep = list(self._keep)
         return new
