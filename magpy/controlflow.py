@@ -187,6 +187,16 @@ class Sandbox:
             def refuse(f, arg):
                 self.stop(f"{opname} in a branch")
             return refuse
+        if opname == "BINARY_OP":
+            def operate(f, arg):
+                left = f.stack[-2]
+                if arg in bytecode.INPLACE_BINARY and not (isinstance(left, torch.Tensor) or is_immutable(left)):
+                    # (``lst += [v]``, ``d |= e``: a change of an object the branch may not have
+                    # made, which the fork would make before the program does; a tensor's is
+                    # the recorder's to check, opgraph.Arm.check)
+                    self.stop(f"an in-place {type(left).__qualname__} operator in a branch")
+                return handler(f, arg)
+            return operate
         if opname == bytecode.CELL_MAKE:
             def make(f, i):
                 done = handler(f, i)

@@ -93,7 +93,8 @@ class Arm(Piece):
     whose inputs are the tensors from before the jump that it reads (``captures``, in order)
     and the lifted numbers it reads (``inputs``: the graph inputs of the piece around it, see
     :meth:`numbers`).  ``sandbox`` stops the arm's fork before an operation writes one of
-    those tensors."""
+    those tensors, or a view of one the arm made (``h[:, 0] += 1``): the fork's run is not
+    the program's, which does it again."""
 
     def __init__(self, outer: Piece, sandbox, counted: bool = False):
         super().__init__(outer.index)
@@ -101,6 +102,7 @@ class Arm(Piece):
         # id(capture) -> its placeholder (``nodes`` moves on where an operation gives the
         # tensor itself back: ``x.contiguous()``)
         self.captured: dict[int, fx.Node] = {}
+        self.storages: set[int] = set()   # the storages of the captures (their views share them)
         self.sandbox = sandbox
         self.goes_on = None   # a loop body's: the tensor telling whether the loop goes on after it
         self.counted = counted   # a range loop's body: its operations may read the step count
@@ -117,6 +119,7 @@ class Arm(Piece):
     def capture(self, t) -> fx.Node:
         ph = self.captured[id(t)] = self.nodes[id(t)] = self.graph.placeholder(f"c{len(self.captures)}")
         self.captures.append(t)
+        self.storages.add(storage(t))
         return ph
 
     def made(self, t) -> bool:
@@ -142,9 +145,11 @@ class Arm(Piece):
         return env
 
     def check(self, func, args, kwargs) -> None:
-        """Stop the fork before ``func`` writes a tensor from before the jump."""
+        """Stop the fork before ``func`` writes a tensor from before the jump, or a tensor the
+        arm made that shares its storage (a view of it: every tensor from outside that an
+        operation of the arm read, the view's included, is a capture)."""
         for t in _written(ann.torch_name(func), args, kwargs):
-            if not self.made(t):
+            if not self.made(t) or storage(t) in self.storages:
                 self.sandbox.stop(f"{ann.torch_name(func)} updates a tensor from before the branch")
 
     def module(self, outputs: list, operands: list, numbers=()) -> fx.GraphModule:
@@ -1136,6 +1141,16 @@ def _scalar_operands(name: str, args: tuple):
 
 
 # Operations whose Python-float operand may be a 0-d tensor instead (see _record).
+def storage(t: torch.Tensor) -> int | None:
+    """The identity of ``t``'s storage, which its views share (None for a tensor without one:
+    sparse, a subclass that has none)."""
+    with torch._C.DisableTorchFunction():   # (magpy's own read, not the program's)
+        try:
+            return t.untyped_storage()._cdata
+        except (RuntimeError, NotImplementedError, TypeError):
+            return None
+
+
 def _written(name: str, args: tuple, kwargs: dict) -> list:
     """The tensors operation ``name`` writes in place."""
     if kwargs and kwargs.get("out") is not None:
