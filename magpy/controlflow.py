@@ -14,9 +14,11 @@ computes with tensors, sets local variables, calls   runs; its tensor operations
 pure natives and Python code that does the same      the arm's own graph (``opgraph.Arm``)
 stores an attribute, item, global or closure cell,   stops before it: the jump is a break
 enters ``with``, imports, calls an impure native,    (an eager step), as without control
-updates a tensor from before the jump in place,      flow operators
-draws random numbers, or meets a break of its own
-(``.item()``)
+updates a tensor from before the jump in place      flow operators
+(or a view of one: ``h[:, 0] += 1``), changes a
+container with an in-place operator (``lst +=
+[v]``), draws random numbers, or meets a break of
+its own (``.item()``)
 a nested tensor ``if``                               records a cond into the arm's graph
 leaves the arm (``return``, ``break``, an            stops
 exception)
@@ -190,11 +192,8 @@ class Sandbox:
         if opname == "BINARY_OP":
             def operate(f, arg):
                 left = f.stack[-2]
-                if arg in bytecode.INPLACE_BINARY and not (isinstance(left, torch.Tensor) or is_immutable(left)):
-                    # (``lst += [v]``, ``d |= e``: a change of an object the branch may not have
-                    # made, which the fork would make before the program does; a tensor's is
-                    # the recorder's to check, opgraph.Arm.check)
-                    self.stop(f"an in-place {type(left).__qualname__} operator in a branch")
+                if arg in bytecode.INPLACE_BINARY and _changed_in_place(left):
+                    self.stop(f"an in-place operator on a {type(left).__qualname__} in a branch")
                 return handler(f, arg)
             return operate
         if opname == bytecode.CELL_MAKE:
@@ -237,6 +236,14 @@ class Sandbox:
         a, _ = ann.lookup(callee)
         if a is None or not a.pure or a.inplace:
             self.stop(f"{getattr(callee, '__qualname__', callee)!s} in a branch")
+
+
+def _changed_in_place(left) -> bool:
+    """Does an in-place operator (``lst += [v]``, ``d |= e``) change its left operand ``left``
+    itself: an object the branch may not have made, which the fork would change before the
+    program does?  (Not an immutable value, which it replaces, nor a tensor, whose update the
+    recorder checks: opgraph.Arm.check.)"""
+    return not (isinstance(left, torch.Tensor) or is_immutable(left))
 
 
 class Passed:
