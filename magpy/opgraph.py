@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import math
 import operator
 
@@ -93,7 +94,8 @@ class Arm(Piece):
     whose inputs are the tensors from before the jump that it reads (``captures``, in order)
     and the lifted numbers it reads (``inputs``: the graph inputs of the piece around it, see
     :meth:`numbers`).  ``sandbox`` stops the arm's fork before an operation writes one of
-    those tensors."""
+    those tensors, or a view of one the arm made (``h[:, 0] += 1``): the fork's run is not
+    the program's, which does it again."""
 
     def __init__(self, outer: Piece, sandbox, counted: bool = False):
         super().__init__(outer.index)
@@ -101,6 +103,7 @@ class Arm(Piece):
         # id(capture) -> its placeholder (``nodes`` moves on where an operation gives the
         # tensor itself back: ``x.contiguous()``)
         self.captured: dict[int, fx.Node] = {}
+        self.storages: set[int] = set()   # the storages of the captures (their views share them)
         self.sandbox = sandbox
         self.goes_on = None   # a loop body's: the tensor telling whether the loop goes on after it
         self.counted = counted   # a range loop's body: its operations may read the step count
@@ -117,6 +120,7 @@ class Arm(Piece):
     def capture(self, t) -> fx.Node:
         ph = self.captured[id(t)] = self.nodes[id(t)] = self.graph.placeholder(f"c{len(self.captures)}")
         self.captures.append(t)
+        self.storages.add(_storage(t))
         return ph
 
     def made(self, t) -> bool:
@@ -142,9 +146,11 @@ class Arm(Piece):
         return env
 
     def check(self, func, args, kwargs) -> None:
-        """Stop the fork before ``func`` writes a tensor from before the jump."""
-        for t in _written(ann.torch_name(func), args, kwargs):
-            if not self.made(t):
+        """Stop the fork before ``func`` writes a tensor from before the jump, or a tensor the
+        arm made that shares its storage (a view of it: every tensor from outside that an
+        operation of the arm read, the view's included, is a capture)."""
+        for t in _written(func, ann.torch_name(func), args, kwargs):
+            if not self.made(t) or _storage(t) in self.storages:
                 self.sandbox.stop(f"{ann.torch_name(func)} updates a tensor from before the branch")
 
     def module(self, outputs: list, operands: list, numbers=()) -> fx.GraphModule:
@@ -490,7 +496,7 @@ class OpRecorder(TorchFunctionMode):
             self._record_stacked(name, ys, args, kwargs, out)
             return
         if self.passes:
-            for t in _written(name, args, kwargs):
+            for t in _written(func, name, args, kwargs):
                 if any(id(t) == i or p.holds(t) for i, p in self.passes.items()):
                     raise _Unsupported(f"{name} updates in place a tensor an if passed through")
         if self.shapes is not None:
@@ -1135,16 +1141,54 @@ def _scalar_operands(name: str, args: tuple):
     return dtype if dtype in (torch.float32, torch.float64) else False
 
 
+def _storage(t: torch.Tensor) -> int | None:
+    """The identity of ``t``'s storage, which its views share (None for a tensor without one,
+    sparse or a subclass: two such count as sharing, the cautious answer)."""
+    with torch._C.DisableTorchFunction():   # (magpy's own read, not the program's)
+        try:
+            return t.untyped_storage()._cdata
+        except (RuntimeError, NotImplementedError, TypeError):
+            return None
+
+
 # Operations whose Python-float operand may be a 0-d tensor instead (see _record).
-def _written(name: str, args: tuple, kwargs: dict) -> list:
-    """The tensors operation ``name`` writes in place."""
+def _written(func, name: str, args: tuple, kwargs: dict) -> list:
+    """The tensors operation ``func`` (named ``name``) writes in place."""
     if kwargs and kwargs.get("out") is not None:
         written = pytree.tree_leaves(kwargs["out"])
-    elif (name.endswith("_") and not name.endswith("__")) or name in _INPLACE_DUNDERS:
-        written = args[:1]
+    elif (name.endswith("_") and not name.endswith("__") or name in _INPLACE_DUNDERS
+          or _inplace(func, args, kwargs)):
+        written = pytree.tree_leaves(args[:1])   # (a list of them: ``torch._foreach_add_``)
     else:
         return []
     return [t for t in written if isinstance(t, torch.Tensor)]
+
+
+def _inplace(func, args: tuple, kwargs: dict) -> bool:
+    """Does ``func`` write its first argument because its ``inplace`` parameter is true in this
+    call (``F.relu(x, inplace=True)``, ``F.hardtanh(x, -1, 1, True)``)?"""
+    at = _inplace_parameter(func)
+    if at is None:
+        return False
+    return bool(kwargs.get("inplace", args[at] if at < len(args) else False))
+
+
+_INPLACE_PARAMETERS: dict = {}   # func -> the position of its ``inplace`` parameter, or None
+
+
+def _inplace_parameter(func) -> int | None:
+    try:
+        return _INPLACE_PARAMETERS[func]
+    except KeyError:
+        pass
+    except TypeError:   # (unhashable)
+        return None
+    try:
+        names = list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):   # (a native without a signature)
+        names = []
+    at = _INPLACE_PARAMETERS[func] = names.index("inplace") if "inplace" in names else None
+    return at
 
 
 # Tensor methods that update their first argument in place (besides ``name_``).
@@ -1258,9 +1302,12 @@ def _raises_assertion_error(frame, ins) -> bool:
 
 
 def _is_impure(node: fx.Node) -> bool:
-    # In-place operations (add_, __setitem__, copy_) mutate their inputs, and random ones
-    # advance the program's generators: never dead.
+    # In-place operations (add_, __setitem__, copy_, an out= or inplace=True one) mutate their
+    # inputs, and random ones advance the program's generators: never dead.
     if DRAWS in node.meta:
+        return True
+    if node.op == "call_function" and (node.kwargs.get("out") is not None
+                                       or _inplace(node.target, node.args, node.kwargs)):
         return True
     if node.op == "call_method":
         return node.target.endswith("_") or node.target == "__setitem__"

@@ -20,6 +20,7 @@ from magpy.monitor.opcodes import (  # noqa: F401 - the facts every version shar
     FAST_STORES,
     FAST_WRITES,
     FORWARD_JUMP,
+    INPLACE_BINARY,
     ITER_MAKE,
     ITER_NEXT,
     binder_code,

@@ -247,6 +247,8 @@ class Monitor:
         if self.sandbox is not None:
             self.sandbox.check_call(callee, args)
         result = callee(*args, **kwargs) if kwargs else callee(*args)
+        if self.sandbox is not None:
+            self.sandbox.returned(callee, args, result)
         self.ret_shadow = None
         if self.observers:
             self._called(callee, args, kwargs, result, False)
@@ -276,6 +278,8 @@ class Monitor:
             result = handler(self, args, kwargs)
         finally:
             self.in_intrinsic -= 1
+        if self.sandbox is not None:
+            self.sandbox.returned(callee, args, result)
         self.ret_shadow = None
         if self.observers:
             self._called(callee, args, kwargs, result, False)

@@ -348,6 +348,9 @@ def UNARY_INVERT(f, arg):
 
 
 _NB_INPLACE = len(operators.BINARY)
+# BINARY_OP's arguments of the in-place operators (``+=`` ...), which change a mutable left
+# operand itself (a list, a dict, a tensor) rather than make a new value.
+INPLACE_BINARY = frozenset(range(_NB_INPLACE, 2 * _NB_INPLACE))
 
 
 def BINARY_OP(f, i):

@@ -179,11 +179,13 @@ class RefGraphBuilder(Observer):
         # An operation that raised read what made it fail (an index past the end, a missing
         # key or attribute): a path the program takes because it caught that exception
         # depends on it, and the guard checks it.  Only where the exception starts (its first
-        # report), not in the frames it unwinds through afterwards.
+        # report), not in the frames it unwinds through afterwards.  (Not magpy's own stop of
+        # a fork, a BaseException raised before the operation ran, nor another that is no
+        # failure of the operation's reads.)
         if exc is self._unwinding:
             return
         self._unwinding = exc
-        if self.dynamic.brk is None and hasattr(frame, "info"):
+        if self.dynamic.brk is None and hasattr(frame, "info") and isinstance(exc, Exception):
             rule = _FAILED.get(frame.info.instructions[frame.lasti].opname)
             if rule is not None:
                 try:
