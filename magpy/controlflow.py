@@ -524,6 +524,7 @@ class Branches(Observer):
         self.recorder, self.segmenter = recorder, segmenter
         self._pending = None   # (frame, lasti, tensor, its record method, regions) of the jump under way
         self.enabled = True    # the backend compiles conds (backends.NO_CONDS)
+        self.loop_gradients = False   # ... and loops under autograd (backends.LOOP_GRADIENTS)
         self.conds: list[str] = []   # the ifs recorded as conds, in words (explain)
         self.live: dict[int, Passed] = {}    # the Passed shadows of the run
         self.consumed: set[int] = set()      # of those, the ones the operation just recorded took
@@ -938,7 +939,10 @@ class Branches(Observer):
         if any(slots.holds(row) or any(c is row for c in arm2.captures) for row in walk.rows[0]):
             return "an iteration keeps the slice of the one before"
         var = [i for slot in binding[1] for i in slots.step(slot)]
-        groups, why = _carried_groups(slots.before, slots.after1, slots.after2, arm1, arm2, self._kind)
+        # (a walk of n >= 2 slices runs its body at least once: a tensor it carries may begin
+        # without requires_grad and gain it, as eager's does, under autograd)
+        groups, why = _carried_groups(slots.before, slots.after1, slots.after2, arm1, arm2, self._kind,
+                                      gains_grad=self.loop_gradients and torch.is_grad_enabled())
         filled = [(lst, a, b) for lst, a, b in zip(accs, items1, items2) if a or b]
         why = why or _appended(filled, arm1, arm2, self._kind) or self._stored(writes1, writes2, arm1, arm2)
         if why is not None:
@@ -951,8 +955,9 @@ class Branches(Observer):
             return "an iteration reads a tensor the one before made but did not keep"
         firsts = [next((slots.before[i] for i in g if slots.before[i] is not NULL), NULL) for g in groups]
         read = [*walk.rows[0], *firsts, *extra, *outs]
-        if torch.is_grad_enabled() and any(t.requires_grad for t in read if t is not NULL):
-            return "the loop runs under autograd (torch.while_loop has no backward)"
+        why = self._under_autograd(t for t in read if t is not NULL)
+        if why is not None:
+            return why
         real, why = self._run_real(frame, head, exit, [lst for lst, _, _ in filled], outs)
         held = slots.flat(real.locals + real.stack) if why is None else None
         if held is None:
@@ -1093,8 +1098,9 @@ class Branches(Observer):
         if any(arm1.made(c) for c in extra):
             return "an iteration reads a tensor the one before made but did not keep"
         firsts = [next((before[i] for i in g if before[i] is not NULL), NULL) for g in groups]
-        if torch.is_grad_enabled() and any(x.requires_grad for x in firsts + extra if x is not NULL):
-            return "the loop runs under autograd (torch.while_loop has no backward)"
+        why = self._under_autograd(x for x in firsts + extra if x is not NULL)
+        if why is not None:
+            return why
         goes_on = _goes_on(t, back_if)
         outputs = [after2[g[0]] for g in groups]
         unbound = [f is NULL for f in firsts]
@@ -1261,6 +1267,12 @@ class Branches(Observer):
             self.live[id(mark)] = mark
         return None
 
+    def _under_autograd(self, tensors) -> str | None:
+        """Why a loop that reads ``tensors`` cannot be an operator under autograd, or None."""
+        if self.loop_gradients or not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
+            return None
+        return "the loop runs under autograd (its operator's gradients are eager's with backend eager only)"
+
     def _kind(self, t: torch.Tensor) -> tuple:
         """What tensors an operator's arms or steps give in one place must agree on: dtype,
         sizes and strides (symbolic ones as expressions over the recording's symbols, which
@@ -1323,17 +1335,19 @@ def _bound_self(f, first, live: dict):
     return None
 
 
-def _carried_groups(before, after1, after2, arm1, arm2, kind) -> tuple[list, str | None]:
+def _carried_groups(before, after1, after2, arm1, arm2, kind, gains_grad: bool = False) -> tuple[list, str | None]:
     """The frame slots a loop carries, grouped by the tensor they hold (``h = new`` leaves
     two slots with one tensor), from the slots' values before the loop and after one and
-    two iterations; or the reason they cannot be ``torch.while_loop`` operands."""
+    two iterations; or the reason they cannot be ``torch.while_loop`` operands.
+    ``gains_grad``: a tensor that does not require grad before the loop may after the first
+    iteration (the loop runs at least once, under autograd)."""
     groups: dict[int, list[int]] = {}
     for i, (v0, v1, v2) in enumerate(zip(before, after1, after2)):
         if v0 is v1 and v1 is v2:
             continue
         if isinstance(v1, torch.Tensor) and isinstance(v2, torch.Tensor) and (
                 v0 is NULL or isinstance(v0, torch.Tensor)):
-            why = _carried(v0, v1, v2, arm1, arm2, kind)
+            why = _carried(v0, v1, v2, arm1, arm2, kind, gains_grad)
             if why is not None:
                 return [], why
             groups.setdefault(id(v1), []).append(i)
@@ -1355,17 +1369,29 @@ def _zeros_like(t: torch.Tensor) -> torch.Tensor:
     return torch.zeros(t.shape, dtype=t.dtype, device=t.device)
 
 
-def _carried(v0, v1, v2, arm1, arm2, kind) -> str | None:
+def _carried(v0, v1, v2, arm1, arm2, kind, gains_grad: bool = False) -> str | None:
     """Can a variable that holds ``v0`` before the loop (NULL: unbound), ``v1`` after one
     iteration and ``v2`` after two be an operand of ``torch.while_loop``?  The reason not."""
     if not (arm1.made(v1) and arm2.made(v2)):
         return "an iteration sets a variable to a tensor from before it"
     first = v1 if v0 is NULL else v0
-    if not kind(first) == kind(v1) == kind(v2):
+    k0, k1 = kind(first), kind(v1)
+    if gains_grad and _gains_grad(k0, k1):
+        k0 = k1
+    if not k0 == k1 == kind(v2):
         return f"an iteration changes a tensor's kind ({_meta(first)} to {_meta(v1)})"
     if v0 is NULL and not v1.is_contiguous():
         return "an iteration sets a variable unbound before the loop to a strided tensor"
     return None
+
+
+_REQUIRES_GRAD = 4   # the position of requires_grad in a kind (ControlFlow._kind, _meta)
+
+
+def _gains_grad(k0: tuple, k1: tuple) -> bool:
+    """Do kinds ``k0`` and ``k1`` differ only in that ``k1`` requires grad?"""
+    i = _REQUIRES_GRAD
+    return not k0[i] and k1[i] and k0[:i] + k0[i + 1:] == k1[:i] + k1[i + 1:]
 
 
 def _goes_on(c: torch.Tensor, back_if: bool) -> torch.Tensor:

@@ -290,6 +290,7 @@ def _capture(fn, args, kwargs, backend, roots, errors, lifting):
         with _stage("setting up the recording"):
             cap = _recording(fn, args, kwargs, roots, lifting)
             cap.branches.enabled = backend[0] not in backends.NO_CONDS
+            cap.branches.loop_gradients = backend[0] in backends.LOOP_GRADIENTS
             cap.recorder.joint_backend = backend[0] in joint.BACKENDS
     except CaptureError as e:
         _capture_failed(e, errors)

@@ -1,0 +1,75 @@
+"""Issue 30 item 3: loops with autograd.  A counted loop over a tensor's length (an LSTM cell
+stepped ``for t in range(xs.size(0))``) under autograd is one ``torch.while_loop`` operator
+for every length, its gradients eager's: with backend "eager", whose graph runs the operator's
+backward as eager runs it.  The carried ``(h, c)`` begin as zeros that do not require grad and
+require it after the first step, as eager's do (the walk runs at least twice: lengths 0 and 1
+have records of their own).  Inductor's compiled backward of the operator gave other gradients
+for some lengths (torch 2.13), so there the loop unrolls under autograd, exact, one record per
+length (backends.LOOP_GRADIENTS).
+"""
+import pytest
+import torch
+
+import magpy
+
+LENGTHS = [3, 5, 4, 9, 2, 7, 6, 8, 10, 11, 12, 13]
+
+
+class CellLoop(torch.nn.Module):
+    def __init__(self, cell):
+        super().__init__()
+        self.cell = cell
+        self.out = torch.nn.Linear(16, 4)
+
+    def forward(self, xs):
+        h = xs.new_zeros(xs.size(1), 16)
+        state = (h, xs.new_zeros(xs.size(1), 16)) if isinstance(self.cell, torch.nn.LSTMCell) else h
+        for t in range(xs.size(0)):
+            state = self.cell(xs[t], state)
+        h = state[0] if isinstance(state, tuple) else state
+        return self.out(h)
+
+
+def _pair(cell_type):
+    torch.manual_seed(0)
+    eager = CellLoop(cell_type(8, 16))
+    twin = CellLoop(cell_type(8, 16))
+    twin.load_state_dict(eager.state_dict())
+    return eager, twin
+
+
+def _train_lengths(eager, compiled, twin, lengths, same=torch.equal):
+    """Loss and gradients of each length, eager against compiled (bit for bit by default)."""
+    for n in lengths:
+        xs = torch.randn(n, 2, 8)
+        eager.zero_grad()
+        twin.zero_grad()
+        want = eager(xs).square().sum()
+        want.backward()
+        got = compiled(xs).square().sum()
+        got.backward()
+        assert same(want, got), n
+        for (name, p), q in zip(eager.named_parameters(), twin.parameters()):
+            assert same(p.grad, q.grad), (n, name)
+
+
+@pytest.mark.parametrize("cell_type", [torch.nn.LSTMCell, torch.nn.GRUCell])
+def test_cell_loop_under_autograd_is_one_operator_for_every_length(cell_type):
+    eager, twin = _pair(cell_type)
+    compiled = magpy.compile(twin, backend="eager")
+    _train_lengths(eager, compiled, twin, LENGTHS)
+    stats = magpy.stats(compiled)
+    assert stats.records <= 3, stats.records   # the first length unrolled, then a symbolic one
+    assert stats.monitor_runs <= 3
+    text = str(magpy.explain(compiled, torch.randn(6, 2, 8)))
+    assert "torch.while_loop" in text and "unrolled" not in text, text
+
+
+def test_cell_loop_under_autograd_unrolls_with_inductor():
+    eager, twin = _pair(torch.nn.LSTMCell)
+    magpy.config.background_compile = False
+    compiled = magpy.compile(twin, backend="inductor")
+    # (Inductor's kernels may round otherwise than eager's in the last bit)
+    _train_lengths(eager, compiled, twin, [3, 5, 4], same=lambda a, b: torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+    stats = magpy.stats(compiled)
+    assert stats.records == 3
