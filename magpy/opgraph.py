@@ -142,10 +142,17 @@ class Arm(Piece):
         return env
 
     def check(self, func, args, kwargs) -> None:
-        """Stop the fork before ``func`` writes a tensor from before the jump."""
+        """Stop the fork before ``func`` writes a tensor from before the jump, itself or
+        through a view the arm made of it (``h[:, 0] += c``: the fork's write would stay in
+        ``h`` when the fork is given up)."""
         for t in _written(ann.torch_name(func), args, kwargs):
-            if not self.made(t):
+            if not self.made(t) or self._views_capture(t):
                 self.sandbox.stop(f"{ann.torch_name(func)} updates a tensor from before the branch")
+
+    def _views_capture(self, t) -> bool:
+        """Does ``t`` share its memory with a tensor from before the jump that the arm read?"""
+        memory = _memory(t)
+        return memory is not None and any(_memory(c) == memory for c in self.captures)
 
     def module(self, outputs: list, operands: list, numbers=()) -> fx.GraphModule:
         """This arm as a cond branch: a graph of all the cond's ``operands`` (tensors), then
@@ -1133,6 +1140,17 @@ def _scalar_operands(name: str, args: tuple):
         return None
     dtype = tensors[0].dtype
     return dtype if dtype in (torch.float32, torch.float64) else False
+
+
+def _memory(t: torch.Tensor) -> tuple | None:
+    """Where ``t``'s storage lives (a view has its base's), or None for a tensor without one
+    of its own (sparse, empty).  Read past torch function modes, as ``tensor_version``."""
+    with torch._C.DisableTorchFunction():
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError, TypeError):
+            return None
+        return (t.device, storage.data_ptr()) if storage.nbytes() else None
 
 
 # Operations whose Python-float operand may be a 0-d tensor instead (see _record).
