@@ -202,16 +202,21 @@ class RefGraphBuilder(Observer):
                 self.dynamic.fail(e)
 
     def _enter(self, frame):
+        self.resumed(frame)
+        fn = frame.fn
+        if fn is not None and (fn.__defaults__ or fn.__kwdefaults__) and id(fn) not in self.new_functions:
+            self._defaults(fn, frame.locals)
+
+    def resumed(self, frame) -> None:
+        """A frame the run starts in (entered, or resumed by a continuation): its globals dict
+        and closure cells are state from outside, known as found before the program's first
+        store into them (a continuation's ``Z = h.sum().item()`` before any global read is a
+        change the mock writes)."""
         self.g.const(frame.globals)
         fn = frame.fn
-        if fn is None:
-            return
-        if fn.__closure__:
-            for cell in fn.__closure__:
-                if id(cell) not in self.new_cells:
-                    self.g.const(cell)
-        if (fn.__defaults__ or fn.__kwdefaults__) and id(fn) not in self.new_functions:
-            self._defaults(fn, frame.locals)
+        for cell in (fn.__closure__ or ()) if fn is not None else ():
+            if id(cell) not in self.new_cells:
+                self.g.const(cell)
 
     def _defaults(self, fn, local):
         # Parameters bound from defaults read the function's __defaults__ / __kwdefaults__,
