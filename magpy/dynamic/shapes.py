@@ -400,6 +400,8 @@ class Shapes(Observer):
         sn = parent.children.get((rel, name)) if parent is not None else None
         if sn is None or sn.value is not value or self.mode is not None or not sn.read:
             return   # (dynamic=True lifts the arguments only, as torch.compile does)
+        if self.refgraph.overwritten(parent, rel, name):
+            return   # the call's own value, though the object is the one it found (a small int)
         shadow = self.lifted_shadows.get(sn.id)
         if shadow is None and self.lifting.scalar(None, sn):
             if type(value) is float:

@@ -363,7 +363,7 @@ class RefGraphBuilder(Observer):
         snap = node.snapshot
         if node.kind is Kind.DICT:
             try:
-                if snap.get(key, _MISSING) is value:
+                if snap.get(key, _MISSING) is value and not self.g.overwritten(node, ITEM, key):
                     self.g.child(node, ITEM, key, value)
                 elif key not in snap and (ITEM, key) not in node.written \
                         and type_lookup(type(node.value), "__missing__") is not NULL:
@@ -403,7 +403,7 @@ class RefGraphBuilder(Observer):
             return
         tp = type(obj)
         if isinstance(obj, types.ModuleType):
-            if not ann.is_builtin_module_attr(obj):
+            if not ann.is_builtin_module_attr(obj) and not self.g.overwritten(node, ATTR, name):
                 self.g.child(node, ATTR, name, value)
             return
         if name in attribute_access(tp).descriptors:
@@ -414,7 +414,8 @@ class RefGraphBuilder(Observer):
         d = getattr(obj, "__dict__", None)
         snap = node.snapshot if type(node.snapshot) is dict else None
         if type(d) is dict and (name in d or (snap is not None and name in snap)):
-            if snap is not None and snap.get(name, _MISSING) is value:
+            if snap is not None and snap.get(name, _MISSING) is value \
+                    and not self.g.overwritten(node, ATTR, name):
                 self.g.child(node, ATTR, name, value)
             return
         getattr_fn = py_method(tp, "__getattr__")
@@ -680,7 +681,7 @@ def _load_global(b, frame, ins, inputs, outputs):
     g = frame.globals
     gnode = b.g.const(g)
     if name in g:
-        b.g.child(gnode, ITEM, name, value)
+        b.read_item(gnode, name, value)   # (not one the call stored: RefGraph.overwritten)
     else:
         gnode.mark_absent(ITEM, name)
         b.g.child(b.g.const(frame.builtins), ITEM, name, value)
