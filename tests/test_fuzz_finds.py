@@ -228,6 +228,19 @@ def test_size_stored_in_a_module_read_as_its_global():
     """, [f"X = torch.randn({b}, 4, generator=GEN); ARGS = (X,)" for b in (2, 3, 4, 5, 6, 3, 7)])
 
 
+def test_lifted_int_stored_into_a_dict_is_read_back_as_its_symbol():
+    # A changing int argument (a symbol once lifted) stored into a dict from outside: the mock
+    # writes it from each call's value, but its read back lost the symbol (an int dict item
+    # was never looked up in Shapes.stores), so the graph held the recording's value.
+    like_eager("""
+        D = {"n": 3}
+
+        def f(x, n):
+            D["n"] = n
+            return x * D["n"]
+    """, [f"X = torch.ones(3, 4); ARGS = (X, {n})" for n in (3, 4, 5, 6, 3, 7)])
+
+
 def test_continuation_writes_a_global_it_stores():
     # (campaign seed 108684) A continuation's RefGraph did not know the resumed frame's
     # globals dict until a global was read: a store before any read (``Z = h.sum().item()``)

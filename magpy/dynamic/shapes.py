@@ -83,14 +83,17 @@ def _never(value) -> bool:
 
 def _number_holder(f, ins, inputs, value) -> tuple | None:
     """``(object, relation, key)`` of what a number read reads: an attribute, a global, or a
-    float dict item under a string key (None for other subscripts: an int from a dict stays
-    a guarded value)."""
+    dict item under a string key (None for other subscripts).  The relation is None for an
+    int dict item: it stays a guarded value, unless the call stored a size there itself
+    (``d["n"] = b``, read back: :attr:`Shapes.stores`)."""
     if ins.opname == "LOAD_ATTR":
         return inputs[0], ATTR, ins.argval
     if ins.opname == "LOAD_GLOBAL":
         return f.globals, ITEM, ins.argval
     obj, key = inputs
-    return (obj, ITEM, key) if type(obj) is dict and type(key) is str and type(value) is float else None
+    if type(obj) is not dict or type(key) is not str:
+        return None
+    return obj, ITEM if type(value) is float else None, key
 
 
 class _Origin:
@@ -395,6 +398,8 @@ class Shapes(Observer):
         stored = self.stores.get((id(obj), name))
         if stored is not None and stored[1] is value:
             f.shadow_stack[-1] = stored[2]
+            return
+        if rel is None:
             return
         parent = self.refgraph.node_of(obj) if self.lifting.values else None
         sn = parent.children.get((rel, name)) if parent is not None else None
