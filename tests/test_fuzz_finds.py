@@ -241,6 +241,44 @@ def test_lifted_int_stored_into_a_dict_is_read_back_as_its_symbol():
     """, [f"X = torch.ones(3, 4); ARGS = (X, {n})" for n in (3, 4, 5, 6, 3, 7)])
 
 
+CELLS = {
+    # a closure the call makes over a changing argument, which outlives the call
+    "new": ("""
+        M = O()
+        M.g = None
+
+        def f(x, n, y):
+            def g(t):
+                return t * n
+            M.g = g
+            return x * n + y
+    """, [f"X = torch.ones(3, 4); ARGS = (X, {n}, M.g(1.0) if M.g else 0.0)" for n in (3, 4, 5, 6, 7, 4)]),
+    # a cell from outside (nonlocal) given a changing argument, read by the next call
+    "outside": ("""
+        def make():
+            z = 3
+
+            def f(x, n):
+                nonlocal z
+                h = x * z
+                z = n
+                return h * z
+            return f
+
+        f = make()
+    """, [f"X = torch.ones(3, 4); ARGS = (X, {n})" for n in (3, 4, 4, 3, 3, 4, 4, 3, 5, 5, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CELLS))
+def test_lifted_number_in_a_closure_cell_is_the_calls(name):
+    # A size or lifted float put into a closure cell keeps its shadow for the call's own
+    # reads, but the mock wrote the cell's content as the recording's value: a closure that
+    # outlived the call (or the next call, reading a nonlocal) used that stale number.  The
+    # mock computes it from the call's sizes and floats, as for stores into attributes.
+    like_eager(*CELLS[name])
+
+
 def test_continuation_writes_a_global_it_stores():
     # (campaign seed 108684) A continuation's RefGraph did not know the resumed frame's
     # globals dict until a global was read: a store before any read (``Z = h.sum().item()``)

@@ -435,7 +435,12 @@ class Shapes(Observer):
     def _cell_shadow(self, f, ins, value):
         """The shadow kept for ``value``, the content of the closure cell LOAD_DEREF ``ins``
         read, or None."""
-        cell = f.locals[ins.arg]
+        return self.in_cell(f.locals[ins.arg], value)
+
+    def in_cell(self, cell, value):
+        """The shadow kept for ``value``, the content of closure cell ``cell`` (a size or lifted
+        float the program put there), or None.  The mock writes such a content from the call's
+        own sizes and floats: a closure that outlives the call (stored, returned) holds them."""
         entry = self.cells.get(id(cell))
         return entry[2] if entry is not None and entry[0] is cell and entry[1] is value else None
 
