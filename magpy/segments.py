@@ -1129,7 +1129,10 @@ class Capture:
         have happened before it); the outermost frame's result."""
         self.segmenter.effects = True
         self.segmenter.rebuilt = continuations.rebuilt(resume)
-        return self._recording(self.monitor.resume, continuations.frames(resume, self.monitor))
+        frames = continuations.frames(resume, self.monitor)
+        for f in frames:
+            self.builder.resumed(f)
+        return self._recording(self.monitor.resume, frames)
 
     def _recording(self, run, *args, **kwargs):
         # What the guard checks of torch's global state: as the run found it (a continuation

@@ -264,7 +264,7 @@ class MockWriter:
             self.dict_update(node, v, now, snap, mapping=f"d{node.id}")
         elif k is Kind.CELL:
             if now:
-                self.commit(f"    {v}.cell_contents = {self.expr(now[0])}")
+                self.commit(f"    {v}.cell_contents = {self.cell_value(node.value, now[0], self.commit)}")
             else:
                 self.commit(f"    del {v}.cell_contents")
         elif k is Kind.CONTEXTVAR:
@@ -502,7 +502,15 @@ class MockWriter:
                 contents = c.cell_contents
             except ValueError:
                 continue   # an empty cell (a variable not assigned yet)
-            self.lines.append(f"    {name}.cell_contents = {self.expr(contents)}")
+            self.lines.append(f"    {name}.cell_contents = {self.cell_value(c, contents, self.lines.append)}")
+
+    def cell_value(self, cell, contents, emit) -> str:
+        """The source of closure cell ``cell``'s ``contents`` as the call leaves them: a size or
+        lifted float the program put there computed from this call's (``emit(line)`` writes
+        the loads), else the value (a resume point's state keeps the value: the cell's shadow
+        is the run's last)."""
+        s = self.shapes.in_cell(cell, contents) if self.shapes is not None and self.point is None else None
+        return self.lifted(s, emit) if s is not None and symbolic(s) else self.expr(contents)
 
     def generator(self, gen) -> str:
         """A generator, coroutine or async generator the call created and returned (or

@@ -83,14 +83,17 @@ def _never(value) -> bool:
 
 def _number_holder(f, ins, inputs, value) -> tuple | None:
     """``(object, relation, key)`` of what a number read reads: an attribute, a global, or a
-    float dict item under a string key (None for other subscripts: an int from a dict stays
-    a guarded value)."""
+    dict item under a string key (None for other subscripts).  The relation is None for an
+    int dict item: it stays a guarded value, unless the call stored a size there itself
+    (``d["n"] = b``, read back: :attr:`Shapes.stores`)."""
     if ins.opname == "LOAD_ATTR":
         return inputs[0], ATTR, ins.argval
     if ins.opname == "LOAD_GLOBAL":
         return f.globals, ITEM, ins.argval
     obj, key = inputs
-    return (obj, ITEM, key) if type(obj) is dict and type(key) is str and type(value) is float else None
+    if type(obj) is not dict or type(key) is not str:
+        return None
+    return obj, ITEM if type(value) is float else None, key
 
 
 class _Origin:
@@ -396,10 +399,14 @@ class Shapes(Observer):
         if stored is not None and stored[1] is value:
             f.shadow_stack[-1] = stored[2]
             return
+        if rel is None:
+            return
         parent = self.refgraph.node_of(obj) if self.lifting.values else None
         sn = parent.children.get((rel, name)) if parent is not None else None
         if sn is None or sn.value is not value or self.mode is not None or not sn.read:
             return   # (dynamic=True lifts the arguments only, as torch.compile does)
+        if self.refgraph.overwritten(parent, rel, name):
+            return   # the call's own value, though the object is the one it found (a small int)
         shadow = self.lifted_shadows.get(sn.id)
         if shadow is None and self.lifting.scalar(None, sn):
             if type(value) is float:
@@ -428,7 +435,12 @@ class Shapes(Observer):
     def _cell_shadow(self, f, ins, value):
         """The shadow kept for ``value``, the content of the closure cell LOAD_DEREF ``ins``
         read, or None."""
-        cell = f.locals[ins.arg]
+        return self.in_cell(f.locals[ins.arg], value)
+
+    def in_cell(self, cell, value):
+        """The shadow kept for ``value``, the content of closure cell ``cell`` (a size or lifted
+        float the program put there), or None.  The mock writes such a content from the call's
+        own sizes and floats: a closure that outlives the call (stored, returned) holds them."""
         entry = self.cells.get(id(cell))
         return entry[2] if entry is not None and entry[0] is cell and entry[1] is value else None
 

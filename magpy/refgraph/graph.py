@@ -166,6 +166,17 @@ def is_namespace(v) -> bool:
     return isinstance(v, (types.ModuleType, type))
 
 
+def namespace_twin(v):
+    """The other name of a module's namespace: the globals dict of module ``v``, or the module
+    whose globals dict ``v`` is (found in ``sys.modules`` by its ``__name__``), else None.
+    ``mod.N = n`` and a global ``N`` that ``mod``'s functions read are one slot."""
+    if isinstance(v, types.ModuleType):
+        return v.__dict__
+    name = v.get("__name__") if type(v) is dict else None
+    module = sys.modules.get(name) if type(name) is str else None
+    return module if isinstance(module, types.ModuleType) and module.__dict__ is v else None
+
+
 def slot_of(v, name):
     """The ``__slots__`` member descriptor through which ``v.name`` is stored, else None."""
     for klass in type(v).__mro__:
@@ -376,6 +387,16 @@ class RefGraph:
         if node is None or node.parent is not self.sn0 or node.rel != CONST:
             node = self.child(self.sn0, CONST, id(value), value, read=False)
         return node
+
+    def overwritten(self, node: ShadowNode, rel: str, key) -> bool:
+        """Has the call stored into (or deleted) slot ``(rel, key)`` of ``node`` so far, by
+        either name of a module's namespace?  A read of it gives the call's own value then,
+        not state the call found (even an equal object: a small int, a float passed again)."""
+        if (rel, key) in node.written:
+            return True
+        twin = namespace_twin(node.value)
+        twin_node = self.node_of(twin) if twin is not None else None
+        return twin_node is not None and (ITEM if rel == ATTR else ATTR, key) in twin_node.written
 
     # ------------------------------------------------------------------ final state
     def changes(self):

@@ -204,16 +204,21 @@ class RefGraphBuilder(Observer):
                 self.dynamic.fail(e)
 
     def _enter(self, frame):
+        self.resumed(frame)
+        fn = frame.fn
+        if fn is not None and (fn.__defaults__ or fn.__kwdefaults__) and id(fn) not in self.new_functions:
+            self._defaults(fn, frame.locals)
+
+    def resumed(self, frame) -> None:
+        """A frame the run starts in (entered, or resumed by a continuation): its globals dict
+        and closure cells are state from outside, known as found before the program's first
+        store into them (a continuation's ``Z = h.sum().item()`` before any global read is a
+        change the mock writes)."""
         self.g.const(frame.globals)
         fn = frame.fn
-        if fn is None:
-            return
-        if fn.__closure__:
-            for cell in fn.__closure__:
-                if id(cell) not in self.new_cells:
-                    self.g.const(cell)
-        if (fn.__defaults__ or fn.__kwdefaults__) and id(fn) not in self.new_functions:
-            self._defaults(fn, frame.locals)
+        for cell in (fn.__closure__ or ()) if fn is not None else ():
+            if id(cell) not in self.new_cells:
+                self.g.const(cell)
 
     def _defaults(self, fn, local):
         # Parameters bound from defaults read the function's __defaults__ / __kwdefaults__,
@@ -360,7 +365,7 @@ class RefGraphBuilder(Observer):
         snap = node.snapshot
         if node.kind is Kind.DICT:
             try:
-                if snap.get(key, _MISSING) is value:
+                if snap.get(key, _MISSING) is value and not self.g.overwritten(node, ITEM, key):
                     self.g.child(node, ITEM, key, value)
                 elif key not in snap and (ITEM, key) not in node.written \
                         and type_lookup(type(node.value), "__missing__") is not NULL:
@@ -400,7 +405,7 @@ class RefGraphBuilder(Observer):
             return
         tp = type(obj)
         if isinstance(obj, types.ModuleType):
-            if not ann.is_builtin_module_attr(obj):
+            if not ann.is_builtin_module_attr(obj) and not self.g.overwritten(node, ATTR, name):
                 self.g.child(node, ATTR, name, value)
             return
         if name in attribute_access(tp).descriptors:
@@ -411,7 +416,8 @@ class RefGraphBuilder(Observer):
         d = getattr(obj, "__dict__", None)
         snap = node.snapshot if type(node.snapshot) is dict else None
         if type(d) is dict and (name in d or (snap is not None and name in snap)):
-            if snap is not None and snap.get(name, _MISSING) is value:
+            if snap is not None and snap.get(name, _MISSING) is value \
+                    and not self.g.overwritten(node, ATTR, name):
                 self.g.child(node, ATTR, name, value)
             return
         getattr_fn = py_method(tp, "__getattr__")
@@ -677,7 +683,7 @@ def _load_global(b, frame, ins, inputs, outputs):
     g = frame.globals
     gnode = b.g.const(g)
     if name in g:
-        b.g.child(gnode, ITEM, name, value)
+        b.read_item(gnode, name, value)   # (not one the call stored: RefGraph.overwritten)
     else:
         gnode.mark_absent(ITEM, name)
         b.g.child(b.g.const(frame.builtins), ITEM, name, value)
