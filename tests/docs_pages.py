@@ -52,7 +52,8 @@ def config_table() -> str:
     rows = ["| field | type | default | effect |", "|---|---|---|---|"]
     for f in dataclasses.fields(Config):
         effect = docs[f.name] + f" ([more]({SEE[f.name]}))"
-        rows.append(f"| `{f.name}` | `{_type_name(Config.__annotations__[f.name])}` | `{f.default!r}` | {effect} |")
+        kind = _type_name(Config.__annotations__[f.name])
+        rows.append(f"| `{f.name}` | `{kind}` | `{f.default!r}` | {effect} |")
     return "\n".join(rows)
 
 

@@ -62,7 +62,7 @@ def test_messages_carry_their_entry():
 
 
 def test_mkdocs_build_strict(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
-                          cwd=docs_pages.ROOT, capture_output=True, text=True, timeout=600)
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")]
+    done = subprocess.run(command, cwd=docs_pages.ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "site" / "troubleshooting" / "index.html").exists()
