@@ -22,5 +22,7 @@ class Net(torch.nn.Module):
 
 ex = magpy.explain(Net(), torch.randn(8, 16))
 print(ex)
-ex.html(pathlib.Path(__file__).parent.parent / "assets" / "explain-report.html",
-        title="magpy.explain(Net(), x)")
+page = ex.html(title="magpy.explain(Net(), x)")
+root = pathlib.Path(__file__).resolve().parent.parent.parent
+# (paths relative to the repository: the report names this file, not where it was checked out)
+(root / "docs" / "assets" / "explain-report.html").write_text(page.replace(f"{root}/", ""))
