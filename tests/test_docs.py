@@ -4,6 +4,7 @@ messages magpy issues name entries that exist, and ``mkdocs build --strict`` pas
 import contextlib
 import dataclasses
 import io
+import re
 import subprocess
 import sys
 
@@ -59,6 +60,13 @@ def test_messages_carry_their_entry():
     with pytest.warns(magpy.CacheLimitWarning, match=r"\(see docs/troubleshooting.md#cache-size-limit\)$"):
         import warnings
         warnings.warn(magpy.CacheLimitWarning("magpy: f: 8 records"))
+
+
+def test_readme_links_resolve():
+    """The README is the front door: every file it links to exists."""
+    readme = (docs_pages.ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    assert targets and all((docs_pages.ROOT / t).exists() for t in targets if "://" not in t), targets
 
 
 def test_mkdocs_build_strict(tmp_path):
