@@ -55,9 +55,10 @@ def render(bundle: pathlib.Path, work: pathlib.Path) -> dict[str, str]:
     sources = {p.stem: p.read_text() for p in sorted(HERE.glob("*.mmd"))}
     (work / "mermaid.min.js").write_bytes(bundle.read_bytes())
     (work / "render.html").write_text(PAGE % json.dumps(sources))
-    dom = subprocess.run(["/usr/bin/chromium", *CHROMIUM_FLAGS, f"--user-data-dir={work / 'profile'}",
-                          "--allow-file-access-from-files", "--virtual-time-budget=20000", "--dump-dom",
-                          (work / "render.html").as_uri()], capture_output=True, text=True, timeout=120).stdout
+    command = ["/usr/bin/chromium", *CHROMIUM_FLAGS, f"--user-data-dir={work / 'profile'}",
+               "--allow-file-access-from-files", "--virtual-time-budget=20000", "--dump-dom",
+               (work / "render.html").as_uri()]
+    dom = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
     found = dict(re.findall(r'<template id="out-(\w+)" data-svg="(.*?)">', dom, re.S))
     missing = set(sources) - set(found)
     if missing:
