@@ -2,6 +2,7 @@
 language model written as Python loops (paper §8.4).
 
     python -m benchmarks.control_flow [--model blockdrop|lstm|all] [--calls N] [--threads N] [--quick]
+                                      [--json PATH]   (the rows, for python -m benchmarks.plots)
                                       [--device cuda]
 
 **BlockDrop.** A policy network looks at the input and switches residual blocks on or off, so
@@ -60,6 +61,7 @@ mismatching calls.  The machine is shared: ``--threads 1`` by default; compare r
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import sys
@@ -307,6 +309,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch.set_num_threads (default 1: the machine is shared)")
     parser.add_argument("--quick", action="store_true", help="10 calls, 3 blocks")
+    parser.add_argument("--json", metavar="PATH", help="also write each model's rows (variant, total s, "
+                        "median ms, compilations, correct) as JSON, for python -m benchmarks.plots")
     add_device_argument(parser)
     opts = parser.parse_args(argv)
     calls = opts.calls or (10 if opts.quick else 50)
@@ -322,7 +326,7 @@ def main(argv=None) -> int:
           f"{magpy.config.control_flow}); {info['cpu']}, threads {torch.get_num_threads()}, "
           f"device {describe_device(opts.device)}"
           + (f", load average {load[0]:.2f}" if load else ""))
-    ok = True
+    ok, tables = True, {}
     variants = CUDA_VARIANTS if opts.device.startswith("cuda") else VARIANTS
     if opts.model in ("blockdrop", "all"):
         model = build(blocks).to(opts.device)
@@ -334,7 +338,7 @@ def main(argv=None) -> int:
         print(f"{len(set(subsets))} distinct block subsets of {2 ** blocks} over {calls} calls "
               f"(blocks run per call: mean {statistics.mean(s.count('1') for s in subsets):.1f}); "
               f"first calls: {' '.join(subsets[:8])}\n", flush=True)
-        ok &= compare(model, inputs, variants)
+        ok &= compare(model, inputs, variants, tables.setdefault("blockdrop", []))
     if opts.model in ("lstm", "all"):
         torch.manual_seed(0)
         model = LSTMLanguageModel(layers).eval().to(opts.device)
@@ -344,14 +348,17 @@ def main(argv=None) -> int:
               f"{calls} calls, "
               f"{len(set(lengths))} distinct lengths in {LSTM_LENGTHS[0]}..{LSTM_LENGTHS[1]} "
               f"(first calls: {' '.join(map(str, lengths[:8]))}), no_grad\n", flush=True)
-        ok &= compare(model, inputs, variants)
+        ok &= compare(model, inputs, variants, tables.setdefault("lstm", []))
+    if opts.json:
+        write_json(opts.json, info, vars(opts), tables, calls)
     print(f"\nwall time {time.perf_counter() - start:.1f} s")
     return 0 if ok else 1
 
 
-def compare(model, inputs: list, variants=VARIANTS) -> bool:
-    """Run every variant on ``inputs``, print the table; True if all were correct."""
-    rows, reference = [], None
+def compare(model, inputs: list, variants=VARIANTS, rows: list | None = None) -> bool:
+    """Run every variant on ``inputs`` (their rows appended to ``rows``), print the table; True
+    if all were correct."""
+    rows, reference = ([] if rows is None else rows), None
     with torch.no_grad():
         for variant in variants:
             print(f"  {variant} ...", flush=True)
@@ -364,6 +371,16 @@ def compare(model, inputs: list, variants=VARIANTS) -> bool:
     print_table(rows, len(inputs))
     print()
     return all(not r["error"] and not r["mismatches"] for r in rows)
+
+
+def write_json(path: str, info: dict, options: dict, tables: dict[str, list[dict]], calls: int) -> None:
+    """The rows of each model, without their outputs and per-call times (benchmarks/plots.py)."""
+    keep = ("variant", "total", "median", "steady", "compilations", "error")
+    models = {name: [{**{k: r.get(k) for k in keep}, "correct": correct_cell(r, calls)} for r in rows]
+              for name, rows in tables.items()}
+    with open(path, "w") as f:
+        json.dump({"machine": info, "options": options, "calls": calls, "models": models}, f, indent=2,
+                  default=str)
 
 
 if __name__ == "__main__":

@@ -6,15 +6,20 @@ from magpy.api import CompiledModule, Explanation, compile, explain, reset, stat
 from magpy.config import config
 from magpy.errors import (
     BackendError,
+    BackendFailedWarning,
+    CacheLimitWarning,
     CaptureError,
+    CaptureFailedWarning,
     GraphBreak,
     GraphBreakError,
     GraphBreakWarning,
     MagpyError,
+    MagpyWarning,
 )
 
 __all__ = ["compile", "explain", "stats", "reset", "synchronize", "annotate", "disable", "config",
            "CompiledModule", "Explanation", "GraphBreak", "GraphBreakError", "GraphBreakWarning",
            "CaptureError",
-           "BackendError", "MagpyError", "monitor"]
+           "BackendError", "MagpyError", "MagpyWarning", "CaptureFailedWarning", "BackendFailedWarning",
+           "CacheLimitWarning", "monitor"]
 __version__ = "0.1.0"

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from magpy import arrays, backends, background, controlflow
+from magpy import arrays, backends, background, controlflow, explain_html
 from magpy.cache import RecordCache, Stats, reset_all
 from magpy.dynamic import Lifting
 from magpy.errors import GraphBreak
@@ -226,6 +226,17 @@ class Explanation:
             sizes.append(f"mock {_lines(self.mock_source)}")
         out.append(f"generated code: {', '.join(sizes)} (print(explanation.full()) shows it)")
         return out
+
+    def html(self, path=None, title: str = "magpy.explain") -> str:
+        """One self-contained HTML page of this explanation (``magpy.explain_html``): the call
+        as a timeline of graphs and eager steps with the user's lines, each graph's operations
+        by kind, the guards in words, the generated source.  Written to ``path`` if given;
+        returned either way."""
+        page = explain_html.render(self, title)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(page)
+        return page
 
     def full(self) -> str:
         """The summary, then each graph's code, the guard, the fast guard and the mock."""

@@ -42,7 +42,14 @@ from magpy.codegen import MISS, MockCommitError, StepRaised
 from magpy.config import config
 from magpy.continuations import Resume
 from magpy.dynamic import Lifting
-from magpy.errors import BackendError, CaptureError, GraphBreakError, GraphBreakWarning, MagpyError
+from magpy.errors import (
+    BackendError,
+    CacheLimitWarning,
+    CaptureError,
+    GraphBreakError,
+    GraphBreakWarning,
+    MagpyError,
+)
 from magpy.monitor import Monitor
 from magpy.monitor.tracebacks import frame_object, program_entries, user_stacklevel
 from magpy.opgraph import failed_assertion, failed_own_check, set_thread_modes
@@ -421,7 +428,7 @@ class RecordCache:
         self.stats.break_reasons.append(reason)
         # Named by its qualified name (a module's repr can be hundreds of lines), pointing at
         # the user's call.
-        warnings.warn(f"magpy: {self.name()}: {reason}", UserWarning, stacklevel=user_stacklevel())
+        warnings.warn(f"magpy: {self.name()}: {reason}", CacheLimitWarning, stacklevel=user_stacklevel())
 
     def clear(self) -> None:
         with self._lock:

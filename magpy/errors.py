@@ -4,9 +4,43 @@ from __future__ import annotations
 import dataclasses
 import linecache
 
+# The troubleshooting entry that explains each of magpy's errors and warnings (by class; the
+# most specific class listed wins).  Errors carry it as a note (shown under the message in a
+# traceback, leaving ``str(error)``, which magpy and programs reuse, as it is); warnings
+# append it to their text.  tests/test_docs.py checks that every anchor exists on the page.
+DOCS_PAGE = "docs/troubleshooting.md"
+HELP = {
+    "MagpyError": "magpy-errors",
+    "GraphBreakError": "graph-break-error",
+    "CaptureError": "capture-failed",
+    "BackendError": "backend-error",
+    "MagpyWarning": "magpy-warnings",
+    "GraphBreakWarning": "graph-break-warning",
+    "CaptureFailedWarning": "capture-failed",
+    "BackendFailedWarning": "backend-failed",
+    "CacheLimitWarning": "cache-size-limit",
+}
+
+
+def help_link(cls: type) -> str:
+    """``see docs/troubleshooting.md#anchor`` for a magpy error or warning class."""
+    anchor = next(HELP[k.__name__] for k in cls.__mro__ if k.__name__ in HELP)
+    return f"see {DOCS_PAGE}#{anchor}"
+
 
 class MagpyError(Exception):
     """Base class of magpy's own errors."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.add_note(help_link(type(self)))
+
+
+class MagpyWarning(UserWarning):
+    """Base class of the warnings magpy issues itself; the text names the page that explains it."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()} ({help_link(type(self))})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +64,7 @@ class GraphBreak:
         return f"{self.reason} at {where}" + (f"\n    {src}" if src else "")
 
 
-class GraphBreakWarning(UserWarning):
+class GraphBreakWarning(MagpyWarning):
     """A compiled callable runs a call eagerly because of a dynamic operation (once per
     callable and reason, located at the program's line that did it)."""
 
@@ -50,3 +84,18 @@ class CaptureError(MagpyError):
 
 class BackendError(MagpyError, ValueError):
     """A backend is unknown, missing an optional dependency, or failed to compile a graph."""
+
+
+class CaptureFailedWarning(MagpyWarning, RuntimeWarning):
+    """magpy's own machinery failed on a call (``config.on_capture_error = "fallback"``): the
+    callable runs eagerly from then on."""
+
+
+class BackendFailedWarning(MagpyWarning, RuntimeWarning):
+    """A backend failed to compile a graph (``config.on_backend_error = "fallback"``): that
+    graph runs eagerly."""
+
+
+class CacheLimitWarning(MagpyWarning):
+    """``config.cache_size_limit`` records did not cover a call: the callable runs eagerly
+    from then on."""

@@ -50,7 +50,7 @@ from magpy.config import config
 from magpy.continuations import Resume
 from magpy.dynamic import Lifting
 from magpy.eager import eager_twin
-from magpy.errors import BackendError, CaptureError, GraphBreak
+from magpy.errors import BackendError, BackendFailedWarning, CaptureError, CaptureFailedWarning, GraphBreak
 from magpy.monitor import Monitor, bytecode, code_info, generators, shared_default_policy
 from magpy.monitor.tracebacks import user_stacklevel
 from magpy.opgraph import CONTIGUOUS_OUTPUTS, updated_in_place
@@ -605,7 +605,7 @@ def _version(name: str, ops: int, compiled, twin):
         if config.on_backend_error == "raise":
             raise BackendError(f"backend {name!r} failed to compile the graph: {compiled!r}") from compiled
         warnings.warn(f"magpy: backend {name!r} failed to compile a graph ({type(compiled).__name__}: "
-                      f"{compiled}); running the graph eagerly instead", RuntimeWarning,
+                      f"{compiled}); running the graph eagerly instead", BackendFailedWarning,
                       stacklevel=user_stacklevel())
         return twin
     if name != "eager" and config.autopilot:
@@ -651,7 +651,7 @@ def machinery_failed(err: CaptureError) -> None:
     is "raise", else warn (once per callable: its cache then runs it eagerly)."""
     if config.on_capture_error == "raise":
         raise err
-    warnings.warn(f"{err}; running this callable eagerly from now on", RuntimeWarning,
+    warnings.warn(f"{err}; running this callable eagerly from now on", CaptureFailedWarning,
                   stacklevel=user_stacklevel())
 
 
