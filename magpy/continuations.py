@@ -67,8 +67,10 @@ class ResumePoint:
     index: int
     frames: list[FrameState]
     changed: list
-    # Objects from outside the call the taken values hold (an iterator's modules): the
-    # continuation gets them as arguments too, so it reaches them as the parent did.
+    # Objects from outside the call the taken values hold (an iterator's modules), and the
+    # tensors an object taken by its reduction holds (a ``for`` loop's rows, inside its
+    # iterator, where a RefGraph sees nothing): the continuation gets them as arguments too,
+    # so it reaches them as the parent did, and a continuation of its own can take them.
     external: list
     before: int = 0    # the piece whose graph the check precedes
     # The sizes and lifted floats stored into objects from outside so far (a copy of
@@ -153,8 +155,9 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
     from its inputs (``completed``: it has run).  ``slot``: ``(position, variable)``, a value of
     that stack the mock has in a variable (an eager step's result).  ``produced(t)``: the
     piece that has made tensor ``t`` so far (``OpRecorder.produced``).  ``shadowed(v, sh)``:
-    what to take for a frame's value ``v`` whose shadow is ``sh`` (a :class:`Shadowed`), or
-    None: ``v`` itself.  ``rebuilt``: ids of the values from outside that a parent's mock
+    what to take for a frame's value ``v`` whose shadow is ``sh``: a :class:`Shadowed`, a value
+    taken in its place (the output of a cond that passed tensor ``v`` through), or None:
+    ``v`` itself.  ``rebuilt``: ids of the values from outside that a parent's mock
     rebuilt for this continuation (:func:`rebuilt`).  Raises Unresumable."""
     chain = _chain(monitor, completed)
     taker = _Taker(graph, dynamic, rebuilt)
@@ -188,7 +191,7 @@ def _slots(taker, values, shadows, shadowed) -> list:
     out = []
     for v, sh in zip(values, shadows):
         got = shadowed(v, sh) if sh is not None else None
-        out.append(taker.take(v) if got is None else got)
+        out.append(got if type(got) is Shadowed else taker.take(v if got is None else got))
     return out
 
 
@@ -264,6 +267,7 @@ class _Taker:
         self.graph, self.dynamic, self.rebuilt = graph, dynamic, rebuilt
         self.memo: dict[int, object] = {}
         self.external: dict[int, object] = {}   # objects from outside the call met, by id
+        self._reducing = 0   # how deep in the parts of a Reduced the value being taken is
         self.tensors: dict[int, torch.Tensor] = {}   # the call's own tensors met, by id
         self._keep = []
 
@@ -285,6 +289,8 @@ class _Taker:
             return v
         if isinstance(v, torch.Tensor):
             self.tensors[id(v)] = v
+            if self._reducing:   # (ResumePoint.external)
+                self.external[id(v)] = v
             return v
         if v is NULL or (is_immutable(v) and t not in _COPIED) or depth == 0:
             return v
@@ -328,7 +334,11 @@ class _Taker:
         # Items and entries come as iterators: take them now.
         rv = tuple(list(p) if i >= 3 and p is not None else p for i, p in enumerate(rv))
         got = self.memo[id(v)] = Reduced(v, ())
-        got.parts = tuple(self.take(p, depth - 1) for p in rv)
+        self._reducing += 1
+        try:
+            got.parts = tuple(self.take(p, depth - 1) for p in rv)
+        finally:
+            self._reducing -= 1
         return got
 
 

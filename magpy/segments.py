@@ -239,6 +239,7 @@ class Segmenter(Observer):
         self.rebuilt = frozenset()   # a continuation's: ids of the values its parent rebuilt
         self.breaks: list[GraphBreak] = []
         self.arrays = None   # magpy.arrays.Arrays: frames holding its arrays cannot be resume points
+        self.branches = None   # magpy.controlflow.Branches: a loop's variables end a resume point
 
     # ------------------------------------------------------------------ steps
     def begin(self, brk: GraphBreak) -> bool:
@@ -597,17 +598,29 @@ class Segmenter(Observer):
         self.deferred.clear()
         for var in list(self.lazy):
             self._realize(var, mid_run=True)
+        left = self.branches.left_by_loop() if self.branches is not None else None
+        if left is not None:
+            raise continuations.Unresumable(left)
         # The state here must be the graphs' work so far: end the piece here.
         self.recorder.cut()
         point = continuations.take(len(self.points), self.breaker.monitor, self.breaker.graph,
                                    self.dynamic, completed, slot, produced=self.recorder.produced,
-                                   shadowed=_shadowed if self.recorder.shapes is not None else None,
+                                   shadowed=self._taken,
                                    rebuilt=self.rebuilt)
         point.before = self._before()
+        point.made.update(self.recorder.choices(list(point.made)))
         if self.recorder.shapes is not None:
             point.stores = dict(self.recorder.shapes.stores)
         self.points.append(point)
         return point
+
+    def _taken(self, v, sh):
+        """What a resume point takes for a frame's value ``v`` whose shadow is ``sh``
+        (``continuations.take``'s ``shadowed``)."""
+        passed = self.branches.passed_as(v, sh) if self.branches is not None else None
+        if passed is not None:
+            return passed
+        return _shadowed(v, sh) if self.recorder.shapes is not None else None
 
     def _raising_point(self) -> ResumePoint | None:
         """Where a step after effects raises in a later call's mock and the program may handle
@@ -1075,7 +1088,7 @@ class Capture:
         self.recorder.fixed = self.segmenter.fix
         self.recorder.lifted = self.segmenter.lifted
         self.branches = Branches(self.builder, self.breaker, self.recorder, self.segmenter)
-        self.recorder.branches = self.branches
+        self.recorder.branches = self.segmenter.branches = self.branches
         self.arrays = Arrays(self.recorder, self.breaker)
         self.recorder.arrays = self.segmenter.arrays = self.arrays
         observers = [self.builder, self.branches, self.segmenter, self.arrays]
