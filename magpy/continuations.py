@@ -150,7 +150,7 @@ class Unresumable(Exception):
 
 
 def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, slot=None, *,
-         produced, shadowed=None, rebuilt: frozenset = frozenset()) -> ResumePoint:
+         produced, shadowed=None, rebuilt: frozenset = frozenset(), resumed: tuple = ()) -> ResumePoint:
     """The resume point of the call now, resuming the innermost frame's current instruction
     from its inputs (``completed``: it has run).  ``slot``: ``(position, variable)``, a value of
     that stack the mock has in a variable (an eager step's result).  ``produced(t)``: the
@@ -158,8 +158,10 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
     what to take for a frame's value ``v`` whose shadow is ``sh``: a :class:`Shadowed`, a value
     taken in its place (the output of a cond that passed tensor ``v`` through), or None:
     ``v`` itself.  ``rebuilt``: ids of the values from outside that a parent's mock
-    rebuilt for this continuation (:func:`rebuilt`).  Raises Unresumable."""
+    rebuilt for this continuation (:func:`rebuilt`).  ``resumed``: a continuation's frames as
+    :func:`frames` made them.  Raises Unresumable."""
     chain = _chain(monitor, completed)
+    _callers_seen(chain, resumed)
     taker = _Taker(graph, dynamic, rebuilt)
     frames = []
     for i, f in enumerate(chain):
@@ -234,6 +236,15 @@ def _chain(monitor, completed: bool) -> list:
     if len(monitor.exc_stack) != 1 or monitor.exc_stack[0][0] is not monitor.host_exc:
         raise Unresumable("an exception is being handled")
     return chain
+
+
+def _callers_seen(chain: list, resumed) -> None:
+    """Raise Unresumable where the chain's outermost frame is a frame a continuation resumed
+    that its callers, resumed too, still wait on: ``Monitor.resume`` runs them one after the
+    other, outside the chain, and a point without them would resume the inner call alone."""
+    if resumed and any(chain[-1] is f for f in resumed[:-1]):
+        raise Unresumable(f"{chain[-1].code.co_qualname} was resumed from an earlier check, and its "
+                          "callers wait on it outside the monitor's frames")
 
 
 def _waits_on(outer: Frame, inner: Frame) -> bool:

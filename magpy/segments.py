@@ -237,6 +237,7 @@ class Segmenter(Observer):
         self.effects = False                # an observable effect happened (checks need resume points)
         self.points: list[ResumePoint] = []
         self.rebuilt = frozenset()   # a continuation's: ids of the values its parent rebuilt
+        self.resumed = ()            # a continuation's: its frames (continuations.frames), innermost first
         self.breaks: list[GraphBreak] = []
         self.arrays = None   # magpy.arrays.Arrays: frames holding its arrays cannot be resume points
         self.branches = None   # magpy.controlflow.Branches: a loop's variables end a resume point
@@ -606,7 +607,7 @@ class Segmenter(Observer):
         point = continuations.take(len(self.points), self.breaker.monitor, self.breaker.graph,
                                    self.dynamic, completed, slot, produced=self.recorder.produced,
                                    shadowed=self._taken,
-                                   rebuilt=self.rebuilt)
+                                   rebuilt=self.rebuilt, resumed=self.resumed)
         point.before = self._before()
         point.made.update(self.recorder.choices(list(point.made)))
         if self.recorder.shapes is not None:
@@ -1137,7 +1138,8 @@ class Capture:
         have happened before it); the outermost frame's result."""
         self.segmenter.effects = True
         self.segmenter.rebuilt = continuations.rebuilt(resume)
-        return self._recording(self.monitor.resume, continuations.frames(resume, self.monitor))
+        frames = self.segmenter.resumed = tuple(continuations.frames(resume, self.monitor))
+        return self._recording(self.monitor.resume, frames)
 
     def _recording(self, run, *args, **kwargs):
         # What the guard checks of torch's global state: as the run found it (a continuation
