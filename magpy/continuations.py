@@ -159,9 +159,9 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
     taken in its place (the output of a cond that passed tensor ``v`` through), or None:
     ``v`` itself.  ``rebuilt``: ids of the values from outside that a parent's mock
     rebuilt for this continuation (:func:`rebuilt`).  ``resumed``: a continuation's frames as
-    :func:`frames` made them.  Raises Unresumable."""
-    chain = _chain(monitor, completed)
-    _callers_seen(chain, resumed)
+    :func:`frames` made them (the callers of the one resumed first wait on it: ``Monitor.resume``
+    links them as callers).  Raises Unresumable."""
+    chain = _chain(monitor, completed, resumed)
     taker = _Taker(graph, dynamic, rebuilt)
     frames = []
     for i, f in enumerate(chain):
@@ -171,8 +171,9 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
             shadows = None if f.shadow_stack is None else f.shadow_stack[:f.ins_base] + list(f.ins_shadows)
             kwnames = _kwnames_of(f)
         else:        # waiting on its call: the result is pushed on resuming
-            stack, pc = f.stack[:f.ins_base], f.pc
-            shadows = f.shadow_stack[:f.ins_base] if f.shadow_stack is not None else None
+            base = len(f.stack) if _waits_on_resumed(f, chain[i - 1], resumed) else f.ins_base
+            stack, pc = f.stack[:base], f.pc
+            shadows = f.shadow_stack[:base] if f.shadow_stack is not None else None
         stack = _slots(taker, stack, shadows, shadowed)
         if i == 0 and slot is not None:
             stack[slot[0]] = Variable(slot[1])
@@ -197,10 +198,11 @@ def _slots(taker, values, shadows, shadowed) -> list:
     return out
 
 
-def resumable(monitor) -> bool:
-    """Could the call resume at the current instruction (its frame chain, its exceptions)?"""
+def resumable(monitor, resumed: tuple = ()) -> bool:
+    """Could the call resume at the current instruction (its frame chain, its exceptions)?
+    ``resumed``: as :func:`take`'s."""
     try:
-        _chain(monitor, False)
+        _chain(monitor, False, resumed)
     except Unresumable:
         return False
     return True
@@ -220,7 +222,7 @@ def _kwnames_of(f) -> tuple:
     return ()
 
 
-def _chain(monitor, completed: bool) -> list:
+def _chain(monitor, completed: bool, resumed: tuple = ()) -> list:
     f = monitor.current
     if completed and f.info.instructions[f.lasti].opname in _CALLS:
         raise Unresumable("the check follows a call that has run")
@@ -228,7 +230,7 @@ def _chain(monitor, completed: bool) -> list:
     while isinstance(f, Frame):
         if f.ns is not None or f.code.co_flags & _SUSPENDABLE or f.fn is None:
             raise Unresumable(f"frame {f.code.co_qualname} is a generator, a class body or exec'd code")
-        if chain and not _waits_on(f, chain[-1]):
+        if chain and not (_waits_on_resumed(f, chain[-1], resumed) or _waits_on(f, chain[-1])):
             raise Unresumable(f"{f.code.co_qualname} reached {chain[-1].code.co_qualname} not by a call")
         chain.append(f)
         f = f.back
@@ -238,13 +240,11 @@ def _chain(monitor, completed: bool) -> list:
     return chain
 
 
-def _callers_seen(chain: list, resumed) -> None:
-    """Raise Unresumable where the chain's outermost frame is a frame a continuation resumed
-    that its callers, resumed too, still wait on: ``Monitor.resume`` runs them one after the
-    other, outside the chain, and a point without them would resume the inner call alone."""
-    if resumed and any(chain[-1] is f for f in resumed[:-1]):
-        raise Unresumable(f"{chain[-1].code.co_qualname} was resumed from an earlier check, and its "
-                          "callers wait on it outside the monitor's frames")
+def _waits_on_resumed(outer: Frame, inner: Frame, resumed) -> bool:
+    """Is ``outer`` a frame a continuation resumed that still waits on the call whose result
+    is ``inner``'s, resumed before it (``Monitor.resume``: its call's inputs are gone, its
+    stack is the one it has while it waits)?"""
+    return any(outer is a and inner is b for b, a in zip(resumed, resumed[1:]))
 
 
 def _waits_on(outer: Frame, inner: Frame) -> bool:

@@ -632,7 +632,7 @@ class Segmenter(Observer):
             f = f.back
         if not hasattr(f, "info") or (self.arrays is not None and self.arrays.unresumable is not None):
             return None
-        if not continuations.resumable(self.breaker.monitor):
+        if not continuations.resumable(self.breaker.monitor, self.resumed):
             return None   # (before _point ends the piece and checks what it defers)
         try:
             return self._point(completed=False)
