@@ -20,11 +20,15 @@ and iterators are reduced (``__reduce_ex__``) then, so a list iterator resumes a
 position (an iterator a parent's mock rebuilt for a continuation too: the continuation
 advances it where its RefGraph does not see); objects from outside the call and values of
 eager steps are themselves; a tensor is the graph output it was then (a later graph may
-update the object in place); a number the call computed from its lifted sizes and floats is
-computed from the resumed call's (``Shadowed``), as are the sizes it stored into objects
-from outside.  What cannot be taken (a running generator, a new closure cell, a new module)
-makes the point unresumable, and the record does not check there (the call runs eagerly, as
-before).
+update the object in place), and where a tensor ``if`` passed it through, that ``if``'s output
+as the mock picks it (``controlflow.Passed``); the tensors a reduced object holds (a ``for``
+loop's rows in its iterator) are the continuation's arguments too, as its RefGraph cannot see
+them there; a number the call computed from its lifted sizes and floats is computed from
+the resumed call's (``Shadowed``), as are the sizes it stored into objects from outside.  A
+continuation's frames are each other's callers while they wait (the monitor resumes them one
+after the other), so its own resume points take them too.  What cannot be taken (a running
+generator, a new closure cell, a new module) makes the point unresumable, and the record
+does not check there (the call runs eagerly, as before).
 """
 from __future__ import annotations
 
