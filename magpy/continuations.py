@@ -20,11 +20,15 @@ and iterators are reduced (``__reduce_ex__``) then, so a list iterator resumes a
 position (an iterator a parent's mock rebuilt for a continuation too: the continuation
 advances it where its RefGraph does not see); objects from outside the call and values of
 eager steps are themselves; a tensor is the graph output it was then (a later graph may
-update the object in place); a number the call computed from its lifted sizes and floats is
-computed from the resumed call's (``Shadowed``), as are the sizes it stored into objects
-from outside.  What cannot be taken (a running generator, a new closure cell, a new module)
-makes the point unresumable, and the record does not check there (the call runs eagerly, as
-before).
+update the object in place), and where a tensor ``if`` passed it through, that ``if``'s output
+as the mock picks it (``controlflow.Passed``); the tensors a reduced object holds (a ``for``
+loop's rows in its iterator) are the continuation's arguments too, as its RefGraph cannot see
+them there; a number the call computed from its lifted sizes and floats is computed from
+the resumed call's (``Shadowed``), as are the sizes it stored into objects from outside.  A
+continuation's frames are each other's callers while they wait (the monitor resumes them one
+after the other), so its own resume points take them too.  What cannot be taken (a running
+generator, a new closure cell, a new module) makes the point unresumable, and the record
+does not check there (the call runs eagerly, as before).
 """
 from __future__ import annotations
 
@@ -67,8 +71,10 @@ class ResumePoint:
     index: int
     frames: list[FrameState]
     changed: list
-    # Objects from outside the call the taken values hold (an iterator's modules): the
-    # continuation gets them as arguments too, so it reaches them as the parent did.
+    # Objects from outside the call the taken values hold (an iterator's modules), and the
+    # tensors an object taken by its reduction holds (a ``for`` loop's rows, inside its
+    # iterator, where a RefGraph sees nothing): the continuation gets them as arguments too,
+    # so it reaches them as the parent did, and a continuation of its own can take them.
     external: list
     before: int = 0    # the piece whose graph the check precedes
     # The sizes and lifted floats stored into objects from outside so far (a copy of
@@ -148,15 +154,18 @@ class Unresumable(Exception):
 
 
 def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, slot=None, *,
-         produced, shadowed=None, rebuilt: frozenset = frozenset()) -> ResumePoint:
+         produced, shadowed=None, rebuilt: frozenset = frozenset(), resumed: tuple = ()) -> ResumePoint:
     """The resume point of the call now, resuming the innermost frame's current instruction
     from its inputs (``completed``: it has run).  ``slot``: ``(position, variable)``, a value of
     that stack the mock has in a variable (an eager step's result).  ``produced(t)``: the
     piece that has made tensor ``t`` so far (``OpRecorder.produced``).  ``shadowed(v, sh)``:
-    what to take for a frame's value ``v`` whose shadow is ``sh`` (a :class:`Shadowed`), or
-    None: ``v`` itself.  ``rebuilt``: ids of the values from outside that a parent's mock
-    rebuilt for this continuation (:func:`rebuilt`).  Raises Unresumable."""
-    chain = _chain(monitor, completed)
+    what to take for a frame's value ``v`` whose shadow is ``sh``: a :class:`Shadowed`, a value
+    taken in its place (the output of a cond that passed tensor ``v`` through), or None:
+    ``v`` itself.  ``rebuilt``: ids of the values from outside that a parent's mock
+    rebuilt for this continuation (:func:`rebuilt`).  ``resumed``: a continuation's frames as
+    :func:`frames` made them (the callers of the one resumed first wait on it: ``Monitor.resume``
+    links them as callers).  Raises Unresumable."""
+    chain = _chain(monitor, completed, resumed)
     taker = _Taker(graph, dynamic, rebuilt)
     frames = []
     for i, f in enumerate(chain):
@@ -166,8 +175,9 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
             shadows = None if f.shadow_stack is None else f.shadow_stack[:f.ins_base] + list(f.ins_shadows)
             kwnames = _kwnames_of(f)
         else:        # waiting on its call: the result is pushed on resuming
-            stack, pc = f.stack[:f.ins_base], f.pc
-            shadows = f.shadow_stack[:f.ins_base] if f.shadow_stack is not None else None
+            base = len(f.stack) if _waits_on_resumed(f, chain[i - 1], resumed) else f.ins_base
+            stack, pc = f.stack[:base], f.pc
+            shadows = f.shadow_stack[:base] if f.shadow_stack is not None else None
         stack = _slots(taker, stack, shadows, shadowed)
         if i == 0 and slot is not None:
             stack[slot[0]] = Variable(slot[1])
@@ -188,14 +198,15 @@ def _slots(taker, values, shadows, shadowed) -> list:
     out = []
     for v, sh in zip(values, shadows):
         got = shadowed(v, sh) if sh is not None else None
-        out.append(taker.take(v) if got is None else got)
+        out.append(got if type(got) is Shadowed else taker.take(v if got is None else got))
     return out
 
 
-def resumable(monitor) -> bool:
-    """Could the call resume at the current instruction (its frame chain, its exceptions)?"""
+def resumable(monitor, resumed: tuple = ()) -> bool:
+    """Could the call resume at the current instruction (its frame chain, its exceptions)?
+    ``resumed``: as :func:`take`'s."""
     try:
-        _chain(monitor, False)
+        _chain(monitor, False, resumed)
     except Unresumable:
         return False
     return True
@@ -215,7 +226,7 @@ def _kwnames_of(f) -> tuple:
     return ()
 
 
-def _chain(monitor, completed: bool) -> list:
+def _chain(monitor, completed: bool, resumed: tuple = ()) -> list:
     f = monitor.current
     if completed and f.info.instructions[f.lasti].opname in _CALLS:
         raise Unresumable("the check follows a call that has run")
@@ -223,7 +234,7 @@ def _chain(monitor, completed: bool) -> list:
     while isinstance(f, Frame):
         if f.ns is not None or f.code.co_flags & _SUSPENDABLE or f.fn is None:
             raise Unresumable(f"frame {f.code.co_qualname} is a generator, a class body or exec'd code")
-        if chain and not _waits_on(f, chain[-1]):
+        if chain and not (_waits_on_resumed(f, chain[-1], resumed) or _waits_on(f, chain[-1])):
             raise Unresumable(f"{f.code.co_qualname} reached {chain[-1].code.co_qualname} not by a call")
         chain.append(f)
         f = f.back
@@ -231,6 +242,13 @@ def _chain(monitor, completed: bool) -> list:
     if len(monitor.exc_stack) != 1 or monitor.exc_stack[0][0] is not monitor.host_exc:
         raise Unresumable("an exception is being handled")
     return chain
+
+
+def _waits_on_resumed(outer: Frame, inner: Frame, resumed) -> bool:
+    """Is ``outer`` a frame a continuation resumed that still waits on the call whose result
+    is ``inner``'s, resumed before it (``Monitor.resume``: its call's inputs are gone, its
+    stack is the one it has while it waits)?"""
+    return any(outer is a and inner is b for b, a in zip(resumed, resumed[1:]))
 
 
 def _waits_on(outer: Frame, inner: Frame) -> bool:
@@ -264,6 +282,7 @@ class _Taker:
         self.graph, self.dynamic, self.rebuilt = graph, dynamic, rebuilt
         self.memo: dict[int, object] = {}
         self.external: dict[int, object] = {}   # objects from outside the call met, by id
+        self._reducing = 0   # how deep in the parts of a Reduced the value being taken is
         self.tensors: dict[int, torch.Tensor] = {}   # the call's own tensors met, by id
         self._keep = []
 
@@ -285,6 +304,8 @@ class _Taker:
             return v
         if isinstance(v, torch.Tensor):
             self.tensors[id(v)] = v
+            if self._reducing:   # (ResumePoint.external)
+                self.external[id(v)] = v
             return v
         if v is NULL or (is_immutable(v) and t not in _COPIED) or depth == 0:
             return v
@@ -328,7 +349,11 @@ class _Taker:
         # Items and entries come as iterators: take them now.
         rv = tuple(list(p) if i >= 3 and p is not None else p for i, p in enumerate(rv))
         got = self.memo[id(v)] = Reduced(v, ())
-        got.parts = tuple(self.take(p, depth - 1) for p in rv)
+        self._reducing += 1
+        try:
+            got.parts = tuple(self.take(p, depth - 1) for p in rv)
+        finally:
+            self._reducing -= 1
         return got
 
 

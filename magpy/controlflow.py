@@ -709,8 +709,16 @@ class Branches(Observer):
     def result(self, result):
         """The call's result for the mock: the stand-in of the cond's output if the call
         returns a tensor it reached through a :class:`Passed` slot."""
-        sh = self.monitor.ret_shadow
-        return sh.out if type(sh) is Passed and id(sh) in self.live and sh.value is result else result
+        out = self.passed_as(result, self.monitor.ret_shadow)
+        return result if out is None else out
+
+    def passed_as(self, v, sh):
+        """The stand-in of the cond's output where ``v``, under shadow ``sh``, is a tensor an
+        ``if`` passed through (a :class:`Passed` slot: the mock picks ``v`` or the operator's
+        output for it, as the arms go on that call), else None.  What the call returns, and
+        what a resume point takes for a frame's slot (the continuation must go on with the
+        tensor the mock picked, not the one this run's arm left)."""
+        return sh.out if type(sh) is Passed and id(sh) in self.live and sh.value is v else None
 
     def _follow(self, frame, ins) -> None:
         """A :class:`Passed` shadow must go only where it is followed (module docstring)."""
@@ -751,6 +759,21 @@ class Branches(Observer):
             marks = [m for m in frame.shadow_locals or () if type(m) is LoopLocal]
             if marks:
                 self._refuse(marks[0].site, f"{how} may read a variable a loop left")
+
+    def left_by_loop(self) -> str | None:
+        """A resume point is to be taken here: it takes every live frame's variables, which
+        its continuation may read.  One a loop left, whose value the record does not know
+        (:class:`LoopLocal`: the real run's, never a graph's), is read as a frame reader
+        reads it: the recording ends, unrolling that loop from the next one on; why, or None."""
+        f = self.monitor.current
+        while self.loop_locals and hasattr(f, "info"):
+            for i, m in enumerate(f.shadow_locals or ()):
+                if type(m) is LoopLocal:
+                    why = f"a resume point after the loop takes {f.info.localsplus[i]}, which it left"
+                    self._refuse(m.site, why)
+                    return why
+            f = f.back
+        return None
 
     def _accumulator_use(self, frame, ins, consumed: set) -> None:
         """An :class:`Accumulated` list goes only to ``torch.stack``/``torch.cat`` (which took

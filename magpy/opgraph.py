@@ -623,8 +623,11 @@ class OpRecorder(TorchFunctionMode):
     def _made(self, t, node: fx.Node) -> None:
         piece = self.piece
         piece.nodes[id(t)] = node
-        if type(piece) is Arm and id(t) in piece.captured:
-            return   # (an arm's operation gave back a tensor from before it: its maker stays)
+        if type(piece) is Arm and (id(t) in piece.captured or id(t) in self.made):
+            # An arm's operation gave back a tensor from before it (``x.contiguous()``, also
+            # where it read the tensor through a cond's stand-in): its maker stays (the arm's
+            # are forgotten when it ends).
+            return
         self.made[id(t)] = piece
 
     def _fix_constants(self, args: tuple, kwargs: dict, steps: tuple) -> None:
@@ -981,6 +984,22 @@ class OpRecorder(TorchFunctionMode):
     def produced(self, t) -> Piece | None:
         """The piece whose operations made ``t`` (not an input), if any."""
         return self.made.get(id(t))
+
+    def choices(self, ids) -> dict:
+        """id -> the piece that made it, of the tensors the mock reads to choose what the
+        tensors of ``ids`` are (``passes``: the predicates, the tensors passed through,
+        recursively).  No operation writes those after their operator (the run stops), so
+        their makers are the same at any point after it (a resume point's, ``ResumePoint.made``)."""
+        out, todo = {}, [self.passes[i] for i in ids if i in self.passes]
+        while todo:
+            passes = todo.pop()
+            for t in (passes.pred, passes.p, passes.otherwise):
+                if t is None or id(t) in out:
+                    continue
+                out[id(t)] = self.made.get(id(t))
+                if id(t) in self.passes:
+                    todo.append(self.passes[id(t)])
+        return {i: piece for i, piece in out.items() if piece is not None}
 
     def knows(self, t) -> bool:
         """Can the mock name tensor ``t`` (read from outside, made by a graph or a step)?"""

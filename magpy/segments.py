@@ -237,8 +237,10 @@ class Segmenter(Observer):
         self.effects = False                # an observable effect happened (checks need resume points)
         self.points: list[ResumePoint] = []
         self.rebuilt = frozenset()   # a continuation's: ids of the values its parent rebuilt
+        self.resumed = ()            # a continuation's: its frames (continuations.frames), innermost first
         self.breaks: list[GraphBreak] = []
         self.arrays = None   # magpy.arrays.Arrays: frames holding its arrays cannot be resume points
+        self.branches = None   # magpy.controlflow.Branches: a loop's variables end a resume point
 
     # ------------------------------------------------------------------ steps
     def begin(self, brk: GraphBreak) -> bool:
@@ -597,17 +599,29 @@ class Segmenter(Observer):
         self.deferred.clear()
         for var in list(self.lazy):
             self._realize(var, mid_run=True)
+        left = self.branches.left_by_loop() if self.branches is not None else None
+        if left is not None:
+            raise continuations.Unresumable(left)
         # The state here must be the graphs' work so far: end the piece here.
         self.recorder.cut()
         point = continuations.take(len(self.points), self.breaker.monitor, self.breaker.graph,
                                    self.dynamic, completed, slot, produced=self.recorder.produced,
-                                   shadowed=_shadowed if self.recorder.shapes is not None else None,
-                                   rebuilt=self.rebuilt)
+                                   shadowed=self._taken,
+                                   rebuilt=self.rebuilt, resumed=self.resumed)
         point.before = self._before()
+        point.made.update(self.recorder.choices(list(point.made)))
         if self.recorder.shapes is not None:
             point.stores = dict(self.recorder.shapes.stores)
         self.points.append(point)
         return point
+
+    def _taken(self, v, sh):
+        """What a resume point takes for a frame's value ``v`` whose shadow is ``sh``
+        (``continuations.take``'s ``shadowed``)."""
+        passed = self.branches.passed_as(v, sh) if self.branches is not None else None
+        if passed is not None:
+            return passed
+        return _shadowed(v, sh) if self.recorder.shapes is not None else None
 
     def _raising_point(self) -> ResumePoint | None:
         """Where a step after effects raises in a later call's mock and the program may handle
@@ -618,7 +632,7 @@ class Segmenter(Observer):
             f = f.back
         if not hasattr(f, "info") or (self.arrays is not None and self.arrays.unresumable is not None):
             return None
-        if not continuations.resumable(self.breaker.monitor):
+        if not continuations.resumable(self.breaker.monitor, self.resumed):
             return None   # (before _point ends the piece and checks what it defers)
         try:
             return self._point(completed=False)
@@ -1080,7 +1094,7 @@ class Capture:
         self.recorder.fixed = self.segmenter.fix
         self.recorder.lifted = self.segmenter.lifted
         self.branches = Branches(self.builder, self.breaker, self.recorder, self.segmenter)
-        self.recorder.branches = self.branches
+        self.recorder.branches = self.segmenter.branches = self.branches
         self.arrays = Arrays(self.recorder, self.breaker)
         self.recorder.arrays = self.segmenter.arrays = self.arrays
         observers = [self.builder, self.branches, self.segmenter, self.arrays]
@@ -1129,7 +1143,7 @@ class Capture:
         have happened before it); the outermost frame's result."""
         self.segmenter.effects = True
         self.segmenter.rebuilt = continuations.rebuilt(resume)
-        frames = continuations.frames(resume, self.monitor)
+        frames = self.segmenter.resumed = tuple(continuations.frames(resume, self.monitor))
         for f in frames:
             self.builder.resumed(f)
         return self._recording(self.monitor.resume, frames)

@@ -709,24 +709,24 @@ def test_failed_mock_of_a_later_record():
 
 # The wrong results of a 10,000-program campaign after this session's fixes (python -m
 # tests.fuzz --n 10000 --seed 100000: 9,925 ok, 22 wrong, 0 crashes, 53 fallbacks), with the
-# campaign's settings (background compile on).  Open: 104465 falls back to eager (codegen)
-# rather than differ.
-CAMPAIGN_WRONG = [104465]
-# (fixed: 100147, 102284, 103114, 103157, 103495, 106022, 106183, 106869, 109061, 109202 by
+# campaign's settings (background compile on), each fixed and run as a test here:
+# 100147, 102284, 103114, 103157, 103495, 106022, 106183, 106869, 109061, 109202 by
 # test_store_after_a_resume_point_is_not_the_points's fix; 106540 by
 # test_step_before_a_later_check_uses_the_value_of_the_call's; 100691, 107123, 109051, 109414 by
 # test_number_stored_then_read_is_not_state_the_call_found's; 108684 by
 # test_continuation_writes_a_global_it_stores's; 100991, 102649, 103063, 107127, 109845 by
-# test_augmented_update_of_an_outer_view_in_a_tensor_branch's)
+# test_augmented_update_of_an_outer_view_in_a_tensor_branch's; 104465 (a fallback by then) by
+# the fixes of "a tensor of unknown origin" below.
 CAMPAIGN_FIXED = [100147, 102284, 103114, 103157, 103495, 106022, 106183, 106869, 109061, 109202,
-                  106540, 100691, 107123, 109051, 109414, 108684, 100991, 102649, 103063, 107127, 109845]
+                  106540, 100691, 107123, 109051, 109414, 108684, 100991, 102649, 103063, 107127, 109845,
+                  104465]
 
 
-def campaign_program_like_eager(seed: int) -> None:
+def campaign_program_like_eager(seed: int, kinds: tuple = ("ok", "fallback")) -> None:
     magpy.config.background_compile = True   # as the campaign ran it (the fixture puts it back)
     program = generate(seed)
     outcome = check(program.source(), program.calls, program.target)
-    assert outcome.kind in ("ok", "fallback"), outcome.describe()
+    assert outcome.kind in kinds, outcome.describe()
 
 
 @pytest.mark.magpy_rerecords   # (the calls change what guards read on purpose)
@@ -735,11 +735,130 @@ def test_fixed_campaign_program_matches_eager(seed):
     campaign_program_like_eager(seed)
 
 
+# ------------------------------------------------------------------ "a tensor of unknown origin"
+# 53 programs of the 10,000-program campaign fell back to eager with "the call leaves behind a
+# tensor of unknown origin" (codegen): each cause below with its smallest program.
+
+def compiles_like_eager(src: str, calls: list, target: str = "f"):
+    """``like_eager``, and no call ran eagerly: each was recorded or replayed; the stats."""
+    made = []
+
+    def compiler(fn):
+        made.append(magpy.compile(fn, backend="eager"))
+        return made[-1]
+    outcome = check(PRELUDE + textwrap.dedent(src), calls, target, compiler=compiler)
+    assert outcome.kind == "ok", outcome.describe()
+    stats = magpy.stats(made[0])
+    assert stats.eager_runs == 0 and stats.records and stats.graph_count, stats
+    return stats
+
+
+def rows(*signs) -> str:
+    """A call on rows of ones times ``signs`` (which rows a tensor ``if`` takes)."""
+    return f"X = torch.tensor({list(signs)}, dtype=torch.float)[:, None] * torch.ones(4); ARGS = (X,)"
+
+
+def test_rows_of_a_loop_at_a_continuations_resume_point():
+    # A continuation's resume point took the loop's iterator (rebuilt by the parent's mock),
+    # whose rows, the parent's graph outputs, its RefGraph never saw.
+    compiles_like_eager("""
+        B = torch.zeros(4)
+
+        def f(x):
+            h = x * 1.0
+            with torch.no_grad():
+                B.add_(h.mean())
+            for row in x:
+                if row.sum() > 0:
+                    break
+            return h
+    """, [rows(1, -1, 1), rows(-1, -1, 1), rows(-1, -1, 1), rows(-1, 1, -1), rows(1, 1, 1)])
+
+
+def test_variable_a_loop_left_at_a_resume_point():
+    # A for loop recorded as one operator (its length changed) leaves its variable as the
+    # real run's tensor, which a resume point after it took (a continuation may read it):
+    # the loop is unrolled instead, as where the program reads it after the loop.
+    compiles_like_eager("""
+        B = torch.ones(4)
+
+        def f(x):
+            h = x * 1.0
+            B.mul_(0.5)
+            for row in x:
+                pass
+            if bool((h > 0).any()):
+                return row * 2
+            return h
+    """, [f"X = {sign}torch.ones({n}, 4); ARGS = (X,)" for sign, n in
+          (("", 2), ("-", 3), ("", 3), ("-", 4), ("", 4), ("-", 2), ("", 3))])
+
+
+def test_arm_giving_back_a_tensor_an_earlier_if_passed_through():
+    # ``h.contiguous()`` in an arm gives back the tensor the first if passed through: the arm
+    # was taken as its maker, then forgotten when it ended.
+    compiles_like_eager("""
+        def f(x):
+            h = x * 1.0
+            if x[0].sum() > 0:
+                h = h * 2
+            if x[1].sum() > 0:
+                h = h.contiguous().view(4, -1)
+            return h
+    """, [rows(-1, 1, 1, 1), rows(-1, 1, 1, 1), rows(1, 1, 1, 1), rows(-1, -1, 1, 1), rows(1, -1, 1, 1)])
+
+
+def test_arm_giving_back_a_tensor_in_a_loop_of_ifs():
+    compiles_like_eager("""
+        def f(x):
+            h = x * 1.0
+            for row in x:
+                if row.sum() > 0:
+                    continue
+                h = h.contiguous().view(x.shape[0], -1)
+            return h
+    """, [rows(1, 1, 1, 1), rows(1, 1, 1, 1), rows(-1, 1, -1, 1), rows(-1, -1, -1, -1)])
+
+
+def test_if_output_at_a_resume_point():
+    # The tensor an if made at a resume point after an effect: the mock picks it or the tensor
+    # the other arm passed through by the if's predicate, which the point did not know.
+    compiles_like_eager("""
+        def f(x):
+            h = x * 1.0
+            x.add_(0.5)
+            if x.sum() > 0:
+                h = h * 2
+            acc = bool(h.min() < 0)
+            return h, acc
+    """, [rows(1, 1), rows(1, 1), rows(-1, -1), rows(1, -1), rows(-1, 1)])
+
+
+def test_tensor_an_if_passed_through_at_a_resume_point():
+    # A silent wrong result: the resume point took the tensor this run's arm passed through,
+    # not the if's output, so a call whose if went the other way resumed with the old tensor.
+    compiles_like_eager("""
+        G = [0]
+
+        def f(x):
+            h = x * 1.0
+            x.add_(0.5)
+            if x.sum() > 0:
+                pass
+            else:
+                h = h * -2
+            if bool(h.mean() > 1):
+                G[0] += 1
+            return h + 1
+    """, [rows(1, 1), rows(0.2, 0.2), rows(-3, -3), rows(-0.5, -0.5), rows(-3, -3)])
+
+
+# Programs of the campaign that fell back to eager with "a tensor of unknown origin" (53), one
+# or two per cause above: they compile now.
+CAMPAIGN_UNKNOWN_ORIGIN = [100146, 101219, 102456, 100464, 105716, 107616, 108244]
+
+
 @pytest.mark.magpy_rerecords
-# Not strict: 3.12 and 3.13 compile a few of them otherwise, and in the whole suite seed
-# 109845 once gave eager's result (what ran before in the process decides some of them: the
-# campaign runs each from a fresh world, as here); `pytest -rxX` lists which still differ.
-@pytest.mark.xfail(strict=False, reason="open: a wrong result or state of the 10,000-program campaign")
-@pytest.mark.parametrize("seed", CAMPAIGN_WRONG)
-def test_campaign_program_matches_eager(seed):
-    campaign_program_like_eager(seed)
+@pytest.mark.parametrize("seed", CAMPAIGN_UNKNOWN_ORIGIN)
+def test_campaign_program_of_unknown_origin_compiles(seed):
+    campaign_program_like_eager(seed, kinds=("ok",))

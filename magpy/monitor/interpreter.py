@@ -71,7 +71,12 @@ class Monitor:
         """
         with self._session(sys._getframe(1)):
             result, exc = NULL, throw
-            for f in frames:
+            host = self.current if self.current is not None else self.host_frame
+            # The frames waiting on a frame's result are its callers, as they were natively
+            # (frame introspection, and a resume point taken in it takes them too).
+            for inner, caller in zip(frames, [*frames[1:], host]):
+                inner.back = caller
+            for i, f in enumerate(frames):
                 f.monitor = self
                 f.ops = None  # this monitor's dispatch table (observed or not)
                 if self.observers and f.shadow_stack is None:
@@ -81,12 +86,15 @@ class Monitor:
                     f.stack.append(result)
                     if f.shadow_stack is not None:
                         f.shadow_stack.append(self.ret_shadow)
+                saved, self.current = self.current, f.back if i + 1 < len(frames) else self.current
                 try:
                     result = self.execute(f, exc)
                     exc = None
                 except BaseException as e:
                     result, exc = NULL, e
                     self.propagating = e
+                finally:
+                    self.current = saved
             if exc is not None:
                 raise exc
             return result
