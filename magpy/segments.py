@@ -306,6 +306,8 @@ class Segmenter(Observer):
                                   if brk else str(e))
                 return
         resume = None if undoable else self._raising_point()
+        if resume is _HANDLED_NOWHERE:
+            return
         self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
                                self._freeze(kwargs) if kwargs else None, brk, undoable, self._at(), resume))
         if picked:   # (max(n, m) is n or m: the same one must come back, it keeps its name)
@@ -623,21 +625,31 @@ class Segmenter(Observer):
             return passed
         return _shadowed(v, sh) if self.recorder.shapes is not None else None
 
-    def _raising_point(self) -> ResumePoint | None:
+    def _raising_point(self):
         """Where a step after effects raises in a later call's mock and the program may handle
         it (an ``except``, ``finally`` or ``with`` covers it in a live frame): a resume point
-        the monitor resumes from with that exception (None: it propagates from the mock)."""
+        the monitor resumes from with that exception (None: nothing handles it, it propagates
+        from the mock as from eager).  Where one would handle it but the call cannot resume
+        there, the recording stops (the mock could not give the exception to the handler):
+        _HANDLED_NOWHERE."""
         f = self.breaker.monitor.current
         while hasattr(f, "info") and f.info.handlers[f.lasti] is None:
             f = f.back
-        if not hasattr(f, "info") or (self.arrays is not None and self.arrays.unresumable is not None):
+        if not hasattr(f, "info"):
             return None
-        if not continuations.resumable(self.breaker.monitor, self.resumed):
-            return None   # (before _point ends the piece and checks what it defers)
-        try:
-            return self._point(completed=False)
-        except Exception:  # noqa: BLE001 - Unresumable, or the recorder's refusal: it propagates
-            return None
+        why = None
+        if self.arrays is not None and self.arrays.unresumable is not None:
+            why = self.arrays.unresumable
+        elif not continuations.resumable(self.breaker.monitor, self.resumed):
+            why = "its frames cannot be taken"   # (before _point ends the piece and checks what it defers)
+        else:
+            try:
+                return self._point(completed=False)
+            except Exception as e:  # noqa: BLE001 - Unresumable, or the recorder's refusal
+                why = str(e)
+        self.breaker.stop("an operation on a value computed eagerly that may raise where the program "
+                          f"handles it, after effects, and the call cannot resume there: {why}")
+        return _HANDLED_NOWHERE
 
     def undoable(self) -> bool:
         """Has nothing observable happened so far (a mock may still give up and the call run
@@ -924,6 +936,9 @@ class Segmenter(Observer):
                 return any(self.is_dynamic(k, depth - 1) or self.is_dynamic(x, depth - 1) for k, x in items)
             return any(self.is_dynamic(x, depth - 1) for x in items)
         return False
+
+
+_HANDLED_NOWHERE = object()   # (Segmenter._raising_point)
 
 
 def _shadowed(v, sh) -> Shadowed | None:
