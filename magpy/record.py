@@ -37,6 +37,7 @@ from magpy import (
     collector,
     continuations,
     cudagraphs,
+    fsdp,
     joint,
     logs,
     rng,
@@ -245,6 +246,9 @@ def _base_policy():
     training.add_to(policy)
     for callee, choose in standins.REROUTES:
         policy.reroute(callee, choose)
+    # FSDP2's forward hooks: monitored stand-ins around an eager step of each (magpy.fsdp).
+    for callee, stand_in in fsdp.STAND_INS:
+        policy.reroute(callee, lambda caller, args, kwargs, stand_in=stand_in: stand_in)
     return policy
 
 
@@ -373,6 +377,8 @@ def _policy(recorder):
     policy.add_intrinsic(_FUNCTION_APPLY, _custom_function(recorder))
     policy.add_intrinsic(torch.nn.Parameter, _new_parameter(recorder))
     policy.add_intrinsic(torch.Tensor.backward, training.backward_intrinsic(recorder))
+    for step, intrinsic in fsdp.steps(recorder):
+        policy.add_intrinsic(step, intrinsic)
     return policy
 
 
