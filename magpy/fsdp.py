@@ -36,6 +36,7 @@ from magpy import annotations as ann
 from magpy.refgraph.graph import keep_by_identity
 
 try:
+    from torch.distributed.fsdp._common_utils import collect_grad_tensors
     from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
 except ImportError:   # a torch built without torch.distributed
     FSDPState = None
@@ -87,38 +88,44 @@ def plain(state, args, kwargs) -> bool:
     """Do FSDP's forward hooks of ``state`` give back the arguments and the output they are
     given, except each tensor needing grad at the top of ``args``/``kwargs``, which the
     pre-hook replaces by the output of its post-backward function (when grad is enabled)?
-    So unless FSDP casts (a mixed-precision policy), a transform of functorch is active, or
-    a tensor needing grad is inside a container."""
+    So unless FSDP casts (a mixed-precision policy) or moves inputs to its device, a
+    transform of functorch is active, or a tensor needing grad is inside a container."""
     policy = state._mp_policy
     if policy.param_dtype is not None or policy.output_dtype is not None \
             or torch._C._are_functorch_transforms_active():
+        return False
+    leaves = pytree.tree_leaves((args, kwargs))
+    if state._device.type != "cpu" and any(isinstance(v, torch.Tensor) and v.device != state._device
+                                           for v in leaves):
         return False
     inner = [v for a in (*args, *kwargs.values()) if not isinstance(a, torch.Tensor)
              for v in pytree.tree_leaves(a)]
     return not any(isinstance(v, torch.Tensor) and v.requires_grad for v in inner)
 
 
-def pre_forward_step(state, module, args: tuple, kwargs: dict) -> tuple:
-    """The eager step of FSDP's forward pre-hook: ``(the tensors it gave for those of args
-    and kwargs that need grad, the parameters after it)`` (:func:`plain` says which)."""
-    new_args, new_kwargs = _PRE_FORWARD(state, module, args, kwargs)
-    given = (*args, *kwargs.values())
-    got = (*new_args, *(new_kwargs[k] for k in kwargs))
+def grad_tensors(tree) -> list:
+    """The tensors needing grad in ``tree``, which FSDP's forward hook hooks (in its order)."""
+    return list(collect_grad_tensors(tree)) if torch.is_grad_enabled() else []
+
+
+def pre_forward_step(state, module, tensors: list) -> list:
+    """The eager step of FSDP's forward pre-hook, given the tensors needing grad of its
+    arguments (the only ones it replaces or looks at, :func:`plain`): ``[the tensors it
+    gives back for them, the parameters in the slots after it]``."""
+    new_args, _ = _PRE_FORWARD(state, module, tuple(tensors), {})
     # (lists: an empty tuple is a cached object, whose identity says nothing, magpy.segments)
-    replaced = [g for a, g in zip(given, got) if _replaced(a)]
-    if len(got) != len(given) or any(g is not a for a, g in zip(given, got) if not _replaced(a)):
-        raise RuntimeError("magpy: FSDP's forward pre-hook changed an argument it was not expected to")
-    return [replaced, list(_params_now(state))]
+    return [list(new_args), list(_params_now(state))]
 
 
-def _replaced(a) -> bool:
-    return isinstance(a, torch.Tensor) and a.requires_grad and torch.is_grad_enabled()
+def part(got: list, which: int, i: int) -> torch.Tensor:
+    """Tensor ``i`` of part ``which`` of :func:`pre_forward_step`'s result."""
+    return got[which][i]
 
 
-def post_forward_step(state, module, inputs, output) -> None:
-    """The eager step of FSDP's forward hook (which gives back ``output``, :func:`plain`)."""
-    if _POST_FORWARD(state, module, inputs, output) is not output:
-        raise RuntimeError("magpy: FSDP's forward hook changed the output it was not expected to")
+def post_forward_step(state, module, tensors: list) -> None:
+    """The eager step of FSDP's forward hook, given the tensors needing grad of the output
+    (the only ones it looks at, :func:`plain`: it hooks their backward)."""
+    _POST_FORWARD(state, module, (), tuple(tensors))
 
 
 # The stand-ins the monitor enters in place of FSDP's hooks (magpy.record reroutes them).
@@ -127,8 +134,13 @@ def post_forward_step(state, module, inputs, output) -> None:
 # stores the unsharded parameters into the slots as the program's own stores, so the forward
 # reads them as the step's results.  Nothing in them branches on a step's result: a check
 # there could not resume (``Module._call_impl`` runs hooks in a closure made in the call).
-# A step's result is taken apart by indexing (each part a value computed eagerly in turn);
-# loops, not comprehensions (those would be functions of magpy's, which run natively).
+# The steps are given only tensors (an object the call made and changes later, a key-value
+# cache in the keywords, would be given to the step as the call leaves it).  The step's
+# tensors are taken from its result by :func:`part`, whose tensors are steady (the
+# post-backward function's outputs are views of the tensors it is given, the unsharded
+# parameters are FSDP's of fixed shape): the program reads their metadata (``x.dtype``)
+# without a check.  Loops, not comprehensions (those would be functions of magpy's, which
+# run natively).
 def pre_forward(state, module, args, kwargs):
     """FSDP's forward pre-hook, monitored: see the module docstring."""
     paths = param_paths(state, module)
@@ -139,23 +151,21 @@ def pre_forward(state, module, args, kwargs):
         d = module.get_submodule(path)._parameters
         d[name]   # noqa: B018 - read as found: the final state may leave it there
         slots.append((d, name))
-    got = pre_forward_step(state, module, args, kwargs)
-    if slots:
-        params = got[1]
-        for i in range(len(slots)):
-            d, name = slots[i]
-            d[name] = params[i]
+    got = pre_forward_step(state, module, grad_tensors((args, kwargs)))
+    for i in range(len(slots)):
+        d, name = slots[i]
+        d[name] = part(got, 1, i)
     grad = torch.is_grad_enabled()
-    new, n = got[0], 0
+    n = 0
     out_args, out_kwargs = [], {}
     for a in args:
         if grad and isinstance(a, torch.Tensor) and a.requires_grad:
-            a, n = new[n], n + 1
+            a, n = part(got, 0, n), n + 1
         out_args.append(a)
     for k in kwargs:
         a = kwargs[k]
         if grad and isinstance(a, torch.Tensor) and a.requires_grad:
-            a, n = new[n], n + 1
+            a, n = part(got, 0, n), n + 1
         out_kwargs[k] = a
     return (*out_args,), out_kwargs   # (built by moves: tuple() would compute from the step's values)
 
@@ -165,7 +175,7 @@ def post_forward(state, module, inputs, output):
     the mock's final state writes back what FSDP left in the slots the pre-hook stored)."""
     if not plain(state, (), {}):
         return _POST_FORWARD_HOOK(state, module, inputs, output)   # (natively: the call runs eagerly)
-    post_forward_step(state, module, inputs, output)
+    post_forward_step(state, module, grad_tensors(output))
     return output
 
 
@@ -204,7 +214,9 @@ if FSDPState is not None:
     _STEPS = (pre_forward_step, post_forward_step)
     ann.FUNCTIONS.update(dict.fromkeys(_STEPS, ann.EXTERNAL))
     ann.FUNCTIONS[param_paths] = ann.Annotation(reads=ann.NONE)
+    ann.FUNCTIONS[part] = ann.Annotation(steady=True)
     ann.FUNCTIONS[plain] = ann.Annotation(reads=(ann.NONE, ann.DEEP, ann.DEEP))
+    ann.FUNCTIONS[grad_tensors] = ann.PURE
     keep_by_identity(FSDPState)
 else:
     STAND_INS = _STEPS = ()

@@ -314,6 +314,8 @@ class Segmenter(Observer):
             if id(t) not in self.recorder.eager:
                 self.recorder.eager[id(t)] = expr
                 self._keep.append(t)
+        if isinstance(result, torch.Tensor) and _steady(fn):
+            return   # (its metadata is the record's: reading it reads no value computed eagerly)
         self._result(result, var, call, type(result) is int and _int_result(fn), fresh=not given_back)
 
     def _new_var(self) -> str:
@@ -1045,6 +1047,11 @@ _STATIC = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptor
 def _pure(callee) -> bool:
     a, _ = ann.lookup(callee)
     return (a is not None and a.pure) or ann.is_tensor_method(callee) or any(callee is f for f in _PURE_READS)
+
+
+def _steady(callee) -> bool:
+    a, _ = ann.lookup(callee)
+    return a is not None and a.steady
 
 
 def _external(callee) -> bool:
