@@ -145,7 +145,7 @@ def pre_forward(state, module, args, kwargs):
     """FSDP's forward pre-hook, monitored: see the module docstring."""
     paths = param_paths(state, module)
     if paths is None or not plain(state, args, kwargs):
-        return _PRE_FORWARD_HOOK(state, module, args, kwargs)   # (natively: the call runs eagerly)
+        return _PRE_FORWARD(state, module, args, kwargs)   # (natively: the call runs eagerly)
     slots = []
     for path, name in paths:
         d = module.get_submodule(path)._parameters
@@ -174,7 +174,7 @@ def post_forward(state, module, inputs, output):
     """FSDP's forward hook, monitored: an eager step (the slots it swaps back need no store:
     the mock's final state writes back what FSDP left in the slots the pre-hook stored)."""
     if not plain(state, (), {}):
-        return _POST_FORWARD_HOOK(state, module, inputs, output)   # (natively: the call runs eagerly)
+        return _POST_FORWARD(state, module, inputs, output)   # (natively: the call runs eagerly)
     post_forward_step(state, module, grad_tensors(output))
     return output
 
