@@ -87,7 +87,8 @@ def main() -> None:
         lines.append(f"rank {rank} step {i + 1}: loss {got.item():.6f}, eager FSDP's {want.item():.6f} "
                      f"(same: {same(got, want)})  {call_kind(before, magpy.stats(step))}")
 
-    lines.append(f"rank {rank}: parameter shards match eager FSDP: {same(shards(model), shards(eager_model))}")
+    match = same(shards(model), shards(eager_model))
+    lines.append(f"rank {rank}: parameter shards match eager FSDP: {match}")
     st = magpy.stats(step)
     lines.append(f"rank {rank}: monitor_runs={st.monitor_runs} mock_runs={st.mock_runs} "
                  f"eager_runs={st.eager_runs} records={st.records} graph_count={st.graph_count} "

@@ -63,7 +63,8 @@ def _params_now(state) -> tuple:
         for fp in group.fsdp_params:
             unsharded = getattr(fp, "_unsharded_param", None)
             if unsharded is not None:
-                _SHARDED_OF[id(unsharded)] = (weakref.ref(unsharded, _forget(id(unsharded))), fp.sharded_param)
+                key = id(unsharded)
+                _SHARDED_OF[key] = (weakref.ref(unsharded, _forget(key)), fp.sharded_param)
     return tuple(m._parameters[name] for info in _infos(state)
                  for m, name in ((info.module, info.param_name),
                                  *zip(info.shared_modules, info.shared_param_names)))

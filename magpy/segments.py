@@ -788,7 +788,8 @@ class Segmenter(Observer):
         for i, v in enumerate(full):
             if self._read_dynamic(callee, v, a.read_kind(i)):
                 return True
-        return bool(kwargs) and any(self._read_dynamic(callee, v, a.read_kind(len(full))) for v in kwargs.values())
+        kind = a.read_kind(len(full))
+        return bool(kwargs) and any(self._read_dynamic(callee, v, kind) for v in kwargs.values())
 
     def _read_dynamic(self, callee, v, kind: str) -> bool:
         """Does ``callee`` reading ``v`` as ``kind`` read a dynamic value?  Not where it only
@@ -796,8 +797,8 @@ class Segmenter(Observer):
         holding a tensor an eager step gave): tensors are graph values, known by identity."""
         if kind in (ann.NONE, ann.TYPE) or not self.is_dynamic(v):
             return False
-        return not (kind == ann.STRUCT and any(callee is f for f in _MOVES_ELEMENTS) and id(v) not in self.dynamic
-                    and self._only_tensors(v))
+        moves = kind == ann.STRUCT and any(callee is f for f in _MOVES_ELEMENTS)
+        return not (moves and id(v) not in self.dynamic and self._only_tensors(v))
 
     def _only_tensors(self, v, depth: int = _TAINT_DEPTH) -> bool:
         """Are the dynamic values inside container ``v`` all tensors?"""

@@ -160,11 +160,12 @@ def backward_intrinsic(recorder):
             # An ordinary dynamic operation: an eager step whose effects are not tracked.
             breaker(f"Tensor.backward {ann.dynamic_reason('backward')}", step=True)
             return torch.Tensor.backward(*args, **(kwargs or {}))
-        # (FSDP2's reduce-scatter writes the .grad of the sharded parameters the leaves stand for)
-        leaves = (*found.leaves, *fsdp.gradient_holders(found.leaves))
-        if not all(map(recorder.knows, leaves)):
-            breaker("Tensor.backward into the .grad of a parameter of unknown origin", step=True)
+        # FSDP2's reduce-scatter writes the .grad of the sharded parameters the leaves stand for.
+        holders = fsdp.gradient_holders(found.leaves)
+        if not all(map(recorder.knows, holders)):
+            breaker.stop("loss.backward() writes the .grad of FSDP's sharded parameters, unread by the call")
             return torch.Tensor.backward(*args, **(kwargs or {}))
+        leaves = (*found.leaves, *holders)
         with recorder.paused():
             before = tuple(_grad_read(recorder.refgraph, leaf) for leaf in leaves)
         if not all(map(recorder.knows, (g for g in before if g is not None))):

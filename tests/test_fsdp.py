@@ -155,7 +155,8 @@ def _check_graphs(reports: list[dict], most: int) -> None:
     """Compiled graphs on every call (between FSDP's hooks, after the backward), no call
     eager, no fallback."""
     for r in reports:
-        assert 0 < r["graphs_per_call"] <= most and r["break_reasons"] == [], (r["graphs_per_call"], r["break_reasons"])
+        assert 0 < r["graphs_per_call"] <= most, r["graphs_per_call"]
+        assert r["break_reasons"] == [], r["break_reasons"]
         assert any("fsdp.pre_forward_step" in b for b in r["breaks"]), r["breaks"]
 
 

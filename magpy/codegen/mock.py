@@ -26,7 +26,15 @@ from magpy.dynamic import Scalar, symbolic
 from magpy.errors import CaptureError
 from magpy.monitor import NULL, generators
 from magpy.opgraph import InputSource, ScalarInput, int_tensor, scalar_tensor, set_thread_modes
-from magpy.refgraph.graph import UNSET, Kind, RefGraph, held_by_identity, is_immutable, state_of, stored_attributes
+from magpy.refgraph.graph import (
+    UNSET,
+    Kind,
+    RefGraph,
+    held_by_identity,
+    is_immutable,
+    state_of,
+    stored_attributes,
+)
 
 
 class MockCommitError(Exception):
