@@ -23,7 +23,15 @@ magpy compiles the compute between the hooks and leaves the hooks to FSDP:
   where FSDP would cast them, under a mixed-precision policy, the call runs eagerly);
 - ``loss.backward()`` stays an eager step (a process group is initialized), and gives back
   the ``.grad`` of the sharded parameters as well as of the leaves the engine reaches
-  (:func:`gradient_holders`): FSDP's reduce-scatter writes those.
+  (:func:`gradient_holders`): FSDP's reduce-scatter writes those;
+- FSDP's per-module states are held by identity (``keep_by_identity``): the steps are given
+  them as constants of the record, and resume points do not take them apart.
+
+Runs eagerly (exact): a mixed-precision policy that casts, ``fully_shard([a, b])`` of several
+modules, a tensor needing grad nested in a container of a sharded module's arguments, inputs
+FSDP would move to its device; and a check of a value computed eagerly inside a sharded
+module's forward (``Module._call_impl`` runs the hooks in a closure made in the call, where
+no resume point can be taken).
 """
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ class _Twin:
     """A model sharded with ``fully_shard`` (each layer, then the root), its optimizer and the
     train step, compiled with magpy or not."""
 
-    def __init__(self, arch: str, optim: str, policy: str, compiled: bool):
+    def __init__(self, arch: str, optim: str, policy: str, clip: bool, compiled: bool):
         build, loss_of, _ = ARCHS[arch]
         torch.manual_seed(0)
         self.model, layers = build()
@@ -95,6 +95,8 @@ class _Twin:
             opt.zero_grad()
             loss = loss_of(model, data)
             loss.backward()
+            if clip:   # (reads the parameters through the model, after the backward resharded them)
+                nn.utils.clip_grad_norm_(model.parameters(), 0.5)
             opt.step()
             return loss
 
@@ -113,8 +115,8 @@ def _local(t):
     return t.detach().clone() if isinstance(t, torch.Tensor) else t
 
 
-def _train(rank: int, backend: str, arch: str, optim: str, policy: str = "fp32") -> dict:
-    eager, compiled = _Twin(arch, optim, policy, False), _Twin(arch, optim, policy, True)
+def _train(rank: int, backend: str, arch: str, optim: str, policy: str = "fp32", clip: bool = False) -> dict:
+    eager, compiled = _Twin(arch, optim, policy, clip, False), _Twin(arch, optim, policy, clip, True)
     g = torch.Generator().manual_seed(100 + rank)
     steps = []
     for _ in range(STEPS):
@@ -190,8 +192,9 @@ def test_fsdp_mixed_precision_runs_eagerly(reports):
 @pytest.mark.slow
 def test_fsdp_transformers_llama():
     # A transformers model from a tiny config (random weights): fully_shard on each decoder
-    # layer and on the root; AdamW.
-    rs = _scenario(_run([("train[llama]", "llama", "adamw")]), "train[llama]")
+    # layer and on the root (which holds the embeddings and the head: FSDP reshards them in
+    # the backward); AdamW, gradients clipped.
+    rs = _scenario(_run([("train[llama]", "llama", "adamw", "fp32", True)]), "train[llama]")
     _check(rs, KINDS)
     _check_graphs(rs, most=8)
 
