@@ -4,6 +4,7 @@
                                [--variants ...] [--steps N] [--quick] [--threads N] [--json PATH]
                                [--device cuda]
     python -m benchmarks.train --ddp [--variants ...] [--steps N] [--quick] [--opt ...]
+    python -m benchmarks.train --fsdp [--variants ...] [--steps N] [--quick] [--opt ...]
 
 Each variant trains its own deep copy of one model (built once under ``torch.manual_seed(0)``)
 with its own optimizer, by calling (compiled or not) the step::
@@ -104,9 +105,16 @@ forward, gradients all-reduced in backward), each rank on its own batches of ``-
 step calls the DDP-wrapped model.  Rank 0 reports: its times (every step ends with the same
 all-reduce, so both ranks run in step) and its losses and state against eager DDP's.
 
+``--fsdp``: the same 2-process run with FSDP2 instead: ``fully_shard`` on each child module of
+the ResNet that holds parameters (the stem's convolution and BatchNorm, the four stages, the
+classifier), then on the root.  magpy runs FSDP's forward hooks (all-gathers, parameter swaps,
+reshards) as eager steps between the graphs and ``backward()`` eagerly (FSDP's reduce-scatters
+run in its hooks) (magpy.fsdp); the state compared is rank 0's shards.
+
 The exit status is 1 if a variant is incorrect or raised.  Results and machine information
-are written as JSON to ``benchmarks/results/train.json`` (``--ddp``: ``train_ddp.json``;
-``--json PATH``).  The machine is shared: compare ratios within one run, and use ``--threads 1``.
+are written as JSON to ``benchmarks/results/train.json`` (``--ddp``: ``train_ddp.json``,
+``--fsdp``: ``train_fsdp.json``; ``--json PATH``).  The machine is shared: compare ratios
+within one run, and use ``--threads 1``.
 """
 from __future__ import annotations
 
@@ -153,6 +161,7 @@ from magpy import autopilot  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = REPO / "benchmarks" / "results" / "train.json"
 DDP_JSON = REPO / "benchmarks" / "results" / "train_ddp.json"
+FSDP_JSON = REPO / "benchmarks" / "results" / "train_fsdp.json"
 BATCHES = 4                       # distinct batches, used in turn
 WARMUP = 1 + autopilot.TRIAL_CALLS    # untimed steps after step 2 (default): magpy's background
 #                                      compile (started by step 3, waited for) and autopilot trial
@@ -308,7 +317,12 @@ def dynamo_steps(one_step: Callable[[], None]) -> tuple[int, int] | None:
 
 
 def snapshot(model: nn.Module) -> dict:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # (--fsdp: this rank's shards)
+    return {k: _local(v).detach().clone() for k, v in model.state_dict().items()}
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def run_variant(variant: Variant, setup: Setup) -> tuple[dict, dict | None]:
@@ -494,15 +508,25 @@ def _quiet(text: str) -> None:
 # --ddp
 
 
+def fully_shard_layers(model: nn.Module) -> nn.Module:
+    """``fully_shard`` on each child of ``model`` that holds parameters, then on ``model``."""
+    from torch.distributed.fsdp import fully_shard
+    for child in model.children():
+        if any(True for _ in child.parameters()):
+            fully_shard(child)
+    return fully_shard(model)
+
+
 def ddp_worker(rank: int, world: int, port: int, opts: argparse.Namespace, path: str) -> None:
-    """One process of the --ddp run; rank 0 writes its rows to ``path``."""
+    """One process of the --ddp (--fsdp) run; rank 0 writes its rows to ``path``."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=DDP_TIMEOUT_S))
     try:
         # Each rank trains on its own batches (seeds 1000 * rank + i): the all-reduce matters.
         rows = run_model(DDP_MODEL, TASKS[DDP_MODEL], opts, DDP_SIZE, opts.batch, seed=1000 * rank,
-                         wrap=nn.parallel.DistributedDataParallel, log=_say if rank == 0 else _quiet)
+                         wrap=fully_shard_layers if opts.fsdp else nn.parallel.DistributedDataParallel,
+                         log=_say if rank == 0 else _quiet)
         if rank == 0:
             Path(path).write_text(json.dumps(rows, default=str))
     finally:
@@ -518,7 +542,7 @@ def run_ddp(opts: argparse.Namespace) -> list[dict]:
         torch.multiprocessing.spawn(ddp_worker, args=(DDP_WORLD, port, opts, path), nprocs=DDP_WORLD)
         rows = json.loads(Path(path).read_text())
     for r in rows:
-        r["model"] = f"{DDP_MODEL} DDPx{DDP_WORLD}"
+        r["model"] = f"{DDP_MODEL} {'FSDP2' if opts.fsdp else 'DDP'}x{DDP_WORLD}"
     return rows
 
 
@@ -633,6 +657,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--ddp", action="store_true",
                         help=f"{DDP_WORLD}-process DistributedDataParallel run of {DDP_MODEL} at {DDP_SIZE} "
                              "size instead (--models and --size do not apply)")
+    parser.add_argument("--fsdp", action="store_true",
+                        help=f"{DDP_WORLD}-process FSDP2 (fully_shard) run of {DDP_MODEL} at {DDP_SIZE} "
+                             "size instead (--models and --size do not apply)")
     parser.add_argument("--json", metavar="PATH",
                         help=f"where to write the results (default: {DEFAULT_JSON}; --ddp: {DDP_JSON})")
     add_device_argument(parser)
@@ -651,9 +678,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     if opts.steps < 1 or opts.batch < 1 or opts.warmup < 0:
         parser.error("--steps and --batch must be at least 1, --warmup at least 0")
     if opts.json is None:
-        opts.json = str(DDP_JSON if opts.ddp else DEFAULT_JSON)
-    if opts.ddp and opts.device != "cpu":
-        parser.error("--ddp runs on the CPU (gloo) only")
+        opts.json = str(FSDP_JSON if opts.fsdp else DDP_JSON if opts.ddp else DEFAULT_JSON)
+    if opts.ddp and opts.fsdp:
+        parser.error("--ddp or --fsdp, not both")
+    if (opts.ddp or opts.fsdp) and opts.device != "cpu":
+        parser.error("--ddp and --fsdp run on the CPU (gloo) only")
     return opts
 
 
@@ -666,13 +695,15 @@ def main(argv=None) -> int:
     load = info["loadavg"]
     print(f"torch {info['torch']}, python {info['python']}, transformers {info['transformers']}, "
           f"magpy {info['magpy']}; {info['cpu']}, {info['cpu_count']} cores, "
-          + (f"{DDP_WORLD} processes x 1 thread" if opts.ddp else f"threads {info['threads']}")
+          + (f"{DDP_WORLD} processes x 1 thread" if opts.ddp or opts.fsdp else f"threads {info['threads']}")
           + f", device {describe_device(opts.device)}"
           + (f", load average {load[0]:.2f}" if load else ""))
-    what = f"{DDP_MODEL} ({DDP_SIZE}) DDP x{DDP_WORLD}" if opts.ddp else f"{opts.models} ({opts.size})"
+    engine = "FSDP2" if opts.fsdp else "DDP"
+    what = (f"{DDP_MODEL} ({DDP_SIZE}) {engine} x{DDP_WORLD}" if opts.ddp or opts.fsdp
+            else f"{opts.models} ({opts.size})")
     print(f"{what}, batch {opts.batch}, {opts.opt}; steps: 2 compiling, {opts.warmup} warm-up, "
           f"{opts.steps} timed; inductor cache fresh per variant\n", flush=True)
-    rows = run_ddp(opts) if opts.ddp else [
+    rows = run_ddp(opts) if opts.ddp or opts.fsdp else [
         r for name in opts.model_list
         for r in run_model(name, TASKS[name], opts, opts.size, opts.batch)]
     wall = time.perf_counter() - start

@@ -63,6 +63,7 @@ class Annotation:
     inplace: tuple = ()
     relation: str | None = None
     external: bool = False
+    steady: bool = False
 
     def read_kind(self, position: int) -> str:
         r = self.reads

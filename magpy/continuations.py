@@ -41,7 +41,7 @@ import torch
 from magpy.monitor import NULL, Frame, bytecode, code_info
 from magpy.monitor.protocols import py_method
 from magpy.opgraph import thread_modes
-from magpy.refgraph.graph import RefGraph, is_immutable
+from magpy.refgraph.graph import RefGraph, held_by_identity, is_immutable
 
 _CALLS = ("CALL", "CALL_FUNCTION_EX")
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -307,7 +307,7 @@ class _Taker:
             if self._reducing:   # (ResumePoint.external)
                 self.external[id(v)] = v
             return v
-        if v is NULL or (is_immutable(v) and t not in _COPIED) or depth == 0:
+        if v is NULL or (is_immutable(v) and t not in _COPIED) or depth == 0 or held_by_identity(v):
             return v
         got = self.memo.get(id(v))
         if got is not None:

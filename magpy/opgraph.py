@@ -548,7 +548,7 @@ class OpRecorder(TorchFunctionMode):
         self.piece.op_count += 1
         self._keep.append(out)
         if isinstance(out, torch.Tensor):
-            self._made(out, node)
+            self._made(out, node, kept=self._given_back(func, name, args, kwargs, out))
         elif isinstance(out, (tuple, list)):
             for i, t in enumerate(out):
                 if isinstance(t, torch.Tensor):
@@ -620,15 +620,26 @@ class OpRecorder(TorchFunctionMode):
         self._made(t, self.graph.call_method("clone", (self.graph.get_attr(name),)))
         piece.op_count += 1
 
-    def _made(self, t, node: fx.Node) -> None:
+    def _made(self, t, node: fx.Node, kept: bool = False) -> None:
+        """``node`` of the current piece gives ``t`` (``kept``: an earlier piece made it, and
+        this operation gave it back unchanged: that piece stays its maker)."""
         piece = self.piece
         piece.nodes[id(t)] = node
-        if type(piece) is Arm and (id(t) in piece.captured or id(t) in self.made):
+        if kept or type(piece) is Arm and (id(t) in piece.captured or id(t) in self.made):
             # An arm's operation gave back a tensor from before it (``x.contiguous()``, also
             # where it read the tensor through a cond's stand-in): its maker stays (the arm's
             # are forgotten when it ends).
             return
         self.made[id(t)] = piece
+
+    def _given_back(self, func, name: str, args: tuple, kwargs: dict, out) -> bool:
+        """Did operation ``name`` give back ``out``, an argument an earlier piece made, without
+        writing it (``x.to(x.dtype)``, ``x.contiguous()``)?  Its value is the earlier piece's:
+        an eager step between them that took it is given that piece's output."""
+        made = self.made.get(id(out))
+        return (made is not None and made is not self.piece
+                and any(out is a for a in pytree.tree_leaves((args, kwargs)))
+                and not any(out is w for w in _written(func, name, args, kwargs)))
 
     def _fix_constants(self, args: tuple, kwargs: dict, steps: tuple) -> None:
         """The Python values the operation takes as constants are fixed before any of its

@@ -37,6 +37,7 @@ from magpy import (
     collector,
     continuations,
     cudagraphs,
+    fsdp,
     joint,
     logs,
     rng,
@@ -247,6 +248,9 @@ def _base_policy():
         policy.reroute(callee, choose)
     for owner, name, choose in standins.METHOD_REROUTES:
         policy.reroute_method(owner, name, choose)
+    # FSDP2's forward hooks: monitored stand-ins around an eager step of each (magpy.fsdp).
+    for callee, stand_in in fsdp.STAND_INS:
+        policy.reroute(callee, lambda caller, args, kwargs, stand_in=stand_in: stand_in)
     return policy
 
 
@@ -376,6 +380,8 @@ def _policy(recorder):
     policy.add_intrinsic(_FUNCTION_APPLY, _custom_function(recorder))
     policy.add_intrinsic(torch.nn.Parameter, _new_parameter(recorder))
     policy.add_intrinsic(torch.Tensor.backward, training.backward_intrinsic(recorder))
+    for step, intrinsic in fsdp.steps(recorder):
+        policy.add_intrinsic(step, intrinsic)
     return policy
 
 

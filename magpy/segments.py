@@ -318,6 +318,8 @@ class Segmenter(Observer):
             if id(t) not in self.recorder.eager:
                 self.recorder.eager[id(t)] = expr
                 self._keep.append(t)
+        if isinstance(result, torch.Tensor) and _steady(fn):
+            return   # (its metadata is the record's: reading it reads no value computed eagerly)
         self._result(result, var, call, type(result) is int and _int_result(fn), fresh=not given_back)
 
     def _new_var(self) -> str:
@@ -798,7 +800,7 @@ class Segmenter(Observer):
             # (a method the table does not list as bound, ``ndarray.sum``, reads its object;
             # max and min compare the values they are given)
             owner_read = not bound and self.is_dynamic(getattr(callee, "__self__", None))
-            if not (owner_read or _picks(callee) or self._reads_value(a, full, kwargs)):
+            if not (owner_read or _picks(callee) or self._reads_value(callee, a, full, kwargs)):
                 return   # stores the value (list.append): a move
             if a.inplace or not a.pure:
                 self.breaker.stop(f"{_describe(callee)} changes or keeps a value computed eagerly")
@@ -808,12 +810,30 @@ class Segmenter(Observer):
             return
         self._step(callee, args, kwargs, result, None, pure=a is not None or _pure(callee))
 
-    def _reads_value(self, a, full, kwargs) -> bool:
+    def _reads_value(self, callee, a, full, kwargs) -> bool:
         for i, v in enumerate(full):
-            if self.is_dynamic(v) and a.read_kind(i) not in (ann.NONE, ann.TYPE):
+            if self._read_dynamic(callee, v, a.read_kind(i)):
                 return True
-        return bool(kwargs) and any(self.is_dynamic(v) and a.read_kind(len(full)) not in (ann.NONE, ann.TYPE)
-                                    for v in kwargs.values())
+        kind = a.read_kind(len(full))
+        return bool(kwargs) and any(self._read_dynamic(callee, v, kind) for v in kwargs.values())
+
+    def _read_dynamic(self, callee, v, kind: str) -> bool:
+        """Does ``callee`` reading ``v`` as ``kind`` read a dynamic value?  Not where it only
+        counts or moves the elements of a container of the program's (``len(args)`` of a tuple
+        holding a tensor an eager step gave): tensors are graph values, known by identity."""
+        if kind in (ann.NONE, ann.TYPE) or not self.is_dynamic(v):
+            return False
+        moves = kind == ann.STRUCT and any(callee is f for f in _MOVES_ELEMENTS)
+        return not (moves and id(v) not in self.dynamic and self._only_tensors(v))
+
+    def _only_tensors(self, v, depth: int = _TAINT_DEPTH) -> bool:
+        """Are the dynamic values inside container ``v`` all tensors?"""
+        if id(v) in self.dynamic:
+            return isinstance(v, torch.Tensor)
+        if depth and type(v) in _CONTAINERS:
+            items = (x for kv in v.items() for x in kv) if type(v) is dict else v
+            return all(self._only_tensors(x, depth - 1) for x in items)
+        return True
 
     def on_instruction(self, frame, ins, inputs, outputs):
         if self.breaker.brk is not None:
@@ -1059,10 +1079,18 @@ def _pure(callee) -> bool:
     return (a is not None and a.pure) or ann.is_tensor_method(callee) or any(callee is f for f in _PURE_READS)
 
 
+def _steady(callee) -> bool:
+    a, _ = ann.lookup(callee)
+    return a is not None and a.steady
+
+
 def _external(callee) -> bool:
     a, _ = ann.lookup(callee)
     return a is not None and a.external
 
+
+# Natives that count or move the elements of a container, reading none of them.
+_MOVES_ELEMENTS = (len, list, tuple, iter, enumerate, zip, reversed)
 
 # Natives that only read tensor data (through the tensor's own special methods).
 _PURE_READS = (float, int, bool, complex, str, format, repr, operator.truth)

@@ -32,7 +32,7 @@ import torch
 from torch.optim import optimizer as _optimizer
 
 from magpy import annotations as ann
-from magpy import joint
+from magpy import fsdp, joint
 from magpy.monitor.policy import CallPolicy
 from magpy.refgraph.graph import ATTR
 
@@ -160,7 +160,12 @@ def backward_intrinsic(recorder):
             # An ordinary dynamic operation: an eager step whose effects are not tracked.
             breaker(f"Tensor.backward {ann.dynamic_reason('backward')}", step=True)
             return torch.Tensor.backward(*args, **(kwargs or {}))
-        leaves = found.leaves
+        # FSDP2's reduce-scatter writes the .grad of the sharded parameters the leaves stand for.
+        holders = fsdp.gradient_holders(found.leaves)
+        if not all(map(recorder.knows, holders)):
+            breaker.stop("loss.backward() writes the .grad of FSDP's sharded parameters, unread by the call")
+            return torch.Tensor.backward(*args, **(kwargs or {}))
+        leaves = (*found.leaves, *holders)
         with recorder.paused():
             before = tuple(_grad_read(recorder.refgraph, leaf) for leaf in leaves)
         if not all(map(recorder.knows, (g for g in before if g is not None))):

@@ -60,41 +60,45 @@ BACKWARD = ("loss.backward() runs eagerly between graphs (a process group is ini
 
 # ----------------------------------------------------------------------------- the ranks
 
-def _launch(scenarios: list[tuple], backend: str = "eager") -> list[dict]:
-    """Run ``scenarios`` (``(name, mode, arch, optim, count_hooks)``) on ``WORLD`` spawned ranks;
-    each rank's reports, by scenario name.  Fails the test if they take longer than TIMEOUT."""
-    timeout = TIMEOUT[backend]
+def _launch(scenarios: list[tuple], backend: str = "eager", table: dict | None = None, world: int = WORLD,
+            timeout: float | None = None) -> list[dict]:
+    """Run ``scenarios`` (``(name, *arguments)``: ``table[name before any "["](rank, backend,
+    *arguments)``, this module's SCENARIOS unless given, tests/test_fsdp.py has its own) on
+    ``world`` spawned ranks; each rank's reports, by scenario name.  Fails the test if they
+    take longer than ``timeout`` (TIMEOUT of the backend unless given)."""
+    timeout = TIMEOUT[backend] if timeout is None else timeout
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as out:
-        ranks = mp.start_processes(_rank, args=(port, out, scenarios, backend), nprocs=WORLD, join=False,
-                                   start_method="spawn")
+        ranks = mp.start_processes(_rank, args=(port, out, scenarios, backend, world, table or SCENARIOS),
+                                   nprocs=world, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout
         try:
             while not ranks.join(timeout=max(deadline - time.monotonic(), 0.0)):
                 if time.monotonic() >= deadline:
-                    pytest.fail(f"the {WORLD} DDP ranks did not finish within {timeout:.0f} s")
+                    pytest.fail(f"the {world} ranks did not finish within {timeout:.0f} s")
         finally:
             for p in ranks.processes:
                 if p.is_alive():
                     p.kill()
-        return [torch.load(os.path.join(out, f"rank{r}.pt"), weights_only=False) for r in range(WORLD)]
+        return [torch.load(os.path.join(out, f"rank{r}.pt"), weights_only=False) for r in range(world)]
 
 
-def _rank(rank: int, port: int, out: str, scenarios: list[tuple], backend: str) -> None:
+def _rank(rank: int, port: int, out: str, scenarios: list[tuple], backend: str, world: int,
+          table: dict) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     torch.set_num_threads(1)
     warnings.simplefilter("ignore", magpy.GraphBreakWarning)
     magpy.config.verify_fast_guard = True   # as the suite runs (tests/conftest.py)
     # A collective that waits for a rank that is gone raises instead of blocking.
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
         reports = {}
         for name, *spec in scenarios:
             magpy.reset()
             with RehitCheck() as rehit:
-                reports[name] = SCENARIOS[name.split("[")[0]](rank, backend, *spec)
+                reports[name] = table[name.split("[")[0]](rank, backend, *spec)
             reports[name]["rehit"] = rehit.problems
         torch.save(reports, os.path.join(out, f"rank{rank}.pt"))
     finally:

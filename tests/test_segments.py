@@ -290,6 +290,27 @@ def test_break_at_top_level_of_a_function():
     assert break_count(trace.per_call[0][1], *TOLIST) == 1
 
 
+def _step_then_no_op_cast(x, log):
+    h = x * 2
+    box = [h]
+    log.append(len(box))
+    print(box)                      # a step given a list made in the call, holding h
+    same = h.to(torch.float32)      # gives back h itself (already float32), in the next graph
+    return same + 1
+
+
+def test_step_given_a_tensor_a_later_operation_gives_back_unchanged():
+    # The next graph's ``h.to(h.dtype)`` gives back ``h``: it stays the first graph's output,
+    # which the print step is given (the mock named the later graph's output: an
+    # UnboundLocalError after the print's effect).
+    def args(s):
+        return torch.randn(3), s["log"]
+
+    check_segments(lambda: (_step_then_no_op_cast, {"log": []}), [
+        first(args), again(), fresh(args), fresh(args, seed=2),
+    ], observe=lambda s: s["log"])
+
+
 class RunningMean(nn.Module):
     """A running average kept in a Python float: the value read from outside changes every call."""
 

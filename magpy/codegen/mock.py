@@ -26,7 +26,15 @@ from magpy.dynamic import Scalar, symbolic
 from magpy.errors import CaptureError
 from magpy.monitor import NULL, generators
 from magpy.opgraph import InputSource, ScalarInput, int_tensor, scalar_tensor, set_thread_modes
-from magpy.refgraph.graph import UNSET, Kind, RefGraph, is_immutable, state_of, stored_attributes
+from magpy.refgraph.graph import (
+    UNSET,
+    Kind,
+    RefGraph,
+    held_by_identity,
+    is_immutable,
+    state_of,
+    stored_attributes,
+)
 
 
 class MockCommitError(Exception):
@@ -443,6 +451,8 @@ class MockWriter:
                           types.MethodDescriptorType, types.WrapperDescriptorType)):
             if isinstance(v, types.FunctionType) and id(v) in self.new_functions:
                 return self.function(v)
+            return self.names.const(v)
+        if held_by_identity(v):
             return self.names.const(v)
         if t is types.CellType:
             return self.cell(v)

@@ -76,6 +76,22 @@ def is_immutable(v) -> bool:
     return isinstance(v, enum.Enum) or _numpy_scalar(v)
 
 
+# Library bookkeeping objects a record refers to as themselves, never rebuilding them (they
+# live as long as the modules the guard fixes and hold none of the program's state: FSDP2's
+# per-module states, magpy.fsdp); :func:`keep_by_identity` adds to it.
+_BY_IDENTITY: list[type] = []
+
+
+def keep_by_identity(tp: type) -> None:
+    """Records (mocks, resume points) refer to instances of ``tp`` as themselves."""
+    _BY_IDENTITY.append(tp)
+
+
+def held_by_identity(v) -> bool:
+    """Is ``v`` an object records refer to as itself (:func:`keep_by_identity`)?"""
+    return bool(_BY_IDENTITY) and isinstance(v, tuple(_BY_IDENTITY))
+
+
 def _numpy_scalar(v) -> bool:
     # np.float32(2.0), np.int64(3), np.bool_(True) ... (not np.void, a view into a record).
     # numpy is looked up, not imported: without it loaded there is no numpy scalar.
