@@ -46,7 +46,8 @@ symbols' ranges, the relations torch and the program assumed, the specialisation
 """
 from magpy.dynamic.lifting import Lifting, input_key
 from magpy.dynamic.rules import argument_shadows
-from magpy.dynamic.shadows import Scalar, Span, specialise, symbolic
+from magpy.dynamic.shadows import IntFloat, Scalar, Span, specialise, symbolic
 from magpy.dynamic.shapes import Shapes
 
-__all__ = ["Lifting", "Scalar", "Shapes", "Span", "argument_shadows", "input_key", "specialise", "symbolic"]
+__all__ = ["IntFloat", "Lifting", "Scalar", "Shapes", "Span", "argument_shadows", "input_key", "specialise",
+           "symbolic"]
