@@ -638,7 +638,8 @@ class Shapes(Observer):
                 conds += [f"{sym} {op} {int(bound)}" for op, bound in ((">=", vr.lower), ("<=", vr.upper))
                           if bound.is_Integer]
         conds += [f"({printer.doprint(g.expr)})" for g in self.env.guards]
-        conds += [f"({'' if held else 'not '}{p.render(self._int_source)})" for p, held in self.float_outcomes]
+        conds += [f"({'' if held else 'not '}{c.render(self._int_source)})"
+                  for c, held in self.float_outcomes]
         for tid, (sn, dims, fake) in self.inputs.items():
             if fake is None or tid not in names:
                 continue
