@@ -580,5 +580,5 @@ def _expected_in_words(node) -> str:
         return f"the recorded {getattr(v, '__qualname__', type(v).__qualname__)}"
     if node.struct and node.kind in (Kind.LIST, Kind.TUPLE, Kind.DICT):
         return f"a {type(v).__name__} of {len(node.snapshot)}"
-    missing = " without " + ", ".join(str(k) for _, k in node.absent) if node.absent else ""
+    missing = " without " + ", ".join(_short(k) for _, k in node.absent) if node.absent else ""
     return f"a {type(v).__qualname__}{missing}"

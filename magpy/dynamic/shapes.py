@@ -483,7 +483,8 @@ class Shapes(Observer):
             self.set_output(f, 0, Span(stop))   # (a for loop over it may take it whole)
             return True
         out = outputs[0] if outputs else None
-        if type(out) is float and any(type(s) is IntFloat or type(s) is SymInt for s in in_sh):
+        floats = type(out) is float or any(type(a) is float for a in args)   # (max(0, 0.0) is 0)
+        if floats and any(type(s) is IntFloat or type(s) is SymInt for s in in_sh):
             return self._float_call(f, callee, args, in_sh[len(in_sh) - len(args):], out)
         fn = next((v for k, v in NATIVE_INT if k is callee), None)
         if fn is not None and all(type(a) is int for a in args):
