@@ -33,8 +33,9 @@ Models: the zoo's (``benchmarks.models.MODELS``) at ``--size`` (default bench, t
   cross-entropy of the logits; its step (:func:`scheduled_step`) also clips the gradients
   (``clip_grad_norm_``) and steps ``transformers.get_linear_schedule_with_warmup`` (3 warm-up
   steps of 100) after the optimizer: a new learning rate and epoch count every step.  magpy
-  records the first step, the warm-up, and the decay (in the warm-up steps), then every step
-  is a mock run; ``--opt adamw`` is the fine-tuning optimizer.
+  records the first step, the warm-up, and the decay (step 3: the task warms up one step
+  longer, so that the decay record's compile and autopilot trial end before the timed
+  steps), then every step is a mock run; ``--opt adamw`` is the fine-tuning optimizer.
 
 ``--opt``: ``sgd`` (the default: SGD, lr 0.01, momentum 0.9) or ``adamw`` (AdamW, lr 1e-3,
 weight decay 0.01); torch's default implementation (on CPU the per-tensor for-loop).
@@ -185,8 +186,9 @@ class Task:
 
     batches: Callable[..., list]        # (model, builder's args, kwargs, batch, seed) -> [(x, y)]
     loss: Callable[[nn.Module], Callable]   # model -> loss_fn(output, y)
-    make: Callable | None = None        # size -> (model, args, kwargs), as the zoo's builders; None: the zoo's
+    make: Callable | None = None        # size -> (model, args, kwargs) as the zoo's builders; None: the zoo's
     step: Callable | None = None        # (model, opt, loss_fn) -> step; None: train_step
+    recordings: int = 2                 # magpy's recordings (the steps that record: 1, 2, ...)
 
     def build(self, name: str, size: str, batch: int, seed: int = 0,
               device: str = "cpu") -> tuple[nn.Module, list]:
@@ -287,7 +289,8 @@ def scheduled_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callab
 
 
 TASKS = {"resnet50": Task(_image_batches, _classification_loss), "bert": Task(_text_batches, _token_loss),
-         "bert-finetune": Task(_label_batches, _logits_loss, _finetune_model, scheduled_step)}
+         "bert-finetune": Task(_label_batches, _logits_loss, _finetune_model, scheduled_step,
+                               recordings=FINETUNE_WARMUP)}
 
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
@@ -416,8 +419,10 @@ def run_variant(variant: Variant, setup: Setup) -> tuple[dict, dict | None]:
             stage = "warm-up / timed steps"
             for k in range(setup.warmup):
                 one_step()
-                if k == 0 and variant.compiler == "magpy":
-                    magpy.synchronize()   # step 3 reused step 2's record: it started the compile
+                if variant.compiler == "magpy":
+                    # Step 3 reused step 2's record: it started the compile (a task recording
+                    # later steps too starts their compile on their record's first reuse).
+                    magpy.synchronize()
             times = run.time_calls(one_step, run.Timing(0, 0.0, setup.steps, setup.steps))
             row["total_s"] = now() - start
             trained = {"loss": torch.stack(losses), "state": snapshot(model)}
@@ -518,7 +523,10 @@ def graph_info(variant: Variant, compiled, row: dict) -> dict:
 def run_model(name: str, task: Task, opts: argparse.Namespace, size: str, batch: int,
               wrap=run._identity, seed: int = 0, log=None) -> list[dict]:
     model, batches = task.build(name, size, batch, seed, getattr(opts, "device", "cpu"))
-    setup = Setup(model, batches, task.loss, OPTIMIZERS[opts.opt], opts.warmup, opts.steps, wrap, task.step)
+    # A task recording after step 2 warms up longer: each later recording's first reuse starts
+    # its compile, and its autopilot trial follows.
+    warmup = opts.warmup + task.recordings - 2
+    setup = Setup(model, batches, task.loss, OPTIMIZERS[opts.opt], warmup, opts.steps, wrap, task.step)
     base = {"model": name, "size": size, "batch": batch, "opt": opts.opt,
             "inputs": run.describe_inputs((), batches[0][0])}
     log = log or _say

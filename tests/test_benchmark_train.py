@@ -98,8 +98,8 @@ def test_train_backend_eager_both_models(tmp_path, capsys):
 def test_train_scheduled_fine_tuning(tmp_path, capsys):
     # The scheduled step records the first step, the warm-up and the decay (issue 30), then
     # replays: exact, one graph a step.
-    status, rows = _run(tmp_path, ["--size", "test", "--steps", "2", "--opt", "adamw", "--models", "bert-finetune",
-                                   "--variants", "magpy-eager"])
+    status, rows = _run(tmp_path, ["--size", "test", "--steps", "2", "--opt", "adamw",
+                                   "--models", "bert-finetune", "--variants", "magpy-eager"])
     printed = capsys.readouterr().out
     assert status == 0, printed
     r = rows[1]
