@@ -272,3 +272,47 @@ def test_first_step_records_then_mocks():
              Step("step 4: decay", _batch, seed=3, expect=MONITOR)]
     steps += [Step(f"step {i}: decay", _batch, seed=i, expect=MOCK) for i in range(5, 10)]
     check_compiled(_build(_linear_warmup), steps, fullgraph=False, observe=_observe, expect_records=3)
+
+
+def _logging_build(logged, make_sched=_linear_warmup):
+    def build():
+        model = _mlp()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        sched = make_sched(opt)
+        log = []
+
+        def train_step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            sched.step()
+            if loss.item() > 1.0:
+                log.append(logged(sched))
+            return loss.detach()
+        return train_step, {"model": model, "opt": opt, "sched": sched, "log": log}
+    return build
+
+
+def test_scheduled_step_with_a_break_after_the_scheduler():
+    # ``loss.item()`` after the scheduler stepped is a break: the mock writes the schedule's
+    # state from the call's ints before the eager step, and a branch on the loss resumes the
+    # monitor from there: the continuation writes the state of its point, ``_last_lr`` (a
+    # new list, which the point copies) computed from the call's epoch too.
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=ANY) for i in range(12)]
+    trace = check_compiled(_logging_build(lambda sched: "high loss"), steps, fullgraph=False,
+                           observe=lambda s: (_observe(s), s["log"]))
+    assert magpy.stats(trace.compiled).eager_runs == 0
+
+
+@pytest.mark.parametrize("make_sched",
+                         [_linear_warmup, lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, 0.7)],
+                         ids=["linear-warmup", "step-lr"])
+def test_scheduled_lr_logged_through_a_list_is_guarded(make_sched):
+    # ``log.append(sched.get_last_lr()[0])``: the lr reaches the log through the scheduler's
+    # list, where its shadow does not follow; the mock would append the recorded lr (StepLR's
+    # lifted ``lr * gamma`` did: a stale lr in the log), so the record guards it by value
+    # instead (exact, one record per lr).
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=ANY) for i in range(7)]
+    check_compiled(_logging_build(lambda sched: sched.get_last_lr()[0], make_sched), steps, fullgraph=False,
+                   observe=lambda s: (_observe(s), s["log"]))

@@ -357,8 +357,8 @@ class MockWriter:
         point = self.point
         if point is None:
             s = shapes.stored(holder, key)
-        else:
-            s = shapes.stored_then(point.stores, holder, key, held)
+        else:   # (the point's copy of a list or dict the call made: the stores name the original)
+            s = shapes.stored_then(point.stores, point.originals.get(id(holder), holder), key, held)
         # (The loads go before the code being written, built objects included: before commits.)
         return None if s is None else self.lifted(s, self.lines.append)
 
@@ -402,6 +402,8 @@ class MockWriter:
         if v is NULL or ann.is_global_random_state(v):   # (the object itself, never a copy)
             return self.names.const(v)
         if is_immutable(v) and not (type(v) is tuple and any(map(self.dynamic_inside, v))):
+            if self.shapes is not None:
+                self.shapes.constant_written(v)
             return repr(v) if is_literal(v) else self.names.const(v)
         node = self.g.node_of(v)
         if node is not None:

@@ -140,6 +140,9 @@ class Shapes(Observer):
         # Outcomes of branches on floats computed from lifted ints: (IntFloat of the predicate
         # as a bool, the outcome), checked by the shape check after the ints' own conditions.
         self.float_outcomes: list[tuple[IntFloat, bool]] = []
+        # id(float) -> the lifted float's or IntFloat shadow the run gave that float object:
+        # the mock writing it as a constant guards it (constant_written).
+        self.floats: dict[int, object] = {}
         self.levels: dict[int, int] = {}         # id(frame) -> intrinsics under way when it was entered
         self.eager_value = _never                # is a value one an eager step computed (magpy.segments)?
         self._outputs = None                     # the output shadow slots of the instruction observed
@@ -162,7 +165,9 @@ class Shapes(Observer):
             if type(value) is int:
                 return self._int_symbol(sn)
             self.scalars[sn.id] = sn
-            return Scalar(sn, self.pinned)
+            scalar = Scalar(sn, self.pinned)
+            self._remember(scalar)
+            return scalar
         positional = tuple(shadow(ARG, i, a) for i, a in enumerate(args))
         keywords = {k: shadow(KWARG, k, v) for k, v in kwargs.items()}
         return (positional, keywords) if self.scalars or self.ints else None
@@ -352,6 +357,24 @@ class Shapes(Observer):
         """Output ``i`` of the instruction just executed gets ``shadow`` (if it is symbolic)."""
         if symbolic(shadow):
             self._outputs[i] = shadow
+            self._remember(shadow)
+
+    def _remember(self, shadow) -> None:
+        if type(shadow) is Scalar or type(shadow) is IntFloat:
+            self.floats[id(shadow.value)] = shadow
+
+    def constant_written(self, v) -> None:
+        """The mock writes ``v`` as the constant it was (into program state, a return value,
+        an eager step's argument): a float the run computed from lifted values, which reached
+        it where its shadow did not follow (``log.append(sched.get_last_lr()[0])``), is
+        guarded by value, so that the constant is right for every call the record serves."""
+        if type(v) is tuple:
+            for x in v:
+                self.constant_written(x)
+            return
+        sh = self.floats.get(id(v)) if type(v) is float else None
+        if sh is not None and sh.value is v:
+            specialise(sh)
 
     def on_enter(self, frame) -> None:
         # How many intrinsics deep the frame runs: a frame one deeper than its caller was
@@ -423,6 +446,7 @@ class Shapes(Observer):
             self.lifted_shadows[sn.id] = shadow
         if shadow is not None:
             f.shadow_stack[-1] = shadow
+            self._remember(shadow)
 
     def _cell(self, f, ins, in_sh, outputs) -> bool:
         """Closure cells keep their content's shadow (a variable a nested function or a
