@@ -91,6 +91,9 @@ class ResumePoint:
     # nodes: the program's stores after the point are not the point's (a continuation writes
     # back only what had been stored by then).
     written: dict = dataclasses.field(default_factory=dict)
+    # id(copy) -> the list or dict the call made that it copies: ``stores`` names the
+    # original (a lifted value stored into a new list, a scheduler's ``_last_lr``).
+    originals: dict = dataclasses.field(default_factory=dict)
 
     def where(self) -> str:
         """The innermost frame's line the call resumes at."""
@@ -188,7 +191,7 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
     made = {i: p for i, p in ((i, produced(t)) for i, t in taker.tensors.items()) if p is not None}
     written = {node.id: (dict(node.written), node.whole) for node, _ in changed}
     return ResumePoint(index, frames, changed, [v for k, v in taker.external.items() if k not in direct],
-                       made=made, modes=thread_modes(), written=written)
+                       made=made, modes=thread_modes(), written=written, originals=taker.originals)
 
 
 def _slots(taker, values, shadows, shadowed) -> list:
@@ -284,6 +287,7 @@ class _Taker:
         self.external: dict[int, object] = {}   # objects from outside the call met, by id
         self._reducing = 0   # how deep in the parts of a Reduced the value being taken is
         self.tensors: dict[int, torch.Tensor] = {}   # the call's own tensors met, by id
+        self.originals: dict[int, object] = {}   # id(copy of a list or dict) -> the original
         self._keep = []
 
     def take_state(self, snap, now):
@@ -316,10 +320,12 @@ class _Taker:
         if t in _COPIED:   # (a tuple of plain values too: it may hold an eager step's value)
             if t is dict:
                 got = self.memo[id(v)] = {}
+                self.originals[id(got)] = v
                 got.update({self.take(k, depth - 1): self.take(x, depth - 1) for k, x in v.items()})
                 return got
             if t is list:
                 got = self.memo[id(v)] = []
+                self.originals[id(got)] = v
                 got.extend(self.take(x, depth - 1) for x in v)
                 return got
             got = self.memo[id(v)] = t(self.take(x, depth - 1) for x in v)

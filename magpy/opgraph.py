@@ -31,7 +31,7 @@ from torch.utils import _pytree as pytree
 
 from magpy import annotations as ann
 from magpy import rng
-from magpy.dynamic import Scalar, specialise
+from magpy.dynamic import IntFloat, Scalar, specialise
 from magpy.monitor import bytecode
 from magpy.refgraph.graph import RefGraph, is_immutable, tensor_version
 
@@ -253,6 +253,16 @@ class ScalarInput:
         return type(other) is ScalarInput and other.node is self.node and other.source == self.source
 
 
+class IntFloatInput:
+    """A float computed from lifted ints (``dynamic.IntFloat``) as a graph input: a 0-d
+    tensor the mock computes from the call's ints (one per shadow)."""
+
+    __slots__ = ("shadow",)
+
+    def __init__(self, shadow):
+        self.shadow = shadow
+
+
 @dataclasses.dataclass(frozen=True)
 class InputSource:
     """Where the mock finds a piece's input that is not read from outside: an expression
@@ -333,7 +343,7 @@ class OpRecorder(TorchFunctionMode):
         seen = {}
         for p in self.pieces:
             for sn, _ in p.inputs:
-                if not isinstance(sn, (InputSource, ScalarInput)):
+                if not isinstance(sn, (InputSource, ScalarInput, IntFloatInput)):
                     seen.setdefault(sn.id, sn)
         return list(seen.values())
 
@@ -648,7 +658,7 @@ class OpRecorder(TorchFunctionMode):
             return
         constants = tuple(a for a, var in zip(args, steps or (None,) * len(args)) if var is None)
         for a in pytree.tree_leaves((constants, kwargs)):
-            if not isinstance(a, (torch.Tensor, torch.SymInt, Scalar)) and a is not LOOP_INDEX:
+            if not isinstance(a, (torch.Tensor, torch.SymInt, Scalar, IntFloat)) and a is not LOOP_INDEX:
                 self.fixed(a)
 
     def _positional(self, name: str, a):
@@ -669,6 +679,8 @@ class OpRecorder(TorchFunctionMode):
             return self.shapes.size_node(a, self)
         if type(a) is Scalar:
             return self._scalar_arg(a)
+        if type(a) is IntFloat:
+            return self._int_float_arg(a)
         if type(a) is slice and torch.SymInt in (type(a.start), type(a.stop), type(a.step)):
             return slice(self._arg(a.start), self._arg(a.stop), self._arg(a.step))
         if self.fixed is not None:
@@ -684,7 +696,7 @@ class OpRecorder(TorchFunctionMode):
         """The graph argument of keyword argument ``key``.  A lifted float ``alpha`` of float
         tensor arithmetic (an optimizer's ``param.add_(grad, alpha=-lr)``) is an input: a
         0-d float64 tensor, which eager's kernels read as the float itself."""
-        if key == "alpha" and type(value) is Scalar and name in _ALPHA:
+        if key == "alpha" and type(value) in (Scalar, IntFloat) and name in _ALPHA:
             self._operands = None if _scalar_operands(name, args) is not False else False
             try:
                 return self._arg(value)
@@ -699,6 +711,14 @@ class OpRecorder(TorchFunctionMode):
             specialise(a)
             return a.value
         return self._scalar_input(a.value, ScalarInput(a.node, a.source))
+
+    def _int_float_arg(self, a: IntFloat):
+        """A float computed from lifted ints: a graph input where it is an operand of float
+        tensor arithmetic, else its value (its ints then guarded by value)."""
+        if self._operands is False:
+            specialise(a)
+            return a.value
+        return self._scalar_input(a.value, IntFloatInput(a))
 
     def _scalar_input(self, value: float | int, source) -> fx.Node:
         """A number as a 0-d tensor (a float as float64, an int as int64): an input the mock

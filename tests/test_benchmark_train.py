@@ -85,13 +85,27 @@ def test_train_small(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_train_backend_eager_both_models(tmp_path, capsys):
-    status, rows = _run(tmp_path, ["--size", "test", "--quick", "--opt", "adamw",
+    status, rows = _run(tmp_path, ["--size", "test", "--quick", "--opt", "adamw", "--models", "resnet50,bert",
                                    "--variants", "magpy-eager,torch.compile-eager"])
     printed = capsys.readouterr().out
     assert status == 0, printed
     assert [(r["model"], r["variant"]) for r in rows] == [
         (m, v) for m in ("resnet50", "bert") for v in ("eager", "torch.compile-eager", "magpy-eager")]
     _assert_exact(rows, printed, steps=train.QUICK_STEPS)
+
+
+@pytest.mark.slow
+def test_train_scheduled_fine_tuning(tmp_path, capsys):
+    # The scheduled step records the first step, the warm-up and the decay (issue 30), then
+    # replays: exact, one graph a step.
+    status, rows = _run(tmp_path, ["--size", "test", "--steps", "2", "--opt", "adamw",
+                                   "--models", "bert-finetune", "--variants", "magpy-eager"])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    r = rows[1]
+    assert r["correct"] is True and r["loss_diff"] == 0.0 and r["state_diff"] == 0.0, r.get("problems")
+    s = r["magpy_stats"]
+    assert s["eager_runs"] == 0 and s["monitor_runs"] == 3 and r["graphs_per_step"] == 1, s
 
 
 @pytest.mark.slow

@@ -993,7 +993,9 @@ def test_sizes_stored_into_state_are_written_by_the_mock(start):
         assert vars(state) == vars(eager_state), (shape, vars(state), vars(eager_state))
     stats = magpy.stats(fast)
     assert stats.eager_runs == 0
-    assert stats.monitor_runs == 3, stats   # first call; sizes lifted; the old length and count lifted
+    # First call; then the sizes, the old length and the call count lifted at once (a counter
+    # read from program state is lifted from its second value, 1, on).
+    assert stats.monitor_runs == 2, stats
 
 
 def _reads_globals(x):

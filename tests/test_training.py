@@ -262,7 +262,9 @@ def test_lr_scheduler_with_a_tensor_learning_rate(make_opt):
     trace = check_compiled(build, steps, fullgraph=False,
                            observe=lambda s: (_observe(s), s["sched"].state_dict()))
     st = magpy.stats(trace.compiled)
-    assert st.eager_runs == 0 and st.monitor_runs == 3 and st.mock_runs == 5, st
+    # (2 recordings: no optimizer state, then the scheduler's epoch counter lifted from its
+    # second value, 1, on: magpy.dynamic lifts a counter read from program state from 1 up)
+    assert st.eager_runs == 0 and st.monitor_runs == 2 and st.mock_runs == 6, st
 
 
 class _Scale(torch.autograd.Function):

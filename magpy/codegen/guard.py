@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import gc
 import keyword
+import math
 import operator
 import types
 from dataclasses import dataclass
@@ -61,7 +62,8 @@ _TYPE_GETATTRIBUTE = type.__dict__["__getattribute__"]
 NAMESPACE = {"SAME": same_value, "DICT_VERSION": _DICT_VERSION, "OWN_DICTS": bytecode.OWN_DICTS,
              "LENGTH_HINT": operator.length_hint,
              "GET_DICT": operator.attrgetter("__dict__"),
-             "IS": operator.is_, "CLASS_DICT": None, "_short": None}
+             "IS": operator.is_, "CLASS_DICT": None, "_short": None,
+             "MATH": math}   # (the shape check's and the mock's floats computed from lifted ints)
 
 
 class GuardWriter:
@@ -149,7 +151,8 @@ class GuardWriter:
             if checks:
                 expected = _expected_in_words(node)
                 why = f"{_brace(w)}: expected {_brace(expected)}, got {{_short({v})}}"
-                out.append(f"    if not ({' and '.join(checks)}): return f'{why}'")
+                # (repr: what it names may span lines or hold quotes, a Parameter key's repr)
+                out.append(f"    if not ({' and '.join(checks)}): return f{why!r}")
             relations += [(rel, w) for rel in self.relations(node)]
         for rel, w in relations:
             why = f"{w}: no longer the same object as another path to it"
@@ -534,8 +537,8 @@ def _value_in_words(node, shapes) -> str:
 
 
 def _brace(text: str) -> str:
-    """``text`` inside an f-string of generated code, taken literally."""
-    return text.replace("{", "{{").replace("}", "}}").replace("'", "\\'")
+    """``text`` inside an f-string of generated code (written with repr), taken literally."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def path_in_words(node, params) -> str:
@@ -577,5 +580,5 @@ def _expected_in_words(node) -> str:
         return f"the recorded {getattr(v, '__qualname__', type(v).__qualname__)}"
     if node.struct and node.kind in (Kind.LIST, Kind.TUPLE, Kind.DICT):
         return f"a {type(v).__name__} of {len(node.snapshot)}"
-    missing = " without " + ", ".join(str(k) for _, k in node.absent) if node.absent else ""
+    missing = " without " + ", ".join(_short(k) for _, k in node.absent) if node.absent else ""
     return f"a {type(v).__qualname__}{missing}"

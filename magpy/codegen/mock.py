@@ -22,10 +22,10 @@ import torch
 from magpy import annotations as ann
 from magpy.codegen.source import Names, is_literal, value_checks, var
 from magpy.continuations import Reduced, Resume, Shadowed, Variable
-from magpy.dynamic import Scalar, symbolic
+from magpy.dynamic import IntFloat, Scalar, symbolic
 from magpy.errors import CaptureError
 from magpy.monitor import NULL, generators
-from magpy.opgraph import InputSource, ScalarInput, int_tensor, scalar_tensor, set_thread_modes
+from magpy.opgraph import InputSource, IntFloatInput, ScalarInput, int_tensor, scalar_tensor, set_thread_modes
 from magpy.refgraph.graph import (
     UNSET,
     Kind,
@@ -140,6 +140,8 @@ class MockWriter:
         """The mock's expression of a graph input (see ``Piece.inputs``)."""
         if isinstance(source, InputSource):
             return source.expr
+        if isinstance(source, IntFloatInput):
+            return f"SCALAR({self.lifted(source.shadow, self.lines.append)})"
         if isinstance(source, ScalarInput):
             value = self.load(source.node)
             return f"SCALAR({source.source.format(x=value)})" if type(source.node.value) is float else value
@@ -363,15 +365,19 @@ class MockWriter:
         point = self.point
         if point is None:
             s = shapes.stored(holder, key)
-        else:
-            s = shapes.stored_then(point.stores, holder, key, held)
-        return None if s is None else self.lifted(s, self.commit)
+        else:   # (the point's copy of a list or dict the call made: the stores name the original)
+            s = shapes.stored_then(point.stores, point.originals.get(id(holder), holder), key, held)
+        # (The loads go before the code being written, built objects included: before commits.)
+        return None if s is None else self.lifted(s, self.lines.append)
 
     def lifted(self, s, emit) -> str:
-        """The source of the value whose shadow is ``s`` (a SymInt, a lifted float's Scalar),
-        computed from this call's sizes and floats; ``emit(line)`` writes the loads it needs."""
+        """The source of the value whose shadow is ``s`` (a SymInt, a lifted float's Scalar,
+        a float computed from lifted ints' IntFloat), computed from this call's sizes and
+        floats; ``emit(line)`` writes the loads it needs."""
         if type(s) is Scalar:
             return s.source.format(x=self.load(s.node))
+        if type(s) is IntFloat:
+            return s.render(lambda i: self.lifted(i, emit))
         shapes = self.shapes
         origins, source = shapes.expression(s)
         for name, origin in origins:
@@ -404,6 +410,8 @@ class MockWriter:
         if v is NULL or ann.is_global_random_state(v):   # (the object itself, never a copy)
             return self.names.const(v)
         if is_immutable(v) and not (type(v) is tuple and any(map(self.dynamic_inside, v))):
+            if self.shapes is not None:
+                self.shapes.constant_written(v)
             return repr(v) if is_literal(v) else self.names.const(v)
         node = self.g.node_of(v)
         if node is not None:

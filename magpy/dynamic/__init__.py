@@ -10,7 +10,13 @@ argument and every int and float argument from the first call; False never lifts
 arguments become symbols like sizes; a float becomes a 0-d tensor input where it is an
 operand of float tensor arithmetic, directly or through Python arithmetic with constants
 (``-lr``: the mock computes that again from each call's value, ``Scalar.source``, and writes
-such floats where the program stored them), else it is *pinned* (guarded by value).
+such floats where the program stored them), else it is *pinned* (guarded by value).  An int
+read from program state (a counter: a scheduler's ``last_epoch``) is lifted from 1 up, and a
+float the program computes from lifted ints (``float(step) / float(warmup)``, ``0.9 **
+epoch``, ``math.cos``, ``max``/``min`` of floats: an ``IntFloat``) is computed again by the
+mock from each call's ints, stored where the program stored it or given to the graph as an
+input; a comparison on it is guarded by its outcome (a condition over the ints in the shape
+check), so a learning-rate schedule records once per side of its branches, not per step.
 
 *How*: a recording that lifts runs :class:`Shapes` beside the operator recorder.  Every
 tensor the graphs see gets a fake twin (``FakeTensorMode`` with a ``ShapeEnv``): inputs get a
@@ -46,7 +52,8 @@ symbols' ranges, the relations torch and the program assumed, the specialisation
 """
 from magpy.dynamic.lifting import Lifting, input_key
 from magpy.dynamic.rules import argument_shadows
-from magpy.dynamic.shadows import Scalar, Span, specialise, symbolic
+from magpy.dynamic.shadows import IntFloat, Scalar, Span, specialise, symbolic
 from magpy.dynamic.shapes import Shapes
 
-__all__ = ["Lifting", "Scalar", "Shapes", "Span", "argument_shadows", "input_key", "specialise", "symbolic"]
+__all__ = ["IntFloat", "Lifting", "Scalar", "Shapes", "Span", "argument_shadows", "input_key", "specialise",
+           "symbolic"]

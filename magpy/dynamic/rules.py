@@ -7,7 +7,17 @@ import operator
 
 import torch
 
-from magpy.dynamic.shadows import Items, Scalar, SymInt, Walk, items_of, symbolic, value_of
+from magpy.dynamic.shadows import (
+    IntFloat,
+    Items,
+    Scalar,
+    SymInt,
+    Walk,
+    int_float,
+    items_of,
+    symbolic,
+    value_of,
+)
 from magpy.monitor import bytecode, operators
 from magpy.monitor.observer import Entries, returns_to_caller
 
@@ -44,6 +54,9 @@ def _binary(sh, f, ins, inputs, outputs, in_sh):
 
 def _compare(sh, f, ins, inputs, outputs, in_sh):
     a, b = inputs
+    if any(type(s) is IntFloat for s in in_sh) or float in (type(a), type(b)):
+        # (a float computed from lifted ints, or a lifted int against a float: ``step <= 4.5``)
+        return sh.float_condition(in_sh, inputs, operators.COMPARE[ins.arg][0], outputs[0])
     if not (type(a) is int and type(b) is int):
         return False
     bool(operators.COMPARE_OPS[ins.arg](value_of(a, in_sh[0]), value_of(b, in_sh[1])))   # guards the outcome
@@ -71,6 +84,9 @@ def _negative(sh, f, ins, inputs, outputs, in_sh):
     if type(s) is Scalar and type(outputs[0]) is float:
         sh.set_output(f, 0, s.derive(f"(-{s.source})", outputs[0]))
         return True
+    if type(s) is IntFloat:
+        sh.set_output(f, 0, int_float((s,), "(-{})", outputs[0]))
+        return True
     return _int_negative(sh, f, ins, inputs, outputs, in_sh)
 
 
@@ -79,6 +95,8 @@ def _float_arithmetic(sh, f, ins, inputs, out, in_sh) -> bool:
     not computed by an eager step) give a float the mock computes, by the same Python
     arithmetic, from each call's lifted value."""
     symbol = operators.BINARY[ins.arg % len(operators.BINARY)][0]
+    if any(type(s) in (IntFloat, SymInt) for s in in_sh):
+        return _int_float_arithmetic(sh, f, symbol, inputs, out, in_sh)
     if symbol not in _FLOAT_OPS or sum(type(s) is Scalar for s in in_sh) != 1:
         return False
     if symbol == "/" and (type(in_sh[0]) is not Scalar or not inputs[1]):
@@ -96,12 +114,51 @@ def _float_arithmetic(sh, f, ins, inputs, out, in_sh) -> bool:
     return True
 
 
+def float_parts(values, shadows, eager_value) -> tuple | None:
+    """The parts (``shadows.int_float``'s) of an operation on ``values`` whose shadows are
+    ``shadows``: floats computed from lifted ints, the ints, finite constants the record
+    holds (their sources; None where a value is something else, or a number an eager step
+    computed: ``eager_value``)."""
+    parts = []
+    for v, s in zip(values, shadows):
+        if type(s) is IntFloat or type(s) is SymInt and type(v) is int:
+            parts.append(s)
+        elif s is None and type(v) in (int, float) and math.isfinite(v) and not eager_value(v):
+            parts.append(repr(v))
+        else:
+            return None
+    return tuple(parts)
+
+
 # Float arithmetic that cannot raise (``**`` may overflow), given a nonzero divisor.
 _FLOAT_OPS = frozenset({"+", "-", "*", "/"})
 
 
+def _int_float_arithmetic(sh, f, symbol, inputs, out, in_sh) -> bool:
+    """``float(step) / 10.0``, ``0.95 ** epoch``: a float computed from lifted ints (and
+    constants the record holds) is one the mock computes again from each call's ints
+    (``IntFloat``).  Only what cannot raise: a divisor is a nonzero constant; a power's base
+    a constant of magnitude at most 1 and its exponent an int guarded to be nonnegative."""
+    parts = float_parts(inputs, in_sh, sh.eager_value)
+    if parts is None:
+        return False
+    right = parts[1]
+    if symbol == "/" and (type(right) is not str or not inputs[1]):
+        return False
+    if symbol == "**":
+        if type(parts[0]) is not str or not 0 < abs(inputs[0]) <= 1 or type(right) is not SymInt:
+            return False
+        bool(right >= 0)   # (guards the outcome: a negative exponent could overflow)
+    elif symbol not in _FLOAT_OPS:
+        return False
+    sh.set_output(f, 0, int_float(tuple(parts), f"({{}} {symbol} {{}})", out))
+    return True
+
+
 def _truth(sh, f, ins, inputs, outputs, in_sh):
     # ``if b:`` on a size: the guard keeps the outcome (b != 0), not the value.
+    if type(in_sh[0]) is IntFloat:
+        return sh.float_condition(in_sh + (None,), inputs + (0.0,), "!=", bool(inputs[0]))
     if type(inputs[0]) is not int:
         return False
     bool(in_sh[0])
@@ -275,7 +332,7 @@ def _store(sh, holder, key, value, s) -> bool:
     """Remember that ``holder`` (an object's attribute, a dict's or list's item ``key``) was
     given ``value``, whose shadow is ``s``: the mock writes it from the call's own sizes or
     lifted floats.  False where it cannot (the shadow is specialised)."""
-    if type(s) is SymInt and type(value) is int or type(s) is Scalar and value is s.value:
+    if type(s) is SymInt and type(value) is int or type(s) in (Scalar, IntFloat) and value is s.value:
         sh.stores[(id(holder), key)] = (holder, value, s)
         return True
     if type(s) is not Items or type(value) is not list or len(s) != len(value):
@@ -283,7 +340,7 @@ def _store(sh, holder, key, value, s) -> bool:
     if sh.refgraph.node_of(value) is not None:
         return False   # (the mock writes a list from outside as it was left, not from shadows)
     # A list the call made, of lifted floats (and values the record keeps)
-    return all(not symbolic(x) or type(x) is Scalar and _store(sh, value, i, v, x)
+    return all(not symbolic(x) or type(x) in (Scalar, IntFloat) and _store(sh, value, i, v, x)
                for i, (v, x) in enumerate(zip(value, s)))
 
 
@@ -327,6 +384,14 @@ NATIVE_INT = ((int, int), (abs, abs), (max, torch.sym_max), (min, torch.sym_min)
               (math.ceil, math.ceil), (operator.add, operator.add), (operator.sub, operator.sub),
               (operator.mul, operator.mul), (operator.floordiv, operator.floordiv),
               (operator.mod, operator.mod), (operator.neg, operator.neg), (operator.index, operator.index))
+# Native callees that compute a float and cannot raise on finite floats: (callee, its source
+# in the mock and the guard, whose namespace has ``math`` as MATH, the types its arguments
+# may have).  ``max`` and ``min`` of floats pick the value the program would: computed
+# again, their choice needs no guard (of an int and a float, the type would depend on it).
+NATIVE_FLOAT = ((float, "float", (int, float)), (max, "max", (float,)), (min, "min", (float,)),
+                (abs, "abs", (float,)), (math.cos, "MATH.cos", (float,)), (math.sin, "MATH.sin", (float,)))
+# How many arguments they take (others: one).
+FLOAT_ARITY = {"max": range(2, 8), "min": range(2, 8)}
 # Native callees that rebuild a sequence with the same items.
 NATIVE_SEQ = (tuple, list, torch.Size)
 # Metadata reads whose result the program gets directly: their result is the twin's.

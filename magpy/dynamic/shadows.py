@@ -34,6 +34,45 @@ class Scalar:
         return f"<lifted float {self.value!r}: {self.source}>"
 
 
+class IntFloat:
+    """The shadow of a float the program computed from lifted ints with Python arithmetic (a
+    learning-rate schedule's ``float(current_step) / float(max(1, warmup))``): ``ints``, the
+    SymInts it was computed from; ``source``, the computation as Python source, ``{0}``,
+    ``{1}`` ... standing for them (the mock computes it from each call's ints with the
+    program's own float operations, in the program's order); ``value``, the float the
+    recording run computed.  It holds no symbol of its own: a use it cannot follow
+    specialises its ints, and a branch on it is guarded by its outcome, a condition over them
+    (``Shapes.float_condition``)."""
+
+    __slots__ = ("ints", "source", "value")
+
+    def __init__(self, ints: tuple, source: str, value: float):
+        self.ints, self.source, self.value = ints, source, value
+
+    def render(self, int_source) -> str:
+        """The source of the float, ``int_source(SymInt)`` giving each int's."""
+        return self.source.format(*(f"({int_source(i)})" for i in self.ints))
+
+    def __repr__(self):
+        return f"<float {self.value!r} of ints: {self.source}>"
+
+
+def int_float(parts: tuple, template: str, value) -> IntFloat:
+    """The shadow of a float computed as ``template`` (``{0}``, ``{1}``: each of ``parts``)
+    from ``parts``: IntFloat shadows, SymInts and constants' sources (str)."""
+    ints, sources = [], []
+    for p in parts:
+        if type(p) is IntFloat:
+            sources.append(p.source.format(*(f"{{{len(ints) + i}}}" for i in range(len(p.ints)))))
+            ints += p.ints
+        elif type(p) is SymInt:
+            sources.append(f"{{{len(ints)}}}")
+            ints.append(p)
+        else:
+            sources.append(p)
+    return IntFloat(tuple(ints), template.format(*sources), value)
+
+
 class Span:
     """The shadow of ``range(n)`` with ``n`` symbolic (its ``stop``, a SymInt).  A ``for`` loop
     over it that magpy.controlflow records as one operator ``takes`` it: nothing else does
@@ -88,6 +127,8 @@ def _parts(sh):
         return (sh.start, sh.stop, sh.step)
     if t is Walk:
         return sh.shadows[sh.pos:]
+    if t is IntFloat:
+        return sh.ints
     return ()
 
 
@@ -124,7 +165,7 @@ def with_shadow(value, sh):
     t = type(sh)
     if t is SymInt:
         return sh if type(value) is int and sh.node.hint == value else value
-    if t is Scalar:
+    if t is Scalar or t is IntFloat:
         return sh if value is sh.value else value
     if t is Items and isinstance(value, (tuple, list)):
         if len(value) != len(sh):   # out of date: what it held is guarded instead

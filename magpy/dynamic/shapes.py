@@ -20,21 +20,26 @@ from magpy import logs
 from magpy.dynamic.lifting import Lifting
 from magpy.dynamic.rules import (
     CELL_OPS,
+    FLOAT_ARITY,
+    NATIVE_FLOAT,
     NATIVE_INT,
     NATIVE_SEQ,
     RULES,
     argument_shadows,
     dict_get,
     direct_read,
+    float_parts,
     int_result,
     zip_walk,
 )
 from magpy.dynamic.shadows import (
+    IntFloat,
     Items,
     Scalar,
     Span,
     SymInt,
     collect,
+    int_float,
     items_of,
     of_read,
     specialise,
@@ -135,6 +140,12 @@ class Shapes(Observer):
         # from outside: the mock writes it from the new sizes.
         self.stores: dict[tuple, tuple] = {}
         self.lifted_shadows: dict[int, object] = {}   # node id -> shadow of a lifted attribute or global
+        # Outcomes of branches on floats computed from lifted ints: (IntFloat of the predicate
+        # as a bool, the outcome), checked by the shape check after the ints' own conditions.
+        self.float_outcomes: list[tuple[IntFloat, bool]] = []
+        # id(float) -> the lifted float's or IntFloat shadow the run gave that float object:
+        # the mock writing it as a constant guards it (constant_written).
+        self.floats: dict[int, object] = {}
         self.levels: dict[int, int] = {}         # id(frame) -> intrinsics under way when it was entered
         self.eager_value = _never                # is a value one an eager step computed (magpy.segments)?
         self._outputs = None                     # the output shadow slots of the instruction observed
@@ -157,24 +168,31 @@ class Shapes(Observer):
             if type(value) is int:
                 return self._int_symbol(sn)
             self.scalars[sn.id] = sn
-            return Scalar(sn, self.pinned)
+            scalar = Scalar(sn, self.pinned)
+            self._remember(scalar)
+            return scalar
         positional = tuple(shadow(ARG, i, a) for i, a in enumerate(args))
         keywords = {k: shadow(KWARG, k, v) for k, v in kwargs.items()}
         return (positional, keywords) if self.scalars or self.ints else None
 
-    def _int_symbol(self, sn) -> SymInt | None:
+    def _int_symbol(self, sn, counter: bool = False) -> SymInt | None:
         """A lifted int argument: a symbol backed by its value.  0 and 1 stay constants (as
         torch specialises sizes); a value above 1 gets a size's symbol, from 2 up, and a
         negative one a symbol of the negative ints: a record serves the ints of one sign (the
-        guard checks the range), where torch's reasoning about sizes holds for the positive."""
-        if sn.value in (0, 1):
+        guard checks the range), where torch's reasoning about sizes holds for the positive.
+        A ``counter`` (an int read from program state: a scheduler's ``last_epoch``, a step
+        count) is lifted from 1 too, a symbol of the ints from 1 up: a counter's second value
+        is 1, and the record it makes serves every later step."""
+        one = counter and sn.value == 1
+        if sn.value in (0, 1) and not one:
             return None
         source = _source(f"int{len(self.symbols)}")
         negative = sn.value < 0
         sym = self.env.create_symbol(sn.value, source, dynamic_dim=DimDynamic.DYNAMIC,
-                                     positive=None if negative else True)
-        if negative:
-            self.env.constrain_symbol_range(sym, -int_oo, -1)
+                                     positive=None if negative or one else True,
+                                     do_not_specialize_zero_one=one)
+        if negative or one:
+            self.env.constrain_symbol_range(sym, -int_oo if negative else 1, -1 if negative else int_oo)
         value = self.env.create_symintnode(sym, hint=sn.value, source=source)
         self.symbols[sym] = _Origin(sn, None, value, None)
         self.ints[sn.id] = sn
@@ -259,7 +277,7 @@ class Shapes(Observer):
     def propagate(self, func, args, kwargs, out) -> None:
         """Run the operation on the twins: its results' twins."""
         def twin(a):
-            if type(a) is Scalar:
+            if type(a) is Scalar or type(a) is IntFloat:
                 return a.value
             return self.fake(a) if isinstance(a, torch.Tensor) else a
         fargs, fkwargs = pytree.tree_map(twin, (tuple(args), dict(kwargs)))
@@ -342,6 +360,24 @@ class Shapes(Observer):
         """Output ``i`` of the instruction just executed gets ``shadow`` (if it is symbolic)."""
         if symbolic(shadow):
             self._outputs[i] = shadow
+            self._remember(shadow)
+
+    def _remember(self, shadow) -> None:
+        if type(shadow) is Scalar or type(shadow) is IntFloat:
+            self.floats[id(shadow.value)] = shadow
+
+    def constant_written(self, v) -> None:
+        """The mock writes ``v`` as the constant it was (into program state, a return value,
+        an eager step's argument): a float the run computed from lifted values, which reached
+        it where its shadow did not follow (``log.append(sched.get_last_lr()[0])``), is
+        guarded by value, so that the constant is right for every call the record serves."""
+        if type(v) is tuple:
+            for x in v:
+                self.constant_written(x)
+            return
+        sh = self.floats.get(id(v)) if type(v) is float else None
+        if sh is not None and sh.value is v:
+            specialise(sh)
 
     def on_enter(self, frame) -> None:
         # How many intrinsics deep the frame runs: a frame one deeper than its caller was
@@ -413,10 +449,11 @@ class Shapes(Observer):
                 self.scalars[sn.id] = sn
                 shadow = Scalar(sn, self.pinned)
             else:
-                shadow = self._int_symbol(sn)
+                shadow = self._int_symbol(sn, counter=True)
             self.lifted_shadows[sn.id] = shadow
         if shadow is not None:
             f.shadow_stack[-1] = shadow
+            self._remember(shadow)
 
     def _cell(self, f, ins, in_sh, outputs) -> bool:
         """Closure cells keep their content's shadow (a variable a nested function or a
@@ -481,8 +518,11 @@ class Shapes(Observer):
         if stop is not None:
             self.set_output(f, 0, Span(stop))   # (a for loop over it may take it whole)
             return True
-        fn = next((v for k, v in NATIVE_INT if k is callee), None)
         out = outputs[0] if outputs else None
+        floats = type(out) is float or any(type(a) is float for a in args)   # (max(0, 0.0) is 0)
+        if floats and any(type(s) is IntFloat or type(s) is SymInt for s in in_sh):
+            return self._float_call(f, callee, args, in_sh[len(in_sh) - len(args):], out)
+        fn = next((v for k, v in NATIVE_INT if k is callee), None)
         if fn is not None and all(type(a) is int for a in args):
             try:
                 # (torch.sym_max is a torch function: the operation recorder must not see it)
@@ -502,6 +542,42 @@ class Shapes(Observer):
         if callee is len and len(args) == 1 and items_of(args[0], in_sh[-1]) is not None:
             return True   # the length of a sequence of sizes is no size
         return False
+
+    def _float_call(self, f, callee, args, shadows, out) -> bool:
+        """``float(step)``, ``max(0.0, progress)``, ``math.cos(x)`` of floats computed from
+        lifted ints (or of the ints): the mock computes the call again (``IntFloat``)."""
+        name, types = next(((n, ts) for k, n, ts in NATIVE_FLOAT if k is callee), (None, ()))
+        if name in ("max", "min") and len(args) == 2 and not all(type(a) is float for a in args):
+            return self._choice(f, name, args, shadows, out)
+        if len(args) not in FLOAT_ARITY.get(name, (1,)) or not all(type(a) in types for a in args):
+            return False
+        parts = float_parts(args, shadows, self.eager_value)
+        if parts is None:
+            return False
+        if name.startswith("MATH."):   # (cos and sin of an infinity raise)
+            self.float_outcomes.append((int_float(parts, "MATH.isfinite({})", True), True))
+        self.set_output(f, 0, int_float(parts, f"{name}({', '.join(['{}'] * len(parts))})", out))
+        return True
+
+    def _choice(self, f, name, args, shadows, out) -> bool:
+        """``max(0, factor)`` of an int and a float: which one it gives decides the result's
+        type, so the guard keeps the choice (``factor > 0``: max takes the second where it is
+        greater, min where it is less) and the result is the one chosen."""
+        second = out is args[1] and out is not args[0]
+        if not self.float_condition(shadows[::-1], args[::-1], ">" if name == "max" else "<", second):
+            return False
+        self.set_output(f, 0, shadows[1] if second else shadows[0])
+        return True
+
+    def float_condition(self, shadows, values, symbol: str, outcome) -> bool:
+        """A comparison ``symbol`` of ``values`` (shadows ``shadows``), one a float computed
+        from lifted ints, gave ``outcome``: the guard requires that outcome (the predicate
+        over the ints), not the ints' values.  False where it cannot be said so."""
+        parts = float_parts(values, shadows, self.eager_value)
+        if parts is None or type(outcome) is not bool:
+            return False
+        self.float_outcomes.append((int_float(parts, f"({{}} {symbol} {{}})", outcome), outcome))
+        return True
 
     def passed_on(self, f) -> bool:
         """Did the call ``f`` just made hand its lifted values only to the Python function it
@@ -599,6 +675,8 @@ class Shapes(Observer):
                 conds += [f"{sym} {op} {int(bound)}" for op, bound in ((">=", vr.lower), ("<=", vr.upper))
                           if bound.is_Integer]
         conds += [f"({printer.doprint(g.expr)})" for g in self.env.guards]
+        conds += [f"({'' if held else 'not '}{c.render(self._int_source)})"
+                  for c, held in self.float_outcomes]
         for tid, (sn, dims, fake) in self.inputs.items():
             if fake is None or tid not in names:
                 continue
@@ -606,6 +684,10 @@ class Shapes(Observer):
                 if type(s) is SymInt and not s.node.expr.is_number:
                     conds.append(f"{names[tid]}.stride({d}) == {printer.doprint(s.node.expr)}")
         return loads, conds
+
+    def _int_source(self, s: SymInt) -> str:
+        """SymInt ``s`` as Python source over the symbols (the shape check's names)."""
+        return PythonPrinter().doprint(self.env.replace(s.node.expr))
 
     def describe(self, words) -> list[str]:
         """The lifted dimensions and what the record assumes of them, in words (explain);

@@ -323,7 +323,7 @@ class Monitor:
 
     def _call_partial(self, p, args, kwargs, shadows):
         kw = {**p.keywords, **kwargs} if kwargs else (p.keywords or None)
-        return self.call(p.func, p.args + args, kw, None)
+        return self.call(p.func, p.args + args, kw, _shift(shadows, len(p.args)))
 
     def _call_builtin(self, b, args, kwargs, shadows):
         owner = b.__self__
@@ -487,11 +487,12 @@ class _Session:
         return False
 
 
-def _shift(shadows):
-    """Shadows after prepending an argument (a bound ``self``) with no shadow."""
+def _shift(shadows, n: int = 1):
+    """Shadows after prepending ``n`` arguments with no shadow (a bound ``self``, a partial's
+    own arguments)."""
     if shadows is None:
         return None
-    return ((None,) + shadows[0], shadows[1])
+    return ((None,) * n + shadows[0], shadows[1])
 
 
 def _param_shadows(info, code, shadows):

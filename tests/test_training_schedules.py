@@ -1,0 +1,318 @@
+"""Training steps with learning-rate schedules, compiled whole (issue 30, item 1): what
+changes every step is data, not a new record.
+
+A scheduler stepped inside the compiled step changes Python numbers every call: its
+``last_epoch`` and ``_step_count`` (ints read from the scheduler: lifted from their second
+value, 1 included, ``magpy.dynamic.Shapes._int_symbol``), the lr it computes from them with
+Python arithmetic (``float(step) / float(warmup)``, ``0.5 * (1 + math.cos(...))``: an
+``IntFloat`` the mock computes again from each call's ints and writes into ``param_groups``
+and ``_last_lr``) and the lr the optimizer reads back (a lifted float, a graph input).  A
+branch on them (``if current_step < num_warmup_steps``) is guarded by the outcome it took
+(``s0 + 1 < 4``), not by the value: a record serves every step on that side of the branch.
+
+So a scheduled step records: once for the first step (no optimizer state, no ``.grad``),
+then once per side of each branch of its schedule (linear and cosine warm-up: warm-up and
+decay; StepLR: a step at which the lr changes and one at which it does not), and every
+other step is a mock run.  Each test compares against the same loop run eagerly after every
+step: loss, parameters, gradients, optimizer and scheduler state, bit for bit under backend
+"eager".
+"""
+import functools
+import math
+
+import pytest
+import torch
+import transformers
+from torch import nn
+
+import magpy
+from tests.compile_harness import (
+    ANY,
+    MOCK,
+    MONITOR,
+    Step,
+    after,
+    check_compiled,
+    fresh,
+    fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
+)
+
+transformers.logging.set_verbosity_error()
+
+
+def _mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def _batch(state):
+    return torch.randn(6, 8), torch.randn(6, 4)
+
+
+def _observe(state):
+    """Everything a step changes: parameters and their .grad, optimizer and scheduler state."""
+    model, opt, sched = state["model"], state["opt"], state["sched"]
+    return ([(name, t, t.grad) for name, t in model.named_parameters()], opt.state_dict(),
+            opt.param_groups[0]["lr"], _scheduler_state(sched))
+
+
+def _scheduler_state(sched) -> dict:
+    # (LambdaLR's state_dict holds its lambdas: functions, one per copy)
+    return {k: v for k, v in sched.state_dict().items() if k != "lr_lambdas"}
+
+
+def _step_fn(model, opt, sched, loss_fn=nn.functional.mse_loss, autocast=False):
+    def train_step(*batch):
+        *inputs, target = batch
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_fn(model(*inputs), target)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        return loss.detach()
+    return train_step
+
+
+def _build(make_sched, make_opt=lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.01)):
+    def build():
+        model = _mlp()
+        opt = make_opt(model.parameters())
+        sched = make_sched(opt)
+        return _step_fn(model, opt, sched), {"model": model, "opt": opt, "sched": sched}
+    return build
+
+
+def _run(build, n, batch=_batch, **options):
+    steps = [Step(f"train step {i + 1}", batch, seed=i, expect=ANY) for i in range(n)]
+    trace = check_compiled(build, steps, fullgraph=False, observe=_observe, **options)
+    st = magpy.stats(trace.compiled)
+    assert st.eager_runs == 0 and st.breaks == {}, st
+    return st
+
+
+def _linear_warmup(opt):
+    return transformers.get_linear_schedule_with_warmup(opt, num_warmup_steps=4, num_training_steps=30)
+
+
+def test_linear_warmup_records_per_branch_not_per_step():
+    # 14 steps: the first step, then one record for the warm-up steps (2-4) and one for the
+    # decay (5-14); the lr changes at every step.
+    st = _run(_build(_linear_warmup), 14)
+    assert st.records == 3 and st.monitor_runs == 3 and st.mock_runs == 11, st
+
+
+def test_cosine_warmup():
+    def cosine(opt):
+        return transformers.get_cosine_schedule_with_warmup(opt, num_warmup_steps=3, num_training_steps=20)
+    st = _run(_build(cosine), 12)
+    assert st.records == 3 and st.mock_runs == 9, st
+
+
+def test_lambda_lr_with_a_python_lambda():
+    # No branch: one record serves every step after the first.
+    st = _run(_build(lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 0.9 ** epoch)), 10)
+    assert st.records == 2 and st.mock_runs == 8, st
+
+
+def test_step_lr():
+    # StepLR's ``last_epoch % step_size``: a record for the steps that change the lr and one
+    # for those that keep it, whatever the epoch; before those, the lr is a guarded value
+    # until it has changed once (steps 1 and 2: no state, then the first lr; step 3 the
+    # next lr, from then on lifted), and steps 4-12 replay: 5 records for any number of steps.
+    st = _run(_build(lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)), 12)
+    assert st.records == 5 and st.mock_runs == 7, st
+
+
+def test_scheduler_state_changed_from_outside():
+    # The program moves the schedule between steps (resuming a run): the next steps follow
+    # the new epoch exactly, from the same records where the branch side is the same.
+    def skip_ahead(state):
+        state["sched"].last_epoch += 5
+    build = _build(_linear_warmup)
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=ANY) for i in range(6)]
+    steps += [after(skip_ahead, _batch, expect=MOCK), fresh(_batch, seed=9, expect=MOCK)]
+    check_compiled(build, steps, fullgraph=False, observe=_observe, expect_records=3)
+
+
+# -- the mechanism, on a plain function ------------------------------------------------------------
+
+class _Counter:
+    def __init__(self):
+        self.step = 0
+
+
+def _scaled(counter, scale_fn):
+    def f(x):
+        counter.step += 1
+        return x * scale_fn(counter.step)
+    return f
+
+
+def _warmup_scale(step, *, warmup):
+    if step < warmup:
+        return float(step) / float(max(1, warmup))
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * float(step - warmup) / 20.0)))
+
+
+def _counter_build(scale_fn):
+    def build():
+        counter = _Counter()
+        return _scaled(counter, scale_fn), {"counter": counter}
+    return build
+
+
+def _x(state):
+    return (torch.randn(5),)
+
+
+def test_float_of_a_counter_is_a_graph_input():
+    # ``x * scale`` with scale computed from the counter through a partial: one record per
+    # side of the warm-up branch, then mock runs whose graph takes each call's scale.
+    scale = functools.partial(_warmup_scale, warmup=4)
+    steps = [Step(f"call {i + 1}", _x, seed=i, expect=ANY) for i in range(9)]
+    trace = check_compiled(_counter_build(scale), steps, fullgraph=False)
+    st = magpy.stats(trace.compiled)
+    assert st.records == 3 and st.mock_runs == 6 and st.graph_count == 3, st
+
+
+def test_counter_set_from_outside_between_calls():
+    scale = functools.partial(_warmup_scale, warmup=4)
+
+    def rewind(state):
+        state["counter"].step = 1
+
+    def jump(state):
+        state["counter"].step = 40
+
+    steps = [Step(f"call {i + 1}", _x, seed=i, expect=ANY) for i in range(6)]
+    steps += [after(rewind, _x, expect=MOCK), after(jump, _x, expect=MOCK), fresh(_x, seed=3, expect=MOCK)]
+    check_compiled(_counter_build(scale), steps, fullgraph=False)
+
+
+def test_max_of_an_int_and_a_float_guards_its_choice():
+    # ``max(0, f)`` gives the int 0 where f <= 0: the record keeps which one it chose.
+    def scale(step):
+        return max(0, 1.0 - float(step) / 4.0)
+    # Records: the first call; calls 2-3 (the float chosen); call 4 on (0.0 > 0 is false: the
+    # int 0).
+    steps = [Step(f"call {i + 1}", _x, seed=i, expect=ANY) for i in range(8)]
+    trace = check_compiled(_counter_build(scale), steps, fullgraph=False)
+    st = magpy.stats(trace.compiled)
+    assert st.records == 3 and st.mock_runs == 5, st
+
+
+def test_power_of_a_counter():
+    steps = [Step(f"call {i + 1}", _x, seed=i, expect=ANY) for i in range(6)]
+    trace = check_compiled(_counter_build(lambda step: 0.5 ** step), steps, fullgraph=False)
+    st = magpy.stats(trace.compiled)
+    assert st.records == 2 and st.mock_runs == 4, st
+
+
+def test_recompile_diagnosis_names_the_missing_optimizer_state():
+    # The first step's guard requires the optimizer state to lack the parameters' entries;
+    # its diagnosis (MAGPY_LOGS=recompiles) says so in words, Parameter reprs and all.
+    fn, state = _build(_linear_warmup)()
+    compiled = magpy.compile(fn, backend="eager")
+    batch = _batch(state)
+    compiled(*batch)
+    record = compiled._magpy_cache.records[0]
+    why = record.diagnose(batch, {})
+    assert why is not None and "no diagnosis" not in why and "expected" in why, why
+
+
+# -- the fine-tuning step: a transformers BERT classifier from a small config -----------------------
+
+def _bert_build(autocast=False, warmup=10, total=100):
+    def build():
+        config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=64, vocab_size=100, max_position_embeddings=64,
+                                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                         num_labels=3)
+        model = transformers.BertForSequenceClassification(config)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        sched = transformers.get_linear_schedule_with_warmup(opt, warmup, total)
+
+        def loss_fn(out, labels):
+            return nn.functional.cross_entropy(out.logits.float(), labels)
+        return _step_fn(model, opt, sched, loss_fn, autocast), {"model": model, "opt": opt, "sched": sched}
+    return build
+
+
+def _tokens(state):
+    return torch.randint(0, 100, (4, 16)), torch.randint(0, 3, (4,))
+
+
+def test_bert_fine_tuning_short():
+    # Warm-up over 3 steps: the first step, the warm-up, the decay.
+    st = _run(_bert_build(warmup=3, total=20), 6, _tokens)
+    assert st.records == 3 and st.mock_runs == 3, st
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+def test_bert_fine_tuning_100_steps(autocast):
+    # issue 30: one recording per step before (8 records, then eager from step 9).
+    st = _run(_bert_build(autocast), 100, _tokens)
+    assert st.records == 3 and st.monitor_runs == 3 and st.mock_runs == 97, st
+
+
+@pytest.mark.slow
+def test_bert_fine_tuning_inductor():
+    st = _run(_bert_build(warmup=3, total=20), 8, _tokens, backend="inductor", rtol=1e-4, atol=1e-5)
+    assert st.records == 3 and st.mock_runs == 5, st
+
+
+def test_first_step_records_then_mocks():
+    # (the harness's expectations, step by step, for the short linear warm-up)
+    # (the scheduler steps at the end of each step: step i computes the lr of epoch i)
+    steps = [Step("step 1: no optimizer state", _batch, seed=0, expect=MONITOR),
+             Step("step 2: warm-up", _batch, seed=1, expect=MONITOR),
+             Step("step 3: warm-up", _batch, seed=2, expect=MOCK),
+             Step("step 4: decay", _batch, seed=3, expect=MONITOR)]
+    steps += [Step(f"step {i}: decay", _batch, seed=i, expect=MOCK) for i in range(5, 10)]
+    check_compiled(_build(_linear_warmup), steps, fullgraph=False, observe=_observe, expect_records=3)
+
+
+def _logging_build(logged, make_sched=_linear_warmup):
+    def build():
+        model = _mlp()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        sched = make_sched(opt)
+        log = []
+
+        def train_step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            sched.step()
+            if loss.item() > 1.0:
+                log.append(logged(sched))
+            return loss.detach()
+        return train_step, {"model": model, "opt": opt, "sched": sched, "log": log}
+    return build
+
+
+def test_scheduled_step_with_a_break_after_the_scheduler():
+    # ``loss.item()`` after the scheduler stepped is a break: the mock writes the schedule's
+    # state from the call's ints before the eager step, and a branch on the loss resumes the
+    # monitor from there: the continuation writes the state of its point, ``_last_lr`` (a
+    # new list, which the point copies) computed from the call's epoch too.
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=ANY) for i in range(12)]
+    trace = check_compiled(_logging_build(lambda sched: "high loss"), steps, fullgraph=False,
+                           observe=lambda s: (_observe(s), s["log"]))
+    assert magpy.stats(trace.compiled).eager_runs == 0
+
+
+@pytest.mark.parametrize("make_sched",
+                         [_linear_warmup, lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, 0.7)],
+                         ids=["linear-warmup", "step-lr"])
+def test_scheduled_lr_logged_through_a_list_is_guarded(make_sched):
+    # ``log.append(sched.get_last_lr()[0])``: the lr reaches the log through the scheduler's
+    # list, where its shadow does not follow; the mock would append the recorded lr (StepLR's
+    # lifted ``lr * gamma`` did: a stale lr in the log), so the record guards it by value
+    # instead (exact, one record per lr).
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=ANY) for i in range(7)]
+    check_compiled(_logging_build(lambda sched: sched.get_last_lr()[0], make_sched), steps, fullgraph=False,
+                   observe=lambda s: (_observe(s), s["log"]))
