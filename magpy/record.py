@@ -343,8 +343,10 @@ def _capture_continuation(resume, backend, errors):
             cap = Capture(_policy)
             cap.recorder.joint_backend = backend[0] in joint.BACKENDS
             for i, v in enumerate(values):
-                # Plain values (a loop counter, a step's small int) are constants of the record.
-                cap.refgraph.root(ARG, i, v, read=is_immutable(v), anew=True)
+                # Plain values (a loop counter, a step's small int) are constants of the record;
+                # tensors are checked as arguments are (a parent whose sizes are symbolic hands
+                # on tensors of other sizes than the continuation's graphs were recorded for).
+                cap.refgraph.root(ARG, i, v, read=is_immutable(v) or isinstance(v, torch.Tensor), anew=True)
     except CaptureError as e:
         _capture_failed(e, errors)
         return Monitor().resume(continuations.frames(resume, None)), None

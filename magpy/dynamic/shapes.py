@@ -147,6 +147,7 @@ class Shapes(Observer):
         # the mock writing it as a constant guards it (constant_written).
         self.floats: dict[int, object] = {}
         self.levels: dict[int, int] = {}         # id(frame) -> intrinsics under way when it was entered
+        self._raised = None                      # the exception last seen where it started
         self.eager_value = _never                # is a value one an eager step computed (magpy.segments)?
         self._outputs = None                     # the output shadow slots of the instruction observed
         self._matched = False                    # whether a tensor operation took its inputs' shadows
@@ -389,6 +390,18 @@ class Shapes(Observer):
         ids = self.passed.setdefault(id(caller), set())
         for s in frame.shadow_locals:
             collect(s, ids)
+
+    def on_exception(self, frame, exc) -> None:
+        # An instruction that raised decided on its inputs' values (``LST[n]`` past the end,
+        # ``1 / n`` with n == 0): a path the program takes because it caught the exception
+        # holds for those values only, so its symbolic inputs are specialised, as by an
+        # instruction without a rule.  (Where the exception starts, not in the frames it
+        # unwinds through, nor for magpy's own stop of a fork, a BaseException.)
+        if exc is self._raised or not self.active or not isinstance(exc, Exception):
+            return
+        self._raised = exc
+        for s in getattr(frame, "ins_shadows", None) or ():
+            specialise(s)
 
     def on_instruction(self, f, ins, inputs, outputs) -> None:
         if ins.opname in _READS and type(outputs[-1]) in (float, int):
