@@ -185,6 +185,7 @@ class Explanation:
     shape_check_source: str | None = None  # the guard's check of the symbolic sizes (SHAPES)
     control_flow: list = dataclasses.field(default_factory=list)   # ifs, loops as operators
     autopilot: list = dataclasses.field(default_factory=list)  # a compiled callable's graph trials, in words
+    recompiles: list = dataclasses.field(default_factory=list)  # a compiled callable's recordings after its first: why
 
     def __repr__(self) -> str:
         counts = f"graphs={self.graph_count}, ops={self.op_count}, breaks={len(self.break_reasons)}"
@@ -216,6 +217,9 @@ class Explanation:
             out.append("compiled graphs (background compile, then compiled vs eager, the faster kept; "
                        "magpy.config.background_compile, autopilot):")
             out += [f"  {line}" for line in self.autopilot]
+        if self.recompiles:
+            out.append("recompiles (why each recording after the first was made):")
+            out += [f"  {i + 2}: {line}" for i, line in enumerate(self.recompiles)]
         if len(self.segments) > 1:
             out.append("segments (what the mock runs, in order):")
             out += [f"  {line}" for line in self.segments]
@@ -230,7 +234,8 @@ class Explanation:
     def html(self, path=None, title: str = "magpy.explain") -> str:
         """One self-contained HTML page of this explanation (``magpy.explain_html``): the call
         as a timeline of graphs and eager steps with the user's lines, each graph's operations
-        by kind, the guards in words, the generated source.  Written to ``path`` if given;
+        by kind, the guards in words, a compiled callable's recompile history, the generated
+        source.  Written to ``path`` if given;
         returned either way."""
         page = explain_html.render(self, title)
         if path is not None:
@@ -289,7 +294,8 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     return Explanation(len(graphs), graphs, rec.op_count, breaks, rec.guard_source, rec.mock_source, result,
                        rec.fast_source, rec.graph_break is not None, _segments(rec), list(rec.inputs),
                        list(rec.lifted) + _static_backend(cache), rec.shape_source,
-                       control_flow=list(rec.conds), autopilot=_trials(cache))
+                       control_flow=list(rec.conds), autopilot=_trials(cache),
+                       recompiles=list(cache.stats.recompiles) if cache is not None else [])
 
 
 def _trials(cache) -> list[str]:

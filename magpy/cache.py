@@ -70,6 +70,9 @@ class Stats:
     graphs_per_call: int = 0  # graphs the last call ran (0: it ran eagerly or monitored)
     records: int = 0          # records in the cache now
     break_reasons: list = dataclasses.field(default_factory=list)
+    # Why each recording after the first was made: what the newest record's guard found
+    # different then, in words (explain's recompile history), oldest first.
+    recompiles: list = dataclasses.field(default_factory=list)
     breaks: dict = dataclasses.field(default_factory=dict)   # reason -> dynamic operations run as eager steps
     kept: dict = dataclasses.field(default_factory=dict)     # version ("eager", a backend) -> graphs that
     #                                                          kept it after their trial (magpy.autopilot)
@@ -314,8 +317,10 @@ class RecordCache:
             self.stats.eager_runs += 1
             return self.fn(*args, **kwargs)
         self.stats.monitor_runs += 1
-        if self.records and logs.on("recompiles"):
-            self.log_recompile(args, kwargs)
+        if self.records:
+            self.stats.recompiles.append(_diagnosis(self.records[0], args, kwargs))
+            if logs.on("recompiles"):
+                self.log_recompile(args, kwargs)
         errors = []
         start = time.perf_counter()
         result, rec = capture(self.fn, args, kwargs, self.backend, self.roots, errors, self.lifting)
@@ -352,11 +357,7 @@ class RecordCache:
 
     def why_missed(self, args, kwargs) -> str:
         """What the last record's guard found different, and what to do about it."""
-        rec = self.records[0]
-        try:
-            why = rec.diagnose(args, kwargs) if rec.diagnose is not None else None
-        except Exception:  # noqa: BLE001 - a diagnosis must never break the call
-            why = None
+        why = _diagnosis(self.records[0], args, kwargs)
         fix = ("If a tensor size keeps changing, leave magpy.config.dynamic at None (automatic) or set it "
                "to True" + ("" if self.lifting is not None else " with a backend that compiles symbolic "
                             f"sizes ({', '.join(sorted(SYMBOLIC))})")
@@ -368,11 +369,7 @@ class RecordCache:
         """MAGPY_LOGS=recompiles: why each record did not cover this call."""
         out = logs.logger("recompiles")
         for i, rec in enumerate(self.records):
-            try:
-                why = rec.diagnose(args, kwargs) if rec.diagnose is not None else None
-            except Exception as e:  # noqa: BLE001 - a diagnosis must never break the call
-                why = f"(no diagnosis: {type(e).__name__}: {e})"
-            why = why or "the guard passed, then a check after an eager step failed"
+            why = _diagnosis(rec, args, kwargs)
             out.info("%s: recording again; record %d of %d: %s", self.name(), i + 1, len(self.records), why)
 
     def log_recording(self, rec: Record | None, seconds: float) -> None:
@@ -443,6 +440,15 @@ class RecordCache:
         if self._recording.locked() and self._recorder != threading.get_ident():
             self._recording = threading.Lock()
         self._lock = threading.Lock()
+
+
+def _diagnosis(rec: Record, args: tuple, kwargs: dict) -> str:
+    """Why ``rec`` does not cover the call, in words (its guard's diagnosis)."""
+    try:
+        why = rec.diagnose(args, kwargs) if rec.diagnose is not None else None
+    except Exception as e:  # noqa: BLE001 - a diagnosis must never break the call
+        return f"(no diagnosis: {type(e).__name__}: {e})"
+    return why or "the guard passed, then a check after an eager step failed"
 
 
 def _without(records: tuple, rec: Record) -> tuple:

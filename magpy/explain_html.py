@@ -101,6 +101,9 @@ def render(ex, title: str = "magpy.explain") -> str:
         body.append(_section("Control flow", _lines(ex.control_flow)))
     if ex.autopilot:
         body.append(_section("Compiles and the autopilot's choices", _lines(ex.autopilot)))
+    if ex.recompiles:
+        body.append(_section("Recompile history (why each recording after the first was made)",
+                             _lines(f"recording {i + 2}: {why}" for i, why in enumerate(ex.recompiles))))
     for i, gm in enumerate(ex.graphs):
         rows = "".join(f"<tr><td><code>{html.escape(k)}</code></td><td>{n}</td></tr>"
                        for k, n in _op_counts(gm))

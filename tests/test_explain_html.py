@@ -44,3 +44,22 @@ def test_highlight_escapes_and_marks_tokens():
     assert out == ('<span class="kw">if</span> a &lt; <span class="str">&#x27;b&amp;c&#x27;</span>:  '
                    '<span class="com"># x &gt; 1</span>\n    '
                    '<span class="kw">return</span> <span class="num">2</span>')
+
+
+def test_recompile_history_of_a_compiled_callable():
+    # A compiled callable's recordings after its first, with why (the newest record's guard
+    # diagnosis then): in magpy.stats, in the summary and in the report.
+    def scale(x, mode):
+        return x * 2 if mode == "double" else x + 1
+
+    compiled = magpy.compile(scale, backend="eager")
+    x = torch.randn(3)
+    for mode in ("double", "double", "add", "add", "double"):
+        assert torch.equal(compiled(x, mode), scale(x, mode))
+    history = magpy.stats(compiled).recompiles
+    assert len(history) == 1 and "mode" in history[0], history
+    ex = magpy.explain(compiled, x, "double")
+    assert ex.recompiles == history
+    assert f"  2: {history[0]}" in str(ex).splitlines()
+    page = ex.html()
+    assert "Recompile history" in page and f"recording 2: {history[0]}".replace("'", "&#x27;") in page

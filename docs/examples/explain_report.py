@@ -20,9 +20,12 @@ class Net(torch.nn.Module):
         print("layer 1 done")                  # eager step (I/O)
         return self.layer2(h)
 
-ex = magpy.explain(Net(), torch.randn(8, 16))
+compiled = magpy.compile(Net(), backend="eager")
+for batch in (8, 8, 4):                        # a new batch size: a second recording
+    compiled(torch.randn(batch, 16))
+ex = magpy.explain(compiled, torch.randn(8, 16))
 print(ex)
-page = ex.html(title="magpy.explain(Net(), x)")
+page = ex.html(title="magpy.explain(compiled, x)")
 root = pathlib.Path(__file__).resolve().parent.parent.parent
 # (paths relative to the repository: the report names this file, not where it was checked out)
 (root / "docs" / "assets" / "explain-report.html").write_text(page.replace(f"{root}/", ""))
