@@ -1,5 +1,5 @@
 """magpy: a JIT compiler for eager-mode PyTorch programs that finds full operator graphs by
-monitoring execution states (see README.md and shared DESIGN)."""
+monitoring execution states (see docs/index.md and docs/concepts.md)."""
 from magpy import monitor
 from magpy.annotations import annotate, disable
 from magpy.api import CompiledModule, Explanation, compile, explain, reset, stats, synchronize

@@ -1,7 +1,7 @@
 """The differential fuzzer (tests/fuzz) in CI: a fixed-seed sample of random programs,
 each compared with eager call by call; and checks that the fuzzer itself sees differences.
 
-A campaign: ``python -m tests.fuzz --n 10000 --out DIR`` (README, "Testing")."""
+A campaign: ``python -m tests.fuzz --n 10000 --out DIR`` (docs/layout.md, "Testing")."""
 import functools
 
 import pytest

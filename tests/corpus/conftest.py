@@ -1,4 +1,4 @@
-"""Known, documented limits of the monitor (README "What the monitor does not do").
+"""Known, documented limits of the monitor (docs/monitor.md, "What the monitor does not do").
 
 Each case below stays in the corpus and is expected to fail *strictly*: the day the
 monitor handles it, the test turns into an unexpected pass and this list must shrink.
