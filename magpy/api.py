@@ -185,7 +185,7 @@ class Explanation:
     shape_check_source: str | None = None  # the guard's check of the symbolic sizes (SHAPES)
     control_flow: list = dataclasses.field(default_factory=list)   # ifs, loops as operators
     autopilot: list = dataclasses.field(default_factory=list)  # a compiled callable's graph trials, in words
-    recompiles: list = dataclasses.field(default_factory=list)  # a compiled callable's recordings after its first: why
+    recompiles: list = dataclasses.field(default_factory=list)  # why a compiled callable recorded again
 
     def __repr__(self) -> str:
         counts = f"graphs={self.graph_count}, ops={self.op_count}, breaks={len(self.break_reasons)}"

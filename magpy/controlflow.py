@@ -1358,7 +1358,8 @@ def _bound_self(f, first, live: dict):
     return None
 
 
-def _carried_groups(before, after1, after2, arm1, arm2, kind, gains_grad: bool = False) -> tuple[list, str | None]:
+def _carried_groups(before, after1, after2, arm1, arm2, kind,
+                    gains_grad: bool = False) -> tuple[list, str | None]:
     """The frame slots a loop carries, grouped by the tensor they hold (``h = new`` leaves
     two slots with one tensor), from the slots' values before the loop and after one and
     two iterations; or the reason they cannot be ``torch.while_loop`` operands.
