@@ -412,8 +412,9 @@ class RecordCache:
         if brk.reason in self.warned:
             return
         self.warned.add(brk.reason)
-        warnings.warn_explicit(f"magpy: {self.name()} {what} when it meets {brk.reason} "
-                               "(see magpy.stats(...).break_reasons; fullgraph=True raises instead)",
+        # (the warning's text ends with the page that explains it: MagpyWarning)
+        warnings.warn_explicit(f"magpy: {self.name()} {what} when it meets {brk.reason}; "
+                               "magpy.stats(...).break_reasons lists them, fullgraph=True raises instead",
                                GraphBreakWarning, brk.filename, brk.lineno or 0)
 
     def name(self) -> str:
