@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from magpy import joint, training, warm
 from magpy.eager import eager_twin
 from magpy.errors import BackendError
-from magpy.opgraph import GRAD_OUTPUTS
+from magpy.opgraph import GRAD_OUTPUTS, storage_id
 
 Backend = Callable[[torch.fx.GraphModule, list], Callable]
 
@@ -164,7 +164,7 @@ class _Effects(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.node: torch.fx.Node | None = None
-        self.written: set[int] = set()              # storages (_storage) some operation writes
+        self.written: set[int] = set()              # storages (opgraph.storage_id) some operation writes
         self.writers: set[torch.fx.Node] = set()
         self.random: set[torch.fx.Node] = set()
 
@@ -178,14 +178,9 @@ class _Effects(TorchDispatchMode):
                     value = args[i] if i < len(args) else kwargs.get(arg.name)
                     for t in pytree.tree_leaves(value):
                         if isinstance(t, torch.Tensor):
-                            self.written.add(_storage(t))
+                            self.written.add(storage_id(t))
                             self.writers.add(self.node)
         return func(*args, **kwargs)
-
-
-def _storage(t: torch.Tensor) -> int:
-    """The identity of ``t``'s storage (views share it)."""
-    return t.untyped_storage()._cdata
 
 
 def _fold_constants(gm: torch.fx.GraphModule, effects: _Effects | None) -> list[torch.fx.Node]:
@@ -210,7 +205,7 @@ def _fold_constants(gm: torch.fx.GraphModule, effects: _Effects | None) -> list[
     kept = set(effects.written)   # storages the graph writes or hands out: never constant
     for node in pytree.tree_leaves(graph.output_node().args):
         if isinstance(node, torch.fx.Node):
-            kept.update(_storage(t) for t in _tensors(node))
+            kept.update(storage_id(t) for t in _tensors(node))
     constant, computes = set(), {}
     for node in graph.nodes:
         if node.op == "get_attr":
@@ -220,12 +215,12 @@ def _fold_constants(gm: torch.fx.GraphModule, effects: _Effects | None) -> list[
                   and all(a in constant for a in node.all_input_nodes))
         else:
             ok = False
-        if not ok or any(t.requires_grad or _storage(t) in kept for t in _tensors(node)):
+        if not ok or any(t.requires_grad or storage_id(t) in kept for t in _tensors(node)):
             continue
         constant.add(node)
         # Does it compute something (a result in storage of its own, not a view of its inputs)?
-        made = {_storage(t) for a in node.all_input_nodes for t in _tensors(a)}
-        own = bool(node.all_input_nodes) and any(_storage(t) not in made for t in _tensors(node))
+        made = {storage_id(t) for a in node.all_input_nodes for t in _tensors(a)}
+        own = bool(node.all_input_nodes) and any(storage_id(t) not in made for t in _tensors(node))
         computes[node] = own or any(computes[a] for a in node.all_input_nodes)
     folded = [n for n in graph.nodes if n in constant and computes[n]
               and isinstance(n.meta.get("val"), torch.Tensor) and any(u not in constant for u in n.users)]

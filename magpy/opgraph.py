@@ -120,7 +120,7 @@ class Arm(Piece):
     def capture(self, t) -> fx.Node:
         ph = self.captured[id(t)] = self.nodes[id(t)] = self.graph.placeholder(f"c{len(self.captures)}")
         self.captures.append(t)
-        self.storages.add(_storage(t))
+        self.storages.add(storage_id(t))
         return ph
 
     def made(self, t) -> bool:
@@ -150,7 +150,7 @@ class Arm(Piece):
         arm made that shares its storage (a view of it: every tensor from outside that an
         operation of the arm read, the view's included, is a capture)."""
         for t in _written(func, ann.torch_name(func), args, kwargs):
-            if not self.made(t) or _storage(t) in self.storages:
+            if not self.made(t) or storage_id(t) in self.storages:
                 self.sandbox.stop(f"{ann.torch_name(func)} updates a tensor from before the branch")
 
     def module(self, outputs: list, operands: list, numbers=()) -> fx.GraphModule:
@@ -1191,7 +1191,7 @@ def _scalar_operands(name: str, args: tuple):
     return dtype if dtype in (torch.float32, torch.float64) else False
 
 
-def _storage(t: torch.Tensor) -> int | None:
+def storage_id(t: torch.Tensor) -> int | None:
     """The identity of ``t``'s storage, which its views share (None for a tensor without one,
     sparse or a subclass: two such count as sharing, the cautious answer)."""
     with torch._C.DisableTorchFunction():   # (magpy's own read, not the program's)
