@@ -235,8 +235,7 @@ class Explanation:
         """One self-contained HTML page of this explanation (``magpy.explain_html``): the call
         as a timeline of graphs and eager steps with the user's lines, each graph's operations
         by kind, the guards in words, a compiled callable's recompile history, the generated
-        source.  Written to ``path`` if given;
-        returned either way."""
+        source.  Written to ``path`` if given; returned either way."""
         page = explain_html.render(self, title)
         if path is not None:
             with open(path, "w", encoding="utf-8") as f:

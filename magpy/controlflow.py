@@ -1409,7 +1409,7 @@ def _carried(v0, v1, v2, arm1, arm2, kind, gains_grad: bool = False) -> str | No
     return None
 
 
-_REQUIRES_GRAD = 4   # the position of requires_grad in a kind (ControlFlow._kind, _meta)
+_REQUIRES_GRAD = 4   # the position of requires_grad in a kind (Branches._kind)
 
 
 def _gains_grad(k0: tuple, k1: tuple) -> bool:

@@ -236,7 +236,7 @@ def _base_policy():
     for fn in (torch.nn.Module.__getattr__, torch.nn.Module.__setattr__, torch.nn.Module.__delattr__):
         policy.run_natively(fn)
     for fn in annotations.MONITORED_TORCH_FUNCTIONS:
-        policy.reroute(fn, _itself(fn))   # entered as the program's own code
+        policy.reroute(fn, standins.always(fn))   # entered as the program's own code
     policy.add_intrinsic(torch.autograd.Variable, _variable)
     # Scripted functions and scripted modules' forwards run their original Python, as under
     # torch.compile for functions: their tensor operations are recorded like any others.
@@ -250,7 +250,7 @@ def _base_policy():
         policy.reroute_method(owner, name, choose)
     # FSDP2's forward hooks: monitored stand-ins around an eager step of each (magpy.fsdp).
     for callee, stand_in in fsdp.STAND_INS:
-        policy.reroute(callee, lambda caller, args, kwargs, stand_in=stand_in: stand_in)
+        policy.reroute(callee, standins.always(stand_in))
     return policy
 
 
@@ -260,10 +260,6 @@ def _variable(monitor, args, kwargs):
     if len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor):
         return monitor.call(torch.Tensor.detach, (args[0],), None)
     return torch.autograd.Variable(*args, **(kwargs or {}))
-
-
-def _itself(fn):
-    return lambda frame, args, kwargs: fn
 
 
 def record_policy():

@@ -60,8 +60,9 @@ def count_elements(mapping, iterable):
         mapping[elem] = mapping_get(elem, 0) + 1
 
 
-def _always(stand_in):
-    """The ``choose`` of ``CallPolicy.reroute`` for a stand-in fit for any arguments."""
+def always(stand_in):
+    """The ``choose`` of ``CallPolicy.reroute`` for a stand-in fit for any arguments (or a
+    Python function the monitor is to enter as it is)."""
     return lambda caller, args, kwargs: stand_in
 
 
@@ -149,6 +150,8 @@ _LEGACY_NAMES = ("FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", 
 _LEGACY_CONSTRUCTORS = (torch.Tensor, *(getattr(module, name) for module in (torch, torch.cuda)
                                          for name in _LEGACY_NAMES))
 
+
+@functools.cache   # (one stand-in per legacy type)
 def _cast_standin(kind):
     """What ``t.type(kind)`` does for a legacy tensor type ``kind``: a cast to its dtype and
     device (``t`` itself where it has them), as ``Tensor.to`` makes it."""
@@ -171,10 +174,7 @@ def _tensor_type(caller, args, kwargs):
     if kwargs or len(args) != 2 or not isinstance(args[0], torch.Tensor):
         return None
     kind = _LEGACY_BY_NAME.get(args[1]) if type(args[1]) is str else args[1]
-    return _cast_standins(kind) if type(kind) is _TENSORTYPE else None
-
-
-_cast_standins = functools.cache(_cast_standin)
+    return _cast_standin(kind) if type(kind) is _TENSORTYPE else None
 
 
 def is_initialized():
@@ -204,7 +204,7 @@ def _distributed_reroutes() -> tuple:
 
 # (builtin, choose) for magpy.record's call policy.
 REROUTES = ((max, extremum(max_)), (min, extremum(min_)),
-            (collections._count_elements, _always(count_elements)),
+            (collections._count_elements, always(count_elements)),
             *((kind, _legacy(kind)) for kind in _LEGACY_CONSTRUCTORS),
             (torch.Tensor.type, _tensor_type), *_distributed_reroutes())
 # (owner, builtin method name, choose), for the method bound to an instance
