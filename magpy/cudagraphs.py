@@ -37,7 +37,7 @@ from typing import Callable
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-__all__ = ["Replay", "wrap"]
+__all__ = ["Replay", "captured", "wrap"]
 
 
 def wrap(compiled: Callable, example_inputs: list) -> Callable:
@@ -135,7 +135,7 @@ class Replay:
             inputs[i] = buf
         try:
             self._copy_in(args)
-            self.graph, out = _captured(self.fn, inputs)
+            self.graph, out = captured(self.fn, inputs)
         except Exception:  # noqa: BLE001 - not capturable (a host sync, ...): run it plainly
             self.graph, self.buffers, self.state = None, [], self._PLAIN
             return self.fn(*args)
@@ -177,7 +177,7 @@ def _plain_outputs(out, args) -> bool:
     return len(set(storages)) == len(storages) and not inputs.intersection(storages)
 
 
-def _captured(fn: Callable, inputs: list):
+def captured(fn: Callable, inputs: list):
     """``(graph, outputs)``: ``fn(*inputs)`` warmed up on a side stream (as CUDA graphs need),
     then captured into a private memory pool."""
     side = torch.cuda.Stream()

@@ -88,7 +88,7 @@ def _submodule_twin(sub: fx.GraphModule, buffers: tuple, users) -> object:
     ``forward``."""
     twin = eager_twin(sub)
     if buffers:
-        twin = _rows_in_place(twin, buffers)
+        twin = rows_in_place(twin, buffers)
     return twin.forward if all(u.target in _PYTHON for u in users) else twin
 
 
@@ -105,7 +105,7 @@ def _own_buffers(graph: fx.Graph) -> dict:
     return own
 
 
-def _rows_in_place(body: fx.GraphModule, buffers: tuple) -> fx.GraphModule:
+def rows_in_place(body: fx.GraphModule, buffers: tuple) -> fx.GraphModule:
     """A copy of loop ``body`` writing, in place, the rows of the carried ``buffers`` (their
     positions) that it only writes with one ``index_put`` and gives back at the same place."""
     graph = fx.Graph()

@@ -857,6 +857,7 @@ class OpRecorder(TorchFunctionMode):
         pred = graph.call_method("reshape", (pred, ()))
         inputs = (*map(self.tensor_node, operands), *self._numbers(numbers))
         node = graph.call_function(torch.ops.higher_order.cond, (pred, *branches, inputs))
+        node.meta[DEVICE] = t.device.type   # (magpy.predicates: where its predicate is read from)
         piece.op_count += 1
         pred_t = torch.tensor(truth)
         self._keep.append(pred_t)
@@ -957,7 +958,9 @@ class OpRecorder(TorchFunctionMode):
         extra = [t for t in extra if not (sliced and any(t is x for x in over))]   # (step_module)
         numbers = self._numbers(body.numbers())
         operands = 1 + len(carried) + len(items) + len(outs) + len(extra) + len(numbers) + len(lasts)
-        piece.submodules[names[0]] = _count_test(operands, sliced)
+        piece.submodules[names[0]] = _count_test(operands, CountedLoop(
+            sliced, device.type if device is not None else "cpu", len(carried), len(items), len(outs),
+            len(extra), len(numbers), len(lasts)))
         piece.submodules[names[1]] = body.step_module(rows, index, state, extra, outputs, items,
                                                       [v for _, v in stores], over if sliced else ())
         count = graph.call_function(torch.zeros, ((),), ints)
@@ -1097,15 +1100,42 @@ def _apart(graph: fx.Graph, carried: list, extra: list) -> tuple[tuple, tuple]:
     return tuple(map(once, carried)), tuple(map(once, extra))
 
 
-def _count_test(n: int, sliced: bool) -> fx.GraphModule:
+@dataclasses.dataclass(frozen=True)
+class CountedLoop:
+    """The operands of a ``while_loop`` that counts the steps of a ``for`` loop
+    (:meth:`Recorder.for_loop`), kept in its condition's ``meta[COUNTED]``: carried, the step
+    count then ``carried`` tensors, ``buffers`` (one row per step) and ``outs`` (rows stored by
+    index); then ``extra`` tensors, ``numbers`` (lifted) and ``lasts``: the tensors walked in
+    step (``sliced``), or the length as a 0-d tensor made by ``torch.scalar_tensor``.  Its
+    trip count is known on the host before it starts (``magpy.hostloop`` runs it so on a GPU,
+    where reading the condition back every step would stall the launch queue).  ``device``:
+    the type of the device its tensors are on."""
+
+    sliced: bool
+    device: str
+    carried: int
+    buffers: int
+    outs: int
+    extra: int
+    numbers: int
+    lasts: int
+
+
+COUNTED = "magpy_counted_loop"
+DEVICE = "magpy_device"   # a cond node's meta: the device type of its predicate
+
+
+def _count_test(n: int, layout: CountedLoop) -> fx.GraphModule:
     """A ``while_loop`` condition over ``n`` operands, the first a step count and the last a
-    tensor ``x`` (``sliced``: are steps of ``x``'s first dimension left?) or a loop's length
-    (are steps left?)."""
+    tensor ``x`` (``layout.sliced``: are steps of ``x``'s first dimension left?) or a loop's
+    length (are steps left?)."""
     g = fx.Graph()
     inputs = [g.placeholder(f"op{i}") for i in range(n)]
-    length = g.call_method("size", (inputs[-1], 0)) if sliced else inputs[-1]
+    length = g.call_method("size", (inputs[-1], 0)) if layout.sliced else inputs[-1]
     g.output(g.call_function(torch.lt, (inputs[0], length)))
-    return fx.GraphModule(torch.nn.Module(), g)
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    gm.meta[COUNTED] = layout
+    return gm
 
 
 def _rearranged(name: str, d: int):
@@ -1118,7 +1148,7 @@ def _rearranged(name: str, d: int):
 
 def _close(piece: Piece) -> fx.GraphModule:
     piece.graph.output(tuple(piece.nodes[id(t)] for t in piece.outputs))
-    piece.graph.eliminate_dead_code(_is_impure)
+    piece.graph.eliminate_dead_code(is_impure)
     root = torch.nn.Module()
     for name, t in piece.constants.items():
         root.register_buffer(name, t)
@@ -1351,7 +1381,16 @@ def _raises_assertion_error(frame, ins) -> bool:
             and frame.builtins.get("AssertionError") is AssertionError)
 
 
-def _is_impure(node: fx.Node) -> bool:
+# Tensor methods named like Python's special methods that write their tensor (``__getitem__``,
+# ``__index__`` and the like read it).
+_WRITING_DUNDERS = frozenset({"__setitem__", "__delitem__"} | {
+    f"__i{op}__" for op in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "lshift",
+                            "rshift", "and", "or", "xor")})
+
+
+def is_impure(node: fx.Node) -> bool:
+    """Does ``node`` change state (writes in place, draws random numbers, is an input or the
+    output): never dead, never moved."""
     # In-place operations (add_, __setitem__, copy_, an out= or inplace=True one) mutate their
     # inputs, and random ones advance the program's generators: never dead.
     if DRAWS in node.meta:
@@ -1360,7 +1399,8 @@ def _is_impure(node: fx.Node) -> bool:
                                        or _inplace(node.target, node.args, node.kwargs)):
         return True
     if node.op == "call_method":
-        return node.target.endswith("_") or node.target == "__setitem__"
+        dunder = node.target.startswith("__") and node.target.endswith("__")
+        return node.target in _WRITING_DUNDERS if dunder else node.target.endswith("_")
     if node.op == "call_function":
         name = getattr(node.target, "__name__", "")
         return name.endswith("_") and not name.endswith("__") or node.target in _EFFECTS

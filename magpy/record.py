@@ -38,8 +38,10 @@ from magpy import (
     continuations,
     cudagraphs,
     fsdp,
+    hostloop,
     joint,
     logs,
+    predicates,
     rng,
     scripted,
     standins,
@@ -576,7 +578,15 @@ def _twin(gm) -> Callable:
     """``gm``'s eager twin, taken before a backend may rewrite the graph (with the rewrites
     both need, :func:`magpy.training.number_arguments`)."""
     training.number_arguments(gm)
-    return eager_twin(gm).forward
+    lowered, loops = _host_driven(gm)
+    return hostloop.Holding(eager_twin(lowered).forward, loops) if loops else eager_twin(lowered).forward
+
+
+def _host_driven(gm):
+    """``gm`` with its control flow decided on the host where it runs on a GPU (branch
+    predicates read back together, counted loops stepped from the host: magpy.predicates,
+    magpy.hostloop), and the loops whoever runs it must hold."""
+    return hostloop.lower(predicates.gathered(gm))
 
 
 def _attempt(backend, gm, example):
@@ -585,7 +595,10 @@ def _attempt(backend, gm, example):
     grad = torch.is_grad_enabled()
     try:
         start = time.perf_counter()
-        compiled = fn(gm, example)
+        lowered, loops = _host_driven(gm)
+        compiled = fn(lowered, example)
+        if loops:
+            compiled = hostloop.Holding(compiled, loops)
         if name != "eager" and gm.meta[CONTIGUOUS_OUTPUTS]:
             compiled = backends.EagerLayout(compiled, gm.meta[CONTIGUOUS_OUTPUTS])
         if config.cuda_graphs and not joint.has_backward(gm):

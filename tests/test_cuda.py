@@ -19,7 +19,9 @@ import magpy
 from magpy import cudagraphs
 from tests.compile_harness import (
     ANY,
+    MOCK,
     MONITOR,
+    after,
     again,
     check_compiled,
     first,
@@ -405,7 +407,7 @@ def simulated(monkeypatch):
     def capture(fn, inputs):
         captures.append(SimulatedGraph(fn, inputs))
         return captures[-1], captures[-1].outputs
-    monkeypatch.setattr(cudagraphs, "_captured", capture)
+    monkeypatch.setattr(cudagraphs, "captured", capture)
     monkeypatch.setattr(torch.cuda, "get_rng_state", torch.get_rng_state)
     return captures
 
@@ -552,3 +554,81 @@ def test_a_failing_check_on_cuda_leaves_cuda_usable(backend):
             torch.testing.assert_close(compiled(x), want)
         torch.cuda.synchronize()
         assert torch.ones(2, device="cuda").sum().item() == 2.0
+
+
+# ------------------------------------------------------------------ counted loops (magpy.hostloop)
+
+
+def lstm_lm_on_cuda():
+    from benchmarks.control_flow import LSTMLanguageModel
+    m = LSTMLanguageModel(2, vocab=50, hidden=32).eval().cuda()
+    return m, m
+
+
+@pytest.fixture
+def loop_captures(monkeypatch):
+    """The CUDA graphs magpy.hostloop captured (one step of a counted loop each)."""
+    made = []
+    capture = cudagraphs.captured
+
+    def counting(fn, inputs):
+        made.append(fn)
+        return capture(fn, inputs)
+    monkeypatch.setattr(cudagraphs, "captured", counting)
+    return made
+
+
+@needs_cuda
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_counted_loops_replay_captured_steps(loop_captures, backend):
+    """An LSTM language model's time loops on CUDA: each step one replay of a captured step
+    (no condition read back), equal to eager over lengths that grow past the capture's room,
+    and after its weights change in place."""
+    def tokens(n):
+        return lambda state: (torch.randint(0, 50, (n, 3), device="cuda"),)
+
+    def scale(m):
+        with torch.no_grad():
+            for p in m.parameters():
+                p.mul_(0.9)
+    steps = [first(tokens(5), ctx=torch.no_grad), fresh(tokens(7), expect=MONITOR, ctx=torch.no_grad)]
+    steps += [fresh(tokens(n), seed=i, ctx=torch.no_grad) for i, n in enumerate([7, 12, 3, 40, 6], start=2)]
+    steps.append(after(scale, args=tokens(9), expect=MOCK, ctx=torch.no_grad))
+    trace = check_compiled(lstm_lm_on_cuda, steps, backend=backend, rtol=RTOL, atol=ATOL, expect_records=2)
+    same_devices(trace)
+    assert len(loop_captures) >= 2, "no step of a loop was captured"
+
+
+# ------------------------------------------------------------ gathered predicates (magpy.predicates)
+
+
+def blockdrop_on_cuda():
+    from benchmarks.control_flow import BlockDrop
+    torch.manual_seed(0)
+    m = BlockDrop(4).eval().cuda()
+    return m, m
+
+
+@needs_cuda
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_gates_read_back_at_once(monkeypatch, backend):
+    """BlockDrop on CUDA: its four gates read back to the host in one copy (each cond then
+    reads a CPU predicate), equal to eager on every call."""
+    from benchmarks.control_flow import image
+    from magpy import predicates
+    groups = []
+    gathered = predicates.gathered
+
+    def counting(gm):
+        out = gathered(gm)
+        groups.extend(len(n.args[0]) for n in out.graph.nodes if out is not gm and n.target is torch.stack)
+        return out
+    monkeypatch.setattr(predicates, "gathered", counting)
+
+    def images(seed):
+        return lambda state: (image(seed).cuda(),)
+    steps = [first(images(0), ctx=torch.no_grad)] + [fresh(images(s), seed=s, ctx=torch.no_grad)
+                                                     for s in range(1, 6)]
+    trace = check_compiled(blockdrop_on_cuda, steps, backend=backend, rtol=RTOL, atol=ATOL, expect_records=1)
+    same_devices(trace)
+    assert groups and set(groups) == {4}
