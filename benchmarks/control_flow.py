@@ -8,7 +8,7 @@ language model written as Python loops (paper §8.4).
 **BlockDrop.** A policy network looks at the input and switches residual blocks on or off, so
 different inputs run different block subsets through the Python ``if gates[i] > 0.5: x = x +
 block(x)``. magpy records each such ``if`` on a tensor as one ``torch.cond``
-(``magpy/controlflow.py``): one recording, one graph for every subset. The model (``BlockDrop``
+(``magpy/controlflow/ifs.py``): one recording, one graph for every subset. The model (``BlockDrop``
 below, random weights): a conv stem, ``--blocks`` residual blocks (conv-BN-ReLU-conv-BN, 32
 channels, default 6) and a linear head, on 32x32 images at batch 8; the policy (conv, ReLU,
 global pool, linear, sigmoid, mean over the batch) gives one 0-d gate per block. Its last layer

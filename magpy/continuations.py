@@ -21,7 +21,7 @@ position (an iterator a parent's mock rebuilt for a continuation too: the contin
 advances it where its RefGraph does not see); objects from outside the call and values of
 eager steps are themselves; a tensor is the graph output it was then (a later graph may
 update the object in place), and where a tensor ``if`` passed it through, that ``if``'s output
-as the mock picks it (``controlflow.Passed``); the tensors a reduced object holds (a ``for``
+as the mock picks it (``controlflow.shadows.Passed``); the tensors a reduced object holds (a ``for``
 loop's rows in its iterator) are the continuation's arguments too, as its RefGraph cannot see
 them there; a number the call computed from its lifted sizes and floats is computed from
 the resumed call's (``Shadowed``), as are the sizes it stored into objects from outside.  A

@@ -44,7 +44,7 @@ class Monitor:
         self.host_frame = None       # the real frame that called run()
         self.host_exc = None
         self.in_intrinsic = 0        # intrinsics under way (frames they enter are callbacks)
-        self.sandbox = None          # magpy.controlflow.Sandbox of a fork under way
+        self.sandbox = None          # magpy.controlflow.sandbox.Sandbox of a fork under way
         self.on_fault = None         # takes an observer's exception (magpy's, not the program's)
         self._depth = 0
 

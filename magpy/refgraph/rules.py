@@ -78,7 +78,7 @@ class Breaker:
         self.monitor = None
         self.segmenter = None
         self.graph = graph
-        self.sandbox = None   # magpy.controlflow.Sandbox of a fork under way: a break stops it
+        self.sandbox = None   # magpy.controlflow.sandbox.Sandbox of a fork under way: a break stops it
 
     def fail(self, exc: BaseException) -> None:
         """magpy's machinery failed: stop recording; the program itself runs on unharmed."""
