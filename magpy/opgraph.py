@@ -1148,7 +1148,7 @@ def _rearranged(name: str, d: int):
 
 def _close(piece: Piece) -> fx.GraphModule:
     piece.graph.output(tuple(piece.nodes[id(t)] for t in piece.outputs))
-    piece.graph.eliminate_dead_code(is_impure)
+    piece.graph.eliminate_dead_code(_is_impure)
     root = torch.nn.Module()
     for name, t in piece.constants.items():
         root.register_buffer(name, t)
@@ -1382,17 +1382,16 @@ def _raises_assertion_error(frame, ins) -> bool:
 
 
 # Tensor methods named like Python's special methods that write their tensor (``__getitem__``,
-# ``__index__`` and the like read it).
+# ``__rsub__`` and the like read it).
 _WRITING_DUNDERS = frozenset({"__setitem__", "__delitem__"} | {
     f"__i{op}__" for op in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "lshift",
                             "rshift", "and", "or", "xor")})
 
 
-def is_impure(node: fx.Node) -> bool:
-    """Does ``node`` change state (writes in place, draws random numbers, is an input or the
-    output): never dead, never moved."""
-    # In-place operations (add_, __setitem__, copy_, an out= or inplace=True one) mutate their
-    # inputs, and random ones advance the program's generators: never dead.
+def writes(node: fx.Node) -> bool:
+    """Does ``node`` change state: write a tensor in place (``add_``, ``__setitem__``,
+    ``copy_``, an ``out=`` or ``inplace=True`` one) or draw random numbers (advancing the
+    program's generators)?  Such a node is never dead, and nothing is moved across it."""
     if DRAWS in node.meta:
         return True
     if node.op == "call_function" and (node.kwargs.get("out") is not None
@@ -1404,7 +1403,14 @@ def is_impure(node: fx.Node) -> bool:
     if node.op == "call_function":
         name = getattr(node.target, "__name__", "")
         return name.endswith("_") and not name.endswith("__") or node.target in _EFFECTS
-    return node.op in ("placeholder", "output")
+    return False
+
+
+def _is_impure(node: fx.Node) -> bool:
+    # Never dead: what writes, the graph's inputs and output, and (conservatively) every
+    # special method of a tensor (``x[i]`` unused may still raise on another call's sizes).
+    return writes(node) or node.op in ("placeholder", "output") or (
+        node.op == "call_method" and node.target.startswith("__") and node.target.endswith("__"))
 
 
 _enter_inference_mode = torch.autograd.grad_mode._enter_inference_mode

@@ -21,7 +21,7 @@ import operator
 import torch
 from torch import fx
 
-from magpy.opgraph import DEVICE, is_impure
+from magpy.opgraph import DEVICE, writes
 
 __all__ = ["DEVICES", "gathered"]
 
@@ -66,7 +66,7 @@ def _group(graph: fx.Graph, conds: list) -> tuple[list, list]:
     after it (in graph order) to move before it for that."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     anchor = conds[0]
-    barrier = next((n for n in graph.nodes if order[n] > order[anchor] and n.op in _CALLS and is_impure(n)),
+    barrier = next((n for n in graph.nodes if order[n] > order[anchor] and n.op in _CALLS and writes(n)),
                    None)
     group, moved = [anchor], {}
     for cond in conds[1:]:
@@ -88,7 +88,7 @@ def _chain(pred: fx.Node, order: dict, start: int) -> list | None:
         node = todo.pop()
         if order[node] <= start or node in need:
             continue
-        if node.op not in _CALLS or node.target is _COND or is_impure(node) \
+        if node.op not in _CALLS or node.target is _COND or writes(node) \
                 or any(a.target is _COND for a in node.all_input_nodes):
             return None
         need.add(node)
