@@ -325,11 +325,17 @@ SYMBOLIC = frozenset({"eager", "inductor"})
 # Backends that cannot compile torch.cond or torch.while_loop: an if or a while on tensor
 # data stays a break for them.
 NO_CONDS = frozenset({"torchscript", "onnxrt"})
-# Backends whose graphs give torch.while_loop's gradients as eager does, so a loop on tensors
-# that require grad may be one operator.  Inductor's compiled backward of a while_loop over a
-# symbolic trip count gave other gradients for some lengths (torch 2.13, an LSTMCell loop;
-# torch.compile of the same graph did not): there the loop unrolls under autograd.
+# Backends whose graphs give torch.while_loop's gradients as eager does.  Inductor's compiled
+# backward of a while_loop over a symbolic trip count gave other gradients for some lengths
+# (torch 2.13, an LSTMCell loop; torch.compile of the same graph did not): a graph with a loop
+# under autograd runs as backend "eager" does (record.py), still one record for every length.
 LOOP_GRADIENTS = frozenset({"eager"})
+
+
+def loops_under_autograd(gm: torch.fx.GraphModule) -> bool:
+    """Does ``gm`` hold a ``while_loop`` and give tensors that need gradients (or a backward)?"""
+    return (bool(gm.meta.get(GRAD_OUTPUTS)) or joint.has_backward(gm)) and any(
+        n.target is torch.ops.higher_order.while_loop for n in gm.graph.nodes)
 # Backends that compile on fake tensors only: compiling runs none of the graph's random
 # operations (torch.jit.trace, a user's backend may run them), so it may run in the background
 # beside the program's own draws (magpy.rng).

@@ -292,7 +292,6 @@ def _capture(fn, args, kwargs, backend, roots, errors, lifting):
         with _stage("setting up the recording"):
             cap = _recording(fn, args, kwargs, roots, lifting)
             cap.branches.enabled = backend[0] not in backends.NO_CONDS
-            cap.branches.loop_gradients = backend[0] in backends.LOOP_GRADIENTS
             cap.recorder.joint_backend = backend[0] in joint.BACKENDS
     except CaptureError as e:
         _capture_failed(e, errors)
@@ -535,7 +534,7 @@ def _compile_graph(backend, gm, example):
     # graph draws numbers the program does not)
     with background.exclusive(), rng.kept():
         compiled = _attempt(backend, gm, example)
-    return _version(backend[0], _ops(gm), compiled, twin)
+    return _version(backend, gm, example, _ops(gm), compiled, twin)
 
 
 def _defer(backend, graphs: list, examples: list, gen, lifted, names) -> tuple[background.Deferred, list]:
@@ -554,9 +553,9 @@ def _defer(backend, graphs: list, examples: list, gen, lifted, names) -> tuple[b
         if isinstance(results, Exception):   # the job itself failed: so did every graph
             results = [results] * len(graphs)
         versions, failure = [], None
-        for n, result, twin in zip(ops, results, twins):
+        for n, result, twin, gm, ex in zip(ops, results, twins, graphs, examples):
             try:
-                versions.append(None if twin is None else _version(backend[0], n, result, twin))
+                versions.append(None if twin is None else _version(backend, gm, ex, n, result, twin))
             except BackendError as e:   # on_backend_error="raise": raised once every graph has its place
                 versions.append(twin)
                 failure = failure or e
@@ -589,9 +588,18 @@ def _host_driven(gm):
     return hostloop.lower(predicates.gathered(gm))
 
 
+def _backend_for(backend, gm) -> tuple:
+    """The backend that compiles ``gm``: "eager" for a loop under autograd where the chosen
+    backend's gradients of ``torch.while_loop`` are not eager's (``backends.LOOP_GRADIENTS``):
+    the loop stays one operator for every length, run as Python."""
+    if backend[0] not in backends.LOOP_GRADIENTS and backends.loops_under_autograd(gm):
+        return backends.resolve("eager")
+    return backend
+
+
 def _attempt(backend, gm, example):
     """``gm`` compiled by the backend, or the exception it failed with."""
-    name, fn = backend
+    name, fn = _backend_for(backend, gm)
     grad = torch.is_grad_enabled()
     try:
         start = time.perf_counter()
@@ -614,10 +622,11 @@ def _attempt(backend, gm, example):
         torch._C._set_grad_enabled(grad)
 
 
-def _version(name: str, ops: int, compiled, twin):
-    """What runs in a graph's place: ``compiled`` (on trial against its eager ``twin`` where
-    the autopilot is on); where the backend failed (``compiled`` is its exception), the twin
-    with a warning, or :class:`BackendError` (``config.on_backend_error = "raise"``)."""
+def _version(backend, gm, example, ops: int, compiled, twin):
+    """What runs in ``gm``'s place: ``compiled`` (on trial against its eager ``twin`` where the
+    autopilot is on); where the backend failed (``compiled`` is its exception), the twin with a
+    warning, or :class:`BackendError` (``config.on_backend_error = "raise"``)."""
+    name = _backend_for(backend, gm)[0]
     if isinstance(compiled, Exception):
         if config.on_backend_error == "raise":
             raise BackendError(f"backend {name!r} failed to compile the graph: {compiled!r}") from compiled

@@ -65,11 +65,12 @@ def test_cell_loop_under_autograd_is_one_operator_for_every_length(cell_type):
     assert "torch.while_loop" in text and "unrolled" not in text, text
 
 
-def test_cell_loop_under_autograd_unrolls_with_inductor():
+def test_cell_loop_under_autograd_is_one_operator_with_inductor():
+    # The default backend: the loop's graph runs as backend eager runs it (Inductor's backward
+    # of a while_loop is not eager's, backends.LOOP_GRADIENTS), one record for every length.
     eager, twin = _pair(torch.nn.LSTMCell)
     magpy.config.background_compile = False
     compiled = magpy.compile(twin, backend="inductor")
-    # (Inductor's kernels may round otherwise than eager's in the last bit)
-    _train_lengths(eager, compiled, twin, [3, 5, 4], same=lambda a, b: torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+    _train_lengths(eager, compiled, twin, LENGTHS)
     stats = magpy.stats(compiled)
-    assert stats.records == 3
+    assert stats.records <= 3, stats.records

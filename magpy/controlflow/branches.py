@@ -38,7 +38,6 @@ class Branches(Ifs, WhileLoops, ForLoops, Observer):
         self.recorder, self.segmenter = recorder, segmenter
         self._pending = None   # (frame, lasti, tensor, its record method, regions) of the jump under way
         self.enabled = True    # the backend compiles conds (backends.NO_CONDS)
-        self.loop_gradients = False   # ... and loops under autograd (backends.LOOP_GRADIENTS)
         self.conds: list[str] = []   # the ifs recorded as conds, in words (explain)
         self.live: dict[int, Passed] = {}    # the Passed shadows of the run
         self.consumed: set[int] = set()      # of those, the ones the operation just recorded took

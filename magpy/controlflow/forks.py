@@ -151,12 +151,6 @@ class Forks:
             return None, "the loop leaves its body (return, break)"
         return real, None
 
-    def _under_autograd(self, tensors) -> str | None:
-        """Why a loop that reads ``tensors`` cannot be an operator under autograd, or None."""
-        if self.loop_gradients or not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
-            return None
-        return "the loop runs under autograd (its operator's gradients are eager's with backend eager only)"
-
     def _kind(self, t: torch.Tensor) -> tuple:
         """What tensors an operator's arms or steps give in one place must agree on: dtype,
         sizes and strides (symbolic ones as expressions over the recording's symbols, which

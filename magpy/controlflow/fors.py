@@ -218,7 +218,7 @@ class ForLoops(Forks):
         # (a walk of n >= 2 slices runs its body at least once: a tensor it carries may begin
         # without requires_grad and gain it, as eager's does, under autograd)
         groups, why = carried_groups(slots.before, slots.after1, slots.after2, arm1, arm2, self._kind,
-                                      gains_grad=self.loop_gradients and torch.is_grad_enabled())
+                                      gains_grad=torch.is_grad_enabled())
         filled = [(lst, a, b) for lst, a, b in zip(accs, items1, items2) if a or b]
         why = why or appended(filled, arm1, arm2, self._kind) or self._stored(writes1, writes2, arm1, arm2)
         if why is not None:
@@ -230,10 +230,6 @@ class ForLoops(Forks):
         if any(arm1.made(c) for c in extra):
             return "an iteration reads a tensor the one before made but did not keep"
         firsts = [next((slots.before[i] for i in g if slots.before[i] is not NULL), NULL) for g in groups]
-        read = [*walk.rows[0], *firsts, *extra, *outs]
-        why = self._under_autograd(t for t in read if t is not NULL)
-        if why is not None:
-            return why
         real, why = self._run_real(frame, head, exit, [lst for lst, _, _ in filled], outs)
         held = slots.flat(real.locals + real.stack) if why is None else None
         if held is None:

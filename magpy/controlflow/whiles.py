@@ -78,9 +78,6 @@ class WhileLoops(Forks):
         if any(arm1.made(c) for c in extra):
             return "an iteration reads a tensor the one before made but did not keep"
         firsts = [next((before[i] for i in g if before[i] is not NULL), NULL) for g in groups]
-        why = self._under_autograd(x for x in firsts + extra if x is not NULL)
-        if why is not None:
-            return why
         goes_on = _goes_on(t, back_if)
         outputs = [after2[g[0]] for g in groups]
         unbound = [f is NULL for f in firsts]
