@@ -59,11 +59,14 @@ def test_where_objects_are_frozen_already_the_window_keeps_them_and_raises_the_t
     gc.freeze()   # (a program freezing its heap, e.g. before forking workers)
     try:
         frozen, thresholds = gc.get_freeze_count(), gc.get_threshold()
-        # (Never fewer frozen: CPython 3.12's collections also move immortal objects there.)
+        # Still frozen (an unfreeze would leave none): a few frozen objects may be freed
+        # meanwhile by other threads of the test run (a background compile's), and CPython
+        # 3.12's collections also move immortal objects there.
+        kept = frozen * 0.99
         with collector.full_collections_deferred():
             assert gc.get_threshold() == (*thresholds[:2], collector.OUT_OF_REACH)
-            assert gc.get_freeze_count() >= frozen
-        assert gc.get_freeze_count() >= frozen and gc.get_threshold() == thresholds
+            assert gc.get_freeze_count() >= kept
+        assert gc.get_freeze_count() >= kept and gc.get_threshold() == thresholds
     finally:
         gc.unfreeze()
 
