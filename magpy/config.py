@@ -50,8 +50,9 @@ class Config:
     static shape (and that updates no input in place, draws no random numbers, needs no autograd
     graph) as one captured CUDA graph (``magpy.cudagraphs``), as
     ``torch.compile(mode="reduce-overhead")`` does: for small batches on a GPU, where launching
-    kernels costs more than running them.  Off by default; applies to graphs compiled after it is
-    set; nothing changes on a CPU.
+    kernels costs more than running them.  Off by default (the autopilot then tries each
+    qualifying graph replayed and keeps it where it measures fastest); applies to graphs compiled
+    after it is set; nothing changes on a CPU.
     ``verify_fast_guard``: debugging aid (magpy's tests turn it on): whenever the full guard
     passes and stamps a fast guard, check that the fast guard passes too with the same values.
     """

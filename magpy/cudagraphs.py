@@ -4,7 +4,9 @@ At batch 1 on a GPU the host is the bottleneck: every kernel launch costs micros
 Python and driver time, more than the kernel itself.  Captured once, the graph's hundreds of
 launches replay as one.  ``magpy.config.cuda_graphs = True`` (off by default; applies to
 graphs compiled after it is set) wraps each compiled graph that qualifies in :class:`Replay`,
-as ``torch.compile(mode="reduce-overhead")`` does with its cudagraph trees.
+as ``torch.compile(mode="reduce-overhead")`` does with its cudagraph trees.  Without it, the
+autopilot (on by default) tries each compiled graph that qualifies replayed as well, beside
+the compiled graph and its eager twin, and keeps the fastest (``magpy.autopilot``).
 
 What qualifies, decided once (:func:`wrap` from the graph's example inputs, the rest on the
 first call, whose plain run is also CUDA's warm-up; anything else runs the compiled graph as

@@ -623,9 +623,10 @@ def _attempt(backend, gm, example):
 
 
 def _version(backend, gm, example, ops: int, compiled, twin):
-    """What runs in ``gm``'s place: ``compiled`` (on trial against its eager ``twin`` where the
-    autopilot is on); where the backend failed (``compiled`` is its exception), the twin with a
-    warning, or :class:`BackendError` (``config.on_backend_error = "raise"``)."""
+    """What runs in ``gm``'s place: ``compiled`` (on trial against its eager ``twin``, and on a
+    GPU against itself replayed as a CUDA graph, where the autopilot is on); where the backend
+    failed (``compiled`` is its exception), the twin with a warning, or :class:`BackendError`
+    (``config.on_backend_error = "raise"``)."""
     name = _backend_for(backend, gm)[0]
     if isinstance(compiled, Exception):
         if config.on_backend_error == "raise":
@@ -635,8 +636,17 @@ def _version(backend, gm, example, ops: int, compiled, twin):
                       stacklevel=user_stacklevel())
         return twin
     if name != "eager" and config.autopilot:
-        return autopilot.Trial(compiled, twin, name, ops)
+        return autopilot.Trial(compiled, twin, name, ops, _replayed(gm, compiled, example))
     return compiled
+
+
+def _replayed(gm, compiled, example):
+    """``compiled`` replayed as a CUDA graph, for the autopilot to try, where it qualifies and
+    ``config.cuda_graphs`` did not already wrap it; else None."""
+    if config.cuda_graphs or joint.has_backward(gm):
+        return None
+    replay = cudagraphs.wrap(compiled, example)
+    return replay if replay is not compiled else None
 
 
 def _ops(gm) -> int:

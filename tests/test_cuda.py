@@ -632,3 +632,47 @@ def test_gates_read_back_at_once(monkeypatch, backend):
     trace = check_compiled(blockdrop_on_cuda, steps, backend=backend, rtol=RTOL, atol=ATOL, expect_records=1)
     same_devices(trace)
     assert groups and set(groups) == {4}
+
+
+# --------------------------------------------------- the autopilot's third version: CUDA graphs
+
+
+def test_autopilot_keeps_the_replay_where_fastest(simulated, monkeypatch):
+    """Where a compiled graph qualifies for a CUDA graph (here: CPU tensors taken for CUDA ones,
+    captures simulated), the autopilot tries it replayed beside the compiled graph and eager,
+    and keeps the fastest; results equal eager's on every call."""
+    import time
+
+    from magpy import record
+    replaying = []
+
+    class FastReplay(SimulatedGraph):
+        def replay(self):
+            replaying.append(True)
+            try:
+                super().replay()
+            finally:
+                replaying.pop()
+
+    def capture(fn, inputs):
+        simulated.append(FastReplay(fn, inputs))
+        return simulated[-1], simulated[-1].outputs
+
+    def slow(fn):
+        def run(*args):
+            if not replaying:
+                time.sleep(0.02)
+            return fn(*args)
+        return run
+    twin = record._twin
+    monkeypatch.setattr(cudagraphs, "captured", capture)
+    monkeypatch.setattr(cudagraphs, "_static_cuda_tensor", lambda v: isinstance(v, torch.Tensor))
+    monkeypatch.setattr(record, "_twin", lambda gm: slow(twin(gm)))
+    monkeypatch.setattr(magpy.config, "autopilot", True)
+    graph, params = mlp_graph()
+    compiled = magpy.compile(lambda x, *ps: graph(x, *ps)[0], backend=lambda gm, ex: slow(gm.forward))
+    with torch.no_grad():
+        for i in range(14):
+            x = torch.randn(4, 8)
+            assert torch.equal(compiled(x, *params), graph(x, *params)[0]), i
+    assert magpy.stats(compiled).kept == {"<lambda> + CUDA graphs": 1}, magpy.stats(compiled).kept

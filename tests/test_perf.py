@@ -94,6 +94,31 @@ def test_fast_backend_wins(autopilot_on, monkeypatch):
     assert backend.calls == CALLS - TRIAL // 2
 
 
+def test_a_third_version_on_trial_wins_where_fastest():
+    """On a GPU the compiled graph replayed as a CUDA graph is a third version on trial: each
+    version runs on every third call, the fastest is kept, the losers' replay is let go."""
+    ran = []
+
+    def version(name, seconds):
+        def run(*args):
+            ran.append(name)
+            time.sleep(seconds)
+            return [args[0] + 1]
+        return run
+    trial = autopilot.Trial(version("compiled", 0.02), version("eager", 0.02), "backend", 1,
+                            replayed=version("replayed", 0.0))
+    for _ in range(3 * (autopilot.WARMUP_CALLS + autopilot.TIMED_CALLS)):
+        assert torch.equal(trial(torch.zeros(2))[0], torch.ones(2))
+    assert ran[:6] == ["compiled", "eager", "replayed"] * 2
+    assert trial.winner == "backend + CUDA graphs"
+    assert "backend + CUDA graphs" in trial.describe()
+    losing = autopilot.Trial(version("compiled", 0.0), version("eager", 0.02), "backend", 1,
+                             replayed=version("replayed", 0.02))
+    for _ in range(3 * (autopilot.WARMUP_CALLS + autopilot.TIMED_CALLS)):
+        losing(torch.zeros(2))
+    assert losing.winner == "backend" and losing.versions[2] is None   # (its capture's pool let go)
+
+
 def test_decided_graph_costs_nothing(autopilot_on):
     """Once decided, the mock calls the winner itself: the trial is out of the call path."""
     compiled = magpy.compile(small, backend=sleepy)
