@@ -114,7 +114,7 @@ def _graph_refusal(recorder, loss, gradient, leaves) -> str | None:
     piece = recorder.piece
     if isinstance(piece, Arm):
         return "inside a branch recorded as torch.cond"
-    if recorder.shapes is not None and recorder.shapes.active:
+    if _symbolic(recorder):
         return "the graph has symbolic sizes"
     if recorder.produced(loss) is not piece:
         return "the loss was computed before an eager step or outside the call"
@@ -129,6 +129,22 @@ def _graph_refusal(recorder, loss, gradient, leaves) -> str | None:
     if any(map(_sparse_gradient, piece.graph.nodes)):
         return "an embedding with sparse gradients"
     return None
+
+
+def _symbolic(recorder) -> bool:
+    """Does the forward the backward differentiates take symbolic sizes: a tensor input with
+    lifted dimensions, or a lifted int?  (A lifted number the forward does not take -- a loop
+    index that only steers a branch, guarded by its outcome -- or a float, a 0-d tensor
+    input, leaves the forward's sizes fixed.)"""
+    shapes = recorder.shapes
+    if shapes is None or not shapes.symbols:
+        return False
+    for value in recorder.piece_inputs():
+        if isinstance(value, torch.SymInt):
+            return True
+        if isinstance(value, torch.Tensor) and None in shapes.sizes_and_strides(value)[0]:
+            return True
+    return False
 
 
 def _sparse_gradient(node: fx.Node) -> bool:
