@@ -147,3 +147,14 @@ def test_int_argument_one_as_a_size_is_told_apart_where_torch_needs_it():
     steps = [Step(f"n={n}", lambda state, n=n: (torch.randn(4), n), seed=j, expect=ANY) for j, n in enumerate(values)]
     trace = check_compiled(build, steps, fullgraph=False)
     assert magpy.stats(trace.compiled).eager_runs == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("set_to_none", [True, False], ids=["set_to_none", "zeroed"])
+def test_accumulation_under_inductor(set_to_none):
+    k = 2
+    steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=ANY if i < 2 * k else MOCK)
+             for i in range(3 * k)]
+    trace = check_compiled(_build(k, OPTIMIZERS["adamw"], set_to_none), steps, fullgraph=False, observe=_observe,
+                           backend="inductor", rtol=1e-4, atol=1e-5, expect_records=_records(k, set_to_none))
+    assert magpy.stats(trace.compiled).graphs_per_call == 1
