@@ -132,19 +132,15 @@ def _graph_refusal(recorder, loss, gradient, leaves) -> str | None:
 
 
 def _symbolic(recorder) -> bool:
-    """Does the forward the backward differentiates take symbolic sizes: a tensor input with
-    lifted dimensions, or a lifted int?  (A lifted number the forward does not take -- a loop
+    """Does the forward the backward differentiates take symbolic sizes: a tensor input of a
+    lifted size, or a lifted int?  (A lifted number the forward does not take -- a loop
     index that only steers a branch, guarded by its outcome -- or a float, a 0-d tensor
     input, leaves the forward's sizes fixed.)"""
     shapes = recorder.shapes
     if shapes is None or not shapes.symbols:
         return False
-    for value in recorder.piece_inputs():
-        if isinstance(value, torch.SymInt):
-            return True
-        if isinstance(value, torch.Tensor) and None in shapes.sizes_and_strides(value)[0]:
-            return True
-    return False
+    return any(isinstance(v, torch.SymInt) or isinstance(v, torch.Tensor) and shapes.lifted_sizes(v)
+               for v in recorder.piece_inputs())
 
 
 def _sparse_gradient(node: fx.Node) -> bool:

@@ -668,6 +668,12 @@ class Shapes(Observer):
         return [str(self.env.replace(s.node.expr)) if self._free(s) else int(t.size(d))
                 for d, s in enumerate(entry[2].size())]
 
+    def lifted_sizes(self, t: torch.Tensor) -> bool:
+        """Has tensor ``t`` a symbolic size: an input's lifted dimension, or a result's made from
+        one (by its twin)?"""
+        f = self.fakes.get(id(t))
+        return f is not None and any(map(self._free, f.shape))
+
     def _free(self, s) -> bool:
         return type(s) is SymInt and bool(self.env.replace(s.node.expr).free_symbols)
 
