@@ -102,6 +102,36 @@ def test_first_micro_steps_record_then_every_call_replays():
                    expect_records=5)
 
 
+class _MicroSteps:
+    def __init__(self):
+        self.done = 0
+
+
+def test_accumulation_counted_in_program_state():
+    # The index kept by the program instead (``self.done += 1``): a counter read from state,
+    # lifted from 1 too; the same records.
+    k = 4
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        opt, micro = OPTIMIZERS["sgd-momentum"](model.parameters()), _MicroSteps()
+
+        def micro_step(x, y):
+            loss = nn.functional.mse_loss(model(x), y) / k
+            loss.backward()
+            micro.done += 1
+            if micro.done % k == 0:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            return loss.detach()
+        return micro_step, {"model": model, "opt": opt, "micro": micro}
+    steps = [Step(f"micro-step {i}", lambda state: (torch.randn(6, 8), torch.randn(6, 4)), seed=i,
+                  expect=ANY if i < 2 * k else MOCK) for i in range(4 * k)]
+    trace = check_compiled(build, steps, fullgraph=False, observe=lambda s: (_observe(s), s["micro"].done),
+                           expect_records=_records(k, True))
+    assert magpy.stats(trace.compiled).graphs_per_call == 1
+
+
 def test_state_changed_between_micro_steps():
     # From outside, between calls: the learning rate (guarded by value until it has changed,
     # then lifted: one record per side of the branch again), the loop index jumping ahead
