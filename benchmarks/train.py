@@ -45,7 +45,9 @@ Models: the zoo's (``benchmarks.models.MODELS``) at ``--size`` (default bench, t
   three of four of which only accumulate).  magpy records the first micro-step (no
   ``.grad``), the second (``i`` lifted), the first optimizer step (no optimizer state), the
   micro-step after it (no ``.grad`` again) and the first step with optimizer state, then
-  replays one of three records (the notes' monitor runs are its records).
+  replays one of three records (the notes' monitor runs are its records); the step record
+  serves one call in ``ACCUM``, so the task warms up ``ACCUM`` times as long, for its
+  compile and autopilot trial to end before the timed steps.
 
 ``--opt``: ``sgd`` (the default: SGD, lr 0.01, momentum 0.9) or ``adamw`` (AdamW, lr 1e-3,
 weight decay 0.01); torch's default implementation (on CPU the per-tensor for-loop).
@@ -208,6 +210,7 @@ class Task:
     step: Callable | None = None        # (model, opt, loss_fn) -> step; None: train_step
     recordings: int = 2                 # magpy's recordings (the steps that record: 1, 2, ...)
     indexed: bool = False               # the step takes the call's index first: step(i, x, y)
+    period: int = 1                     # calls between two uses of the least used steady record
 
     def build(self, name: str, size: str, batch: int, seed: int = 0,
               device: str = "cpu") -> tuple[nn.Module, list]:
@@ -328,7 +331,7 @@ TASKS = {"resnet50": Task(_image_batches, _classification_loss), "bert": Task(_t
                                recordings=FINETUNE_WARMUP),
          # (the last record, the first step with optimizer state, is made at micro-step 2 * ACCUM)
          "bert-accum": Task(_label_batches, _logits_loss, _finetune_model, accumulation_step,
-                            recordings=2 * ACCUM, indexed=True)}
+                            recordings=2 * ACCUM, indexed=True, period=ACCUM)}
 
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
@@ -572,8 +575,9 @@ def run_model(name: str, task: Task, opts: argparse.Namespace, size: str, batch:
               wrap=run._identity, seed: int = 0, log=None) -> list[dict]:
     model, batches = task.build(name, size, batch, seed, getattr(opts, "device", "cpu"))
     # A task recording after step 2 warms up longer: each later recording's first reuse starts
-    # its compile, and its autopilot trial follows.
-    warmup = opts.warmup + task.recordings - 2
+    # its compile, and its autopilot trial follows (over ``period`` times as many calls where
+    # a record serves one call in ``period``).
+    warmup = opts.warmup * task.period + task.recordings - 2
     setup = Setup(model, batches, task.loss, OPTIMIZERS[opts.opt], warmup, opts.steps, wrap, task.step,
                   task.indexed)
     base = {"model": name, "size": size, "batch": batch, "opt": opts.opt,
