@@ -37,6 +37,17 @@ Models: the zoo's (``benchmarks.models.MODELS``) at ``--size`` (default bench, t
   records the first step, the warm-up, and the decay (step 3: the task warms up one step
   longer, so that the decay record's compile and autopilot trial end before the timed
   steps), then every step is a mock run; ``--opt adamw`` is the fine-tuning optimizer.
+* ``bert-accum``: the same classifier trained with gradient accumulation over
+  :data:`ACCUM` micro-batches, as people write it (:func:`accumulation_step`): each call
+  is one micro-step ``step(i, x, y)``, ``i`` the loop index (a Python int, new every call),
+  the loss divided by ``ACCUM``, and ``opt.step(); opt.zero_grad(set_to_none=True)`` where
+  ``(i + 1) % ACCUM == 0``.  Its rows time micro-steps (``ms/step``: the median micro-step,
+  three of four of which only accumulate).  magpy records the first micro-step (no
+  ``.grad``), the second (``i`` lifted), the first optimizer step (no optimizer state), the
+  micro-step after it (no ``.grad`` again) and the first step with optimizer state, then
+  replays one of three records (the notes' monitor runs are its records); the step record
+  serves one call in ``ACCUM``, so the task warms up ``ACCUM`` times as long, for its
+  compile and autopilot trial to end before the timed steps.
 
 ``--opt``: ``sgd`` (the default: SGD, lr 0.01, momentum 0.9) or ``adamw`` (AdamW, lr 1e-3,
 weight decay 0.01); torch's default implementation (on CPU the per-tensor for-loop).
@@ -198,6 +209,8 @@ class Task:
     make: Callable | None = None        # size -> (model, args, kwargs) as the zoo's builders; None: the zoo's
     step: Callable | None = None        # (model, opt, loss_fn) -> step; None: train_step
     recordings: int = 2                 # magpy's recordings (the steps that record: 1, 2, ...)
+    indexed: bool = False               # the step takes the call's index first: step(i, x, y)
+    period: int = 1                     # calls between two uses of the least used steady record
 
     def build(self, name: str, size: str, batch: int, seed: int = 0,
               device: str = "cpu") -> tuple[nn.Module, list]:
@@ -297,9 +310,28 @@ def scheduled_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callab
     return step
 
 
+ACCUM = 4   # micro-batches per optimizer step of bert-accum
+
+
+def accumulation_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable) -> Callable:
+    """One micro-step of gradient accumulation over :data:`ACCUM` micro-batches: ``i`` is the
+    training loop's index, the optimizer steps on every ``ACCUM``-th."""
+    def step(i, x, y):
+        loss = loss_fn(model(**x), y) / ACCUM
+        loss.backward()
+        if (i + 1) % ACCUM == 0:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
 TASKS = {"resnet50": Task(_image_batches, _classification_loss), "bert": Task(_text_batches, _token_loss),
          "bert-finetune": Task(_label_batches, _logits_loss, _finetune_model, scheduled_step,
-                               recordings=FINETUNE_WARMUP)}
+                               recordings=FINETUNE_WARMUP),
+         # (the last record, the first step with optimizer state, is made at micro-step 2 * ACCUM)
+         "bert-accum": Task(_label_batches, _logits_loss, _finetune_model, accumulation_step,
+                            recordings=2 * ACCUM, indexed=True, period=ACCUM)}
 
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
@@ -367,9 +399,14 @@ class Setup:
     steps: int                                   # timed steps
     wrap: Callable[[nn.Module], nn.Module] = run._identity   # --ddp: DistributedDataParallel
     make_step: Callable | None = None            # (model, opt, loss_fn) -> step; None: train_step
+    indexed: bool = False                        # the step takes the call's index first
 
     def batch(self, i: int):
         return self.batches[i % len(self.batches)]
+
+    def arguments(self, i: int) -> tuple:
+        """What the ``i``-th call of the step gets: its batch, after ``i`` if indexed."""
+        return (i, *self.batch(i)) if self.indexed else self.batch(i)
 
 
 def dynamo_steps(one_step: Callable[[], None]) -> tuple[int, int] | None:
@@ -415,7 +452,7 @@ def run_variant(variant: Variant, setup: Setup) -> tuple[dict, dict | None]:
     compiled, trained, caught, stage = None, None, [], "compile"
 
     def one_step():
-        losses.append(compiled(*setup.batch(len(losses))).detach())
+        losses.append(compiled(*setup.arguments(len(losses))).detach())
 
     try:
         with cache, variant.running(), warnings.catch_warnings(record=True) as caught:
@@ -538,9 +575,11 @@ def run_model(name: str, task: Task, opts: argparse.Namespace, size: str, batch:
               wrap=run._identity, seed: int = 0, log=None) -> list[dict]:
     model, batches = task.build(name, size, batch, seed, getattr(opts, "device", "cpu"))
     # A task recording after step 2 warms up longer: each later recording's first reuse starts
-    # its compile, and its autopilot trial follows.
-    warmup = opts.warmup + task.recordings - 2
-    setup = Setup(model, batches, task.loss, OPTIMIZERS[opts.opt], warmup, opts.steps, wrap, task.step)
+    # its compile, and its autopilot trial follows (over ``period`` times as many calls where
+    # a record serves one call in ``period``).
+    warmup = opts.warmup * task.period + task.recordings - 2
+    setup = Setup(model, batches, task.loss, OPTIMIZERS[opts.opt], warmup, opts.steps, wrap, task.step,
+                  task.indexed)
     base = {"model": name, "size": size, "batch": batch, "opt": opts.opt,
             "inputs": run.describe_inputs((), batches[0][0])}
     log = log or _say

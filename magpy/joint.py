@@ -114,7 +114,7 @@ def _graph_refusal(recorder, loss, gradient, leaves) -> str | None:
     piece = recorder.piece
     if isinstance(piece, Arm):
         return "inside a branch recorded as torch.cond"
-    if recorder.shapes is not None and recorder.shapes.active:
+    if _symbolic(recorder):
         return "the graph has symbolic sizes"
     if recorder.produced(loss) is not piece:
         return "the loss was computed before an eager step or outside the call"
@@ -129,6 +129,18 @@ def _graph_refusal(recorder, loss, gradient, leaves) -> str | None:
     if any(map(_sparse_gradient, piece.graph.nodes)):
         return "an embedding with sparse gradients"
     return None
+
+
+def _symbolic(recorder) -> bool:
+    """Does the forward the backward differentiates take symbolic sizes: a tensor input of a
+    lifted size, or a lifted int?  (A lifted number the forward does not take -- a loop
+    index that only steers a branch, guarded by its outcome -- or a float, a 0-d tensor
+    input, leaves the forward's sizes fixed.)"""
+    shapes = recorder.shapes
+    if shapes is None or not shapes.symbols:
+        return False
+    return any(isinstance(v, torch.SymInt) or isinstance(v, torch.Tensor) and shapes.lifted_sizes(v)
+               for v in recorder.piece_inputs())
 
 
 def _sparse_gradient(node: fx.Node) -> bool:

@@ -5,7 +5,8 @@ a symbol, a float a graph input.  These tests pin what must hold wherever such a
 
 - **E**: an int that is negative, or changes sign, is lifted like any other (a symbol of the
   negative ints, guarded by its range: ``x * n`` with n = -1, -2, ...), or stays specialised
-  where torch needs a plain int (a dimension: ``x.softmax(d)``); 0 and 1 stay constants.
+  where torch needs a plain int (a dimension: ``x.softmax(d)``); 0 stays a constant, 1 is a
+  symbol of the ints from 1 up.
   Through an argument, a global, an attribute, a global updated from tensor data.
 - **I**: a lifted number read inside an arm of a tensor ``if`` (recorded as ``torch.cond``)
   is an operand of the cond, whether it arrives as an argument, through a closure cell, a
@@ -81,8 +82,8 @@ def _times_int(x, n):
 
 
 # -1 is recorded as a constant; -2 differs: lifted, a symbol of the negative ints that serves
-# every negative value; 2 is of the other sign (a record of its own, for 2 and up); 0 and 1
-# stay constants.
+# every negative value; 2 is of the other sign (a record of its own, for 2 and up); 0 stays
+# a constant, 1 gets a record for 1 and up.
 NEGATIVE_INTS = [(-1, M), (-2, M), (-3, K), (2, M), (-5, K), (3, K), (0, M), (1, M), (-7, K), (7, K)]
 
 

@@ -10,8 +10,9 @@ argument and every int and float argument from the first call; False never lifts
 arguments become symbols like sizes; a float becomes a 0-d tensor input where it is an
 operand of float tensor arithmetic, directly or through Python arithmetic with constants
 (``-lr``: the mock computes that again from each call's value, ``Scalar.source``, and writes
-such floats where the program stored them), else it is *pinned* (guarded by value).  An int
-read from program state (a counter: a scheduler's ``last_epoch``) is lifted from 1 up, and a
+such floats where the program stored them), else it is *pinned* (guarded by value).  An int,
+an argument (a training loop's index) or one read from program state (a counter: a
+scheduler's ``last_epoch``), is lifted from 1 up (its second value: 0 stays a constant), and a
 float the program computes from lifted ints (``float(step) / float(warmup)``, ``0.9 **
 epoch``, ``math.cos``, ``max``/``min`` of floats: an ``IntFloat``) is computed again by the
 mock from each call's ints, stored where the program stored it or given to the graph as an

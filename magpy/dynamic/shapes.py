@@ -176,16 +176,18 @@ class Shapes(Observer):
         keywords = {k: shadow(KWARG, k, v) for k, v in kwargs.items()}
         return (positional, keywords) if self.scalars or self.ints else None
 
-    def _int_symbol(self, sn, counter: bool = False) -> SymInt | None:
-        """A lifted int argument: a symbol backed by its value.  0 and 1 stay constants (as
+    def _int_symbol(self, sn) -> SymInt | None:
+        """A lifted int (an argument, or a counter read from program state: a scheduler's
+        ``last_epoch``, a step count): a symbol backed by its value.  0 stays a constant (as
         torch specialises sizes); a value above 1 gets a size's symbol, from 2 up, and a
         negative one a symbol of the negative ints: a record serves the ints of one sign (the
         guard checks the range), where torch's reasoning about sizes holds for the positive.
-        A ``counter`` (an int read from program state: a scheduler's ``last_epoch``, a step
-        count) is lifted from 1 too, a symbol of the ints from 1 up: a counter's second value
-        is 1, and the record it makes serves every later step."""
-        one = counter and sn.value == 1
-        if sn.value in (0, 1) and not one:
+        1 gets a symbol of the ints from 1 up: an int that counts (a loop index passed to a
+        compiled step, a counter) has 1 for its second value, and the record it makes there
+        serves every later step; where torch needs 1 told apart (broadcasting a size) it
+        guards the symbol's value."""
+        one = sn.value == 1
+        if sn.value == 0:
             return None
         source = _source(f"int{len(self.symbols)}")
         negative = sn.value < 0
@@ -285,7 +287,10 @@ class Shapes(Observer):
         try:
             # The Python dispatcher runs the decompositions that keep sizes symbolic (as under
             # torch.compile); some C++ kernels would read concrete sizes (F.pad, baddbmm).
-            with self.fake_mode, enable_python_dispatcher(), _quiet_fakes():
+            # The twins' run is magpy's own work: no torch function mode sees it (the
+            # recorder's is active where magpy records an operation it ran itself, the
+            # backward of ``magpy.joint``).
+            with torch._C.DisableTorchFunction(), self.fake_mode, enable_python_dispatcher(), _quiet_fakes():
                 r = func(*fargs, **fkwargs)
         except Exception as e:  # noqa: BLE001 - sizes torch cannot say symbolically (data-dependent)
             logs.logger("dynamic").info("every lifted size specialised: %s failed on symbolic sizes (%s: %s)",
@@ -462,7 +467,7 @@ class Shapes(Observer):
                 self.scalars[sn.id] = sn
                 shadow = Scalar(sn, self.pinned)
             else:
-                shadow = self._int_symbol(sn, counter=True)
+                shadow = self._int_symbol(sn)
             self.lifted_shadows[sn.id] = shadow
         if shadow is not None:
             f.shadow_stack[-1] = shadow
@@ -662,6 +667,12 @@ class Shapes(Observer):
             return list(t.shape)
         return [str(self.env.replace(s.node.expr)) if self._free(s) else int(t.size(d))
                 for d, s in enumerate(entry[2].size())]
+
+    def lifted_sizes(self, t: torch.Tensor) -> bool:
+        """Has tensor ``t`` a symbolic size: an input's lifted dimension, or a result's made from
+        one (by its twin)?"""
+        f = self.fakes.get(id(t))
+        return f is not None and any(map(self._free, f.shape))
 
     def _free(self, s) -> bool:
         return type(s) is SymInt and bool(self.env.replace(s.node.expr).free_symbols)

@@ -1,0 +1,224 @@
+"""Gradient accumulation as people write it (issue 30): a compiled micro-step
+
+    def step(i, x, y):
+        loss = loss_fn(model(x), y) / k
+        loss.backward()
+        if (i + 1) % k == 0:
+            opt.step(); opt.zero_grad(set_to_none=...)
+
+called with the loop index ``i``, a Python int that changes every call.  ``i`` is lifted from
+its second value, 1, on (a symbol of the ints from 1 up, ``magpy.dynamic.Shapes._int_symbol``),
+and the branch on it is guarded by the side it takes (``(1 + s0) % k != 0``), not by the
+value; ``i`` does not enter the graph, so the backward stays in it (one graph per call).
+
+What is left is the program's own structure, one record each: the first call (no ``.grad``
+yet), the first optimizer step (no optimizer state yet: SGD's momentum buffers, AdamW's
+moments, are made there), then the steady state: the accumulate-only micro-step and the
+step (with ``set_to_none=True`` and ``k > 2`` the micro-step after a step finds no ``.grad``
+and makes it, a record of its own).  Every call after the first ``2 * k`` micro-steps is a
+mock run.  Before, ``i`` was guarded by value at 0 and 1 and lifted from 2, and the lifted
+int made the backward an eager step (two graphs per call): 6 records for ``k=4``.
+
+Each test compares against the same loop run eagerly after every micro-step: loss,
+parameters, gradients and optimizer state, bit for bit under backend "eager".
+"""
+import pytest
+import torch
+from torch import nn
+
+import magpy
+from tests.compile_harness import (
+    ANY,
+    MOCK,
+    MONITOR,
+    Step,
+    after,
+    check_compiled,
+    fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
+)
+
+OPTIMIZERS = {
+    "sgd-momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.01),
+}
+
+
+def _observe(state):
+    """Everything a micro-step changes: parameters and their .grad, the optimizer's state."""
+    model, opt = state["model"], state["opt"]
+    return [(name, t, t.grad) for name, t in model.named_parameters()], opt.state_dict()
+
+
+def _build(k, make_opt, set_to_none):
+    def build():
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        opt = make_opt(model.parameters())
+
+        def micro_step(i, x, y):
+            loss = nn.functional.mse_loss(model(x), y) / k
+            loss.backward()
+            if (i + 1) % k == 0:
+                opt.step()
+                opt.zero_grad(set_to_none=set_to_none)
+            return loss.detach()
+        return micro_step, {"model": model, "opt": opt}
+    return build
+
+
+def _micro_batch(i):
+    return lambda state: (i, torch.randn(6, 8), torch.randn(6, 4))
+
+
+def _records(k, set_to_none) -> int:
+    """The first call, the first optimizer step, the steady accumulate-only and step records,
+    and with set_to_none=True and k > 2 the micro-step that finds no .grad."""
+    return 4 + (set_to_none and k > 2)
+
+
+@pytest.mark.parametrize("set_to_none", [True, False], ids=["set_to_none", "zeroed"])
+@pytest.mark.parametrize("opt", OPTIMIZERS)
+@pytest.mark.parametrize("k", [2, 4])
+def test_accumulation_records_per_structure_not_per_step(k, opt, set_to_none):
+    n = 4 * k
+    steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=ANY if i < 2 * k else MOCK)
+             for i in range(n)]
+    trace = check_compiled(_build(k, OPTIMIZERS[opt], set_to_none), steps, fullgraph=False, observe=_observe,
+                           expect_records=_records(k, set_to_none))
+    st = magpy.stats(trace.compiled)
+    assert st.eager_runs == 0 and st.breaks == {} and st.graphs_per_call == 1, st
+    assert st.mock_runs == n - _records(k, set_to_none), st
+
+
+def test_first_micro_steps_record_then_every_call_replays():
+    # (the harness's expectations, call by call, for k=4, SGD with momentum, set_to_none)
+    k = 4
+    expect = {0: MONITOR,   # no .grad
+              1: MONITOR,   # i lifted (from 1), .grad present: the accumulate-only record
+              3: MONITOR,   # the first step: no momentum buffers yet
+              4: MONITOR,   # no .grad after zero_grad(set_to_none=True)
+              7: MONITOR}   # the step, momentum buffers present
+    steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=expect.get(i, MOCK)) for i in range(16)]
+    check_compiled(_build(k, OPTIMIZERS["sgd-momentum"], True), steps, fullgraph=False, observe=_observe,
+                   expect_records=5)
+
+
+class _MicroSteps:
+    def __init__(self):
+        self.done = 0
+
+
+def test_accumulation_counted_in_program_state():
+    # The index kept by the program instead (``self.done += 1``): a counter read from state,
+    # lifted from 1 too; the same records.
+    k = 4
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        opt, micro = OPTIMIZERS["sgd-momentum"](model.parameters()), _MicroSteps()
+
+        def micro_step(x, y):
+            loss = nn.functional.mse_loss(model(x), y) / k
+            loss.backward()
+            micro.done += 1
+            if micro.done % k == 0:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            return loss.detach()
+        return micro_step, {"model": model, "opt": opt, "micro": micro}
+    steps = [Step(f"micro-step {i}", lambda state: (torch.randn(6, 8), torch.randn(6, 4)), seed=i,
+                  expect=ANY if i < 2 * k else MOCK) for i in range(4 * k)]
+    trace = check_compiled(build, steps, fullgraph=False, observe=lambda s: (_observe(s), s["micro"].done),
+                           expect_records=_records(k, True))
+    assert magpy.stats(trace.compiled).graphs_per_call == 1
+
+
+def test_state_changed_between_micro_steps():
+    # From outside, between calls: the learning rate (guarded by value until it has changed,
+    # then lifted: one record per side of the branch again), the loop index jumping ahead
+    # (resuming a run: the same records), and a micro-step repeated with the same index.
+    k = 2
+
+    def lower_lr(state):
+        state["opt"].param_groups[0]["lr"] *= 0.5
+
+    steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=ANY) for i in range(6)]
+    steps += [after(lower_lr, _micro_batch(6), expect=ANY),
+              Step("micro-step 7", _micro_batch(7), seed=7, expect=ANY),
+              Step("micro-step 1000", _micro_batch(1000), seed=8, expect=ANY),
+              Step("micro-step 1001", _micro_batch(1001), seed=9, expect=ANY),
+              Step("micro-step 1001 again", _micro_batch(1001), seed=10, expect=ANY)]
+    trace = check_compiled(_build(k, OPTIMIZERS["adamw"], True), steps, fullgraph=False, observe=_observe)
+    assert magpy.stats(trace.compiled).eager_runs == 0
+
+
+# -- the mechanism, on a plain function ------------------------------------------------------------
+
+def _every_third(i, x):
+    if (i + 1) % 3 == 0:
+        return x * 2
+    return x + 1
+
+
+def test_int_argument_lifted_from_its_second_value_one():
+    # i = 0 records (a constant), i = 1 lifts i (the ints from 1 up) on the side "not a
+    # multiple of 3", i = 2 the other side; every later index replays one of those.
+    def build():
+        return _every_third, None
+    steps = [Step(f"i={i}", lambda state, i=i: (i, torch.randn(3)), seed=i, expect=MONITOR if i < 3 else MOCK)
+             for i in range(10)]
+    check_compiled(build, steps, fullgraph=False, expect_records=3)
+
+
+BROADCASTS = {   # program, input shape, values of n, records
+    "rows": (lambda x, n: x + torch.ones(n, 1), (4,), [3, 1, 4, 1, 5, 2], 3),
+    "same-or-one": (lambda x, n: x + torch.ones(n), (3,), [3, 1, 3, 1, 1, 3], 2),
+}
+
+
+@pytest.mark.parametrize("name", BROADCASTS)
+def test_int_argument_one_as_a_size_is_told_apart_where_torch_needs_it(name):
+    # Lifted at 1, an int used as a size that broadcasts: torch guards the symbol's value
+    # there (``s0 == 1``), so a larger value records again rather than reuse the record
+    # made for 1 (rows: 3 constant, then 1, then 4 and up).
+    program, shape, values, records = BROADCASTS[name]
+
+    def build():
+        return program, None
+    steps = [Step(f"n={n}", lambda state, n=n: (torch.randn(*shape), n), seed=j, expect=ANY)
+             for j, n in enumerate(values)]
+    trace = check_compiled(build, steps, fullgraph=False, expect_records=records)
+    assert magpy.stats(trace.compiled).eager_runs == 0
+
+
+# -- where the forward does take symbolic sizes, the backward stays an eager step -----------------
+
+def _plain_build(weighted):
+    def build():
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def train_step(i, x, y):
+            opt.zero_grad(set_to_none=False)
+            loss = nn.functional.mse_loss(model(x), y)
+            if weighted:
+                loss = loss * (i + 1)   # (the lifted int is an input of the forward)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return train_step, {"model": model, "opt": opt}
+    return build
+
+
+@pytest.mark.parametrize("what", ["batch-size", "int-in-the-loss"])
+def test_backward_of_a_forward_with_symbolic_sizes_stays_eager(what):
+    # A batch size that changes is lifted (a symbolic size of the forward), and so is an int
+    # the loss is multiplied by: the backward is an eager step between graphs, as before.
+    weighted = what == "int-in-the-loss"
+
+    def batch(i):
+        rows = 6 if weighted else 3 + i
+        return lambda state: (i, torch.randn(rows, 8), torch.randn(rows, 4))
+    steps = [Step(f"step {i}", batch(i), seed=i, expect=ANY) for i in range(6)]
+    trace = check_compiled(_plain_build(weighted), steps, fullgraph=False, observe=_observe)
+    st = magpy.stats(trace.compiled)
+    assert st.eager_runs == 0 and any("symbolic sizes" in reason for reason in st.breaks), st
