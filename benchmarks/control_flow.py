@@ -235,6 +235,7 @@ def run_variant(variant: str, model, inputs: list, reference: list | None) -> di
             row["note"] = (f"magpy stats: monitor_runs={s.monitor_runs} mock_runs={s.mock_runs} "
                            f"eager_runs={s.eager_runs} graph_count={s.graph_count} "
                            f"graphs_per_call={s.graphs_per_call} records={s.records}"
+                           + (f" kept={s.kept}" if s.kept else "")   # (the autopilot's choices)
                            + "".join(f"\n  break: {str(r).splitlines()[0]}" for r in s.break_reasons))
         elif variant == "torch.compile":
             breaks, frames = counters.get("graph_break", {}), counters.get("frames", {})
