@@ -142,6 +142,7 @@ class HostLoop:
         self.body = eager_twin(rows_in_place(body, tuple(range(first, buffers + layout.outs))))
         self.state = self._WARMUP if layout.device == "cuda" else self._PLAIN
         self.replay: _Replay | None = None
+        self.first_extra: list = []   # the addresses of the extra tensors on the first call
         self.captures = 0
         self.lock = threading.Lock()
 
@@ -178,6 +179,7 @@ class HostLoop:
 
     def _stepped(self, steps: int, carried: list, additional: list, numbers: list) -> list:
         if self.state == self._WARMUP:   # plain, watching for random draws
+            self.first_extra = [t.data_ptr() for t in self._extra(additional)]
             rng = torch.cuda.get_rng_state()
             out = self._plain(steps, carried, additional, numbers)
             self.state = self._CAPTURE if torch.equal(torch.cuda.get_rng_state(), rng) else self._PLAIN
@@ -203,7 +205,8 @@ class HostLoop:
         capacity = max(16, 1 << (steps - 1).bit_length())
         self.replay = None   # (frees an earlier capture's pool)
         try:
-            self.replay = _Replay(self.body.forward, self.layout, capacity, carried, additional, numbers)
+            self.replay = _Replay(self.body.forward, self.layout, capacity, carried, additional, numbers,
+                                  self.first_extra)
         except Exception:  # noqa: BLE001 - not capturable (a host sync in the body, ...): run it plainly
             self.state = self._PLAIN
         return self.replay
@@ -232,18 +235,23 @@ class _Replay:
     """One step of a loop captured as a CUDA graph over static buffers with room for
     ``capacity`` steps: the step count, the carried tensors, the per-step buffers, the outs and
     the walked tensors (``lasts`` of a sliced loop) are the capture's own, copied in each call;
-    the extra tensors are read in place at the addresses of the capture."""
+    so are the extra tensors that moved since the loop's first call (made by each call: an
+    encoder's output a decoder loop reads), the others (parameters) are read in place at the
+    addresses of the capture."""
 
     def __init__(self, body: Callable, layout: CountedLoop, capacity: int, carried: list, additional: list,
-                 numbers: list):
+                 numbers: list, first_extra: list):
         self.layout, self.capacity = layout, capacity
-        self.signature = _signature(layout, carried, additional, numbers)
+        extra = additional[:layout.extra]
+        self.fixed = [t.data_ptr() == p for t, p in zip(extra, first_extra)]
+        self.signature = _signature(layout, carried, additional, numbers, self.fixed)
+        self.extra = [t if fixed else t.clone() for t, fixed in zip(extra, self.fixed)]
         first, buffers = _rows_at(layout)
         self.statics = [_rows(v, capacity) if first <= k < buffers else v.clone()
                         for k, v in enumerate(carried)]
         lasts = additional[layout.extra:]
         self.lasts = [_rows(t, capacity) for t in lasts] if layout.sliced else [t.clone() for t in lasts]
-        statics, rest = self.statics, (*additional[:layout.extra], *numbers, *self.lasts)
+        statics, rest = self.statics, (*self.extra, *numbers, *self.lasts)
 
         def step():
             for s, v in zip(statics, body(*statics, *rest)):
@@ -257,7 +265,7 @@ class _Replay:
         return steps <= self.capacity and self.same_but_length(carried, additional, numbers)
 
     def same_but_length(self, carried: list, additional: list, numbers: list) -> bool:
-        return _signature(self.layout, carried, additional, numbers) == self.signature
+        return _signature(self.layout, carried, additional, numbers, self.fixed) == self.signature
 
     def __call__(self, steps: int, carried: list, additional: list) -> list:
         layout = self.layout
@@ -265,6 +273,9 @@ class _Replay:
         for k, (s, v) in enumerate(zip(self.statics, carried)):
             if not first <= k < buffers:   # (the rows of the buffers: written by the steps)
                 s.copy_(v)
+        for s, t, fixed in zip(self.extra, additional, self.fixed):
+            if not fixed:
+                s.copy_(t)
         if layout.sliced:
             for s, t in zip(self.lasts, additional[layout.extra:]):
                 s[:steps].copy_(t)
@@ -279,14 +290,15 @@ def _rows_at(layout: CountedLoop) -> tuple[int, int]:
     return first, first + layout.buffers
 
 
-def _signature(layout: CountedLoop, carried: list, additional: list, numbers: list) -> tuple:
+def _signature(layout: CountedLoop, carried: list, additional: list, numbers: list, fixed: list) -> tuple:
     """What a capture bakes in, but the loop's length: the lifted numbers, the layout of every
-    tensor (of one row where it has one per step), and where the extra tensors are."""
+    tensor (of one row where it has one per step), and where the extra tensors read in place
+    (``fixed``) are."""
     first, buffers = _rows_at(layout)
     extra, lasts = additional[:layout.extra], additional[layout.extra:]
     return (tuple(numbers),
             tuple(_row_meta(v) if first <= k < buffers else _meta(v) for k, v in enumerate(carried)),
-            tuple((t.data_ptr(), _meta(t)) for t in extra),
+            tuple((t.data_ptr() if f else None, _meta(t)) for t, f in zip(extra, fixed)),
             tuple(_row_meta(t) if layout.sliced else _meta(t) for t in lasts))
 
 

@@ -189,3 +189,23 @@ def test_a_moved_weight_captures_again(simulated):
         m.layers[0].cell.weight_hh = nn.Parameter(m.layers[0].cell.weight_hh * 0.5)   # a new tensor
         assert torch.allclose(c(xs[4]), m(xs[4]), atol=1e-6)
     assert simulated.captures > captures
+
+
+def test_a_tensor_each_call_makes_is_copied_into_the_capture(simulated):
+    """A decoder-like loop reading a tensor made before it on each call (at a new address every
+    call): copied into the capture's own buffer, not captured again on every call."""
+    def build():
+        cell, proj = nn.GRUCell(4, 6), nn.Linear(4, 6)
+
+        def f(x, h):
+            memory = proj(x.mean(0))   # (made by each call, read by every step)
+            for xt in x:
+                h = cell(xt, h) + memory
+            return h
+        return f, cell
+    lengths = [3, 4, 6, 5, 7, 6, 4, 5]
+    steps = [Step(f"length {n}", (lambda st, n=n: (torch.randn(n, 2, 4), torch.randn(2, 6))), seed=i,
+                  expect=MONITOR if i < 2 else MOCK, ctx=torch.no_grad) for i, n in enumerate(lengths)]
+    check_compiled(build, steps)
+    assert simulated.captures == 1 and simulated.plain == 1
+    assert simulated.replays == sum(lengths[3:])
