@@ -778,11 +778,15 @@ class Segmenter(Observer):
         pending = self._pending
         if pending is not None and pending[0] is frame:
             brk = self._finish()
-            self._step(callee, args, kwargs, result, brk, pure=_pure(callee) and not brk.changes)
-            return
-        if self.dynamic and (self.is_dynamic(callee) or self.is_dynamic(getattr(callee, "__self__", None))
-                             or any(map(self.is_dynamic, args))
-                             or (kwargs and any(map(self.is_dynamic, kwargs.values())))):
+            indices = _index_inputs(callee, args) if not kwargs else ()
+            if not indices:
+                self._step(callee, args, kwargs, result, brk, pure=_pure(callee) and not brk.changes)
+                return
+            self._index_steps(indices, brk)
+        if self.breaker.brk is None and self.dynamic and (
+                self.is_dynamic(callee) or self.is_dynamic(getattr(callee, "__self__", None))
+                or any(map(self.is_dynamic, args))
+                or (kwargs and any(map(self.is_dynamic, kwargs.values())))):
             # (a method bound to a value computed eagerly, ``a.sum()``, computes from it too)
             self._derived_call(frame, callee, args, kwargs, result)
 
@@ -896,8 +900,38 @@ class Segmenter(Observer):
             self._step(operator.truth, (v,), None, truth, brk, pure=True, call=False)
         elif name == "FORMAT_VALUE":
             self._step(_COMPUTES[name](ins), inputs, None, outputs[0], brk, pure=True, call=False)
+        elif _index_inputs(name, inputs):
+            self._index_steps(_index_inputs(name, inputs), brk)
         else:
             self.breaker.stop(brk.reason)
+
+    def _index_steps(self, tensors: list, brk: GraphBreak) -> None:
+        """The operation under way read each of ``tensors`` only through its ``__index__``
+        (``items[t]``, ``range(t)``): the record checks each int read, since it picked what the
+        operation did, which is then a constant of the record.  The graph checks it where it
+        can (no break); else it is a step checked in the mock, as ``operator.index(t)`` in
+        Python code is (``ModuleList.__getitem__``)."""
+        for t in tensors:
+            if self.breaker.brk is not None:
+                return
+            with self.recorder.paused():
+                i = operator.index(t)
+            if self._index_in_graph(t, i):
+                continue
+            self._step(operator.index, (t,), None, i, brk, pure=True, call=False)
+            brk = None   # (one break, however many reads)
+            if self.breaker.brk is None and id(i) in self.dynamic:
+                self.check(i, completed=True)   # (an int too large to be ambiguous: checked all the same)
+
+    def _index_in_graph(self, t: torch.Tensor, i: int) -> bool:
+        """Check in the graph that tensor ``t`` holds index ``i`` (where it does not, the call
+        misses the record), if the graph has ``t`` and nothing observable happened yet."""
+        rec = self.recorder
+        if rec._opaque or not self.undoable() or not checks_in_graph(t) or not self._graph_knows(t):
+            return False
+        file, _, line = self._at()
+        rec.check(rec.compute(torch.eq, (t, i)), f"{file}:{line} reads index {i} from a tensor")
+        return True
 
     def _move(self, frame, name, inputs) -> None:
         if name in _STRUCTURAL and any(id(v) in self.dynamic for v in inputs):
@@ -959,6 +993,39 @@ class Segmenter(Observer):
 
 
 _HANDLED_NOWHERE = object()   # (Segmenter._raising_point)
+
+# Native operations that read tensor inputs only as indices (``PyNumber_Index``: a 0-d integer
+# tensor's ``__index__``): a sequence's subscript its key (a slice's bounds), by instruction
+# name; ``range`` and ``operator.index`` (``ModuleList.__getitem__``'s) their arguments, by
+# the callee's id (a callee may not be hashable).
+_INDEXED = (list, tuple, str, bytes, bytearray, range)
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def _sequence_key(inputs: tuple) -> tuple:
+    return inputs[1:] if type(inputs[0]) in _INDEXED else ()
+
+
+def _arguments(inputs: tuple) -> tuple:
+    return inputs
+
+
+_INDEX_READS = {"BINARY_SUBSCR": _sequence_key, "BINARY_SLICE": _sequence_key,
+                id(range): _arguments, id(operator.index): _arguments}
+
+
+def _index_inputs(op, inputs: tuple) -> list:
+    """The tensors operation ``op`` (an instruction's name, or a native callee) read as indices
+    among its ``inputs`` (empty where it is no such operation, or read them otherwise)."""
+    read = _INDEX_READS.get(op if type(op) is str else id(op))
+    if read is None:
+        return []
+    found = []
+    for v in read(inputs):
+        for x in (v.start, v.stop, v.step) if type(v) is slice else (v,):
+            if type(x) in _PLAIN_TENSORS:   # (a subclass may define its index in Python)
+                found.append(x)
+    return found
 
 
 def _shadowed(v, sh) -> Shadowed | None:
