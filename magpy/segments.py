@@ -260,10 +260,12 @@ class Segmenter(Observer):
         self.recorder._opaque -= 1
         return pending[1]
 
-    def _step(self, fn, args, kwargs, result, brk: GraphBreak | None, pure: bool, call: bool = True) -> None:
+    def _step(self, fn, args, kwargs, result, brk: GraphBreak | None, pure: bool, call: bool = True,
+              breaks: bool = True) -> None:
         """Record ``result = fn(*args, **kwargs)`` as a step.  A dynamic operation, or one on
         tensors, ends the current piece; a pure computation on dynamic values alone runs before
-        it (it needs nothing the piece computes)."""
+        it (it needs nothing the piece computes), and so does a dynamic operation that is no
+        graph break (not ``breaks``: a read of an input's storage)."""
         var = self._new_var()
         if self.lazy and brk is None and not kwargs and self._arithmetic_in_graph(var, fn, args, result):
             return
@@ -276,7 +278,8 @@ class Segmenter(Observer):
             # (``max(a, b)`` gives ``a`` itself: one tensor, two names)
             self.breaker.stop(brk or "an operation on a value computed eagerly that returns a graph's tensor")
             return
-        if brk is not None:
+        breaking = brk is not None and breaks
+        if breaking:
             self.breaks.append(brk)
         undoable = self.undoable()
         if rng.own_generator(kwargs):
@@ -297,7 +300,11 @@ class Segmenter(Observer):
         if picked and not undoable:
             self.breaker.stop(f"{_describe(fn)} gives back a value computed eagerly it was given")
             return
-        if brk is not None or not pure or any(isinstance(x, torch.Tensor) for x in _leaves((args, kwargs))):
+        met = self._met_again(fn, args, kwargs, result, given_back)
+        if met is not None and not undoable:
+            self.breaker.stop(f"{_describe(fn)} gives an object an earlier eager step gave, after effects")
+            return
+        if breaking or not pure or any(isinstance(x, torch.Tensor) for x in _leaves((args, kwargs))):
             try:
                 self.recorder.cut()
             except Exception as e:  # noqa: BLE001 - the recorder's refusal (opgraph._Unsupported)
@@ -312,6 +319,8 @@ class Segmenter(Observer):
                                self._freeze(kwargs) if kwargs else None, brk, undoable, self._at(), resume))
         if picked:   # (max(n, m) is n or m: the same one must come back, it keeps its name)
             self.steps.append(Step("same", self._before(), None, None, (var, self.dynamic[id(result)])))
+        if met is not None:   # (it keeps the earlier name, which the mock checks it is)
+            self.steps.append(Step("same", self._before(), None, None, (var, met)))
         for t, expr in named:
             # A new tensor (``torch.from_numpy(a)``, a ScriptModule's output): later graphs
             # take it as an input, the mock gives it to the program.
@@ -321,6 +330,18 @@ class Segmenter(Observer):
         if isinstance(result, torch.Tensor) and _steady(fn):
             return   # (its metadata is the record's: reading it reads no value computed eagerly)
         self._result(result, var, call, type(result) is int and _int_result(fn), fresh=not given_back)
+
+    def _met_again(self, fn, args: tuple, kwargs: dict | None, result, given_back) -> str | None:
+        """The variable of the earlier step that gave ``result = fn(*args, **kwargs)``, an
+        object this step was not given (``b.untyped_storage()`` is ``a``'s where ``b`` views
+        ``a``): on a later call the two steps need not give one object, so the record checks
+        that they do.  None where it is a new object, or one the step was given (``__enter__``
+        gives back its ``self``)."""
+        met = self.dynamic.get(id(result))
+        if met is None or ambiguous(result) or given_back or getattr(fn, "__self__", None) is result \
+                or (kwargs and any(v is result for v in kwargs.values())):
+            return None
+        return met
 
     def _new_var(self) -> str:
         self._vars += 1
@@ -779,6 +800,11 @@ class Segmenter(Observer):
         if pending is not None and pending[0] is frame:
             brk = self._finish()
             indices = _index_inputs(callee, args) if not kwargs else ()
+            if self._reads_input_storage(callee, args, kwargs):
+                why = f"{_describe(callee)} reads an input's storage: again on every call, before the graph"
+                self._step(callee, args, kwargs, result, dataclasses.replace(brk, reason=why), pure=True,
+                           breaks=False)
+                return
             if not indices:
                 self._step(callee, args, kwargs, result, brk, pure=_pure(callee) and not brk.changes)
                 return
@@ -789,6 +815,16 @@ class Segmenter(Observer):
                 or (kwargs and any(map(self.is_dynamic, kwargs.values())))):
             # (a method bound to a value computed eagerly, ``a.sum()``, computes from it too)
             self._derived_call(frame, callee, args, kwargs, result)
+
+    def _reads_input_storage(self, callee, args: tuple, kwargs: dict | None) -> bool:
+        """Is ``callee`` ``t.untyped_storage`` or ``t.data_ptr`` of a tensor from outside the
+        call (not one a graph made), before any effect?  Which storages the call's tensors
+        share is then a pure read of its inputs, made like a guard before the graph, and not a
+        graph break (where two give one storage, or compare equal, the record checks that)."""
+        t = getattr(callee, "__self__", None)
+        return (not args and not kwargs and type(t) in _PLAIN_TENSORS
+                and getattr(callee, "__name__", None) in _STORAGE_READS and self.undoable()
+                and self.recorder.produced(t) is None and self.recorder.refgraph.node_of(t) is not None)
 
     def _graph_made(self, values) -> bool:
         """Is this an operation the graph recorded (a tensor op taking an eager float as input)?"""
@@ -1000,6 +1036,8 @@ _HANDLED_NOWHERE = object()   # (Segmenter._raising_point)
 # the callee's id (a callee may not be hashable).
 _INDEXED = (list, tuple, str, bytes, bytearray, range)
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+# Tensor methods that read where a tensor's data lives (Segmenter._reads_input_storage).
+_STORAGE_READS = frozenset({"untyped_storage", "data_ptr"})
 
 
 def _sequence_key(inputs: tuple) -> tuple:
