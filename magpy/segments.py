@@ -1031,9 +1031,9 @@ class Segmenter(Observer):
 _HANDLED_NOWHERE = object()   # (Segmenter._raising_point)
 
 # Native operations that read tensor inputs only as indices (``PyNumber_Index``: a 0-d integer
-# tensor's ``__index__``): a sequence's subscript its key (a slice's bounds), by instruction
-# name; ``range`` and ``operator.index`` (``ModuleList.__getitem__``'s) their arguments, by
-# the callee's id (a callee may not be hashable).
+# tensor's ``__index__``): a sequence's subscript (read, store, deletion) its key (a slice's
+# bounds), by instruction name; ``range`` and ``operator.index`` (``ModuleList.__getitem__``'s)
+# their arguments, by the callee's id (a callee may not be hashable).
 _INDEXED = (list, tuple, str, bytes, bytearray, range)
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 # Tensor methods that read where a tensor's data lives (Segmenter._reads_input_storage).
@@ -1044,11 +1044,17 @@ def _sequence_key(inputs: tuple) -> tuple:
     return inputs[1:] if type(inputs[0]) in _INDEXED else ()
 
 
+def _stored_key(inputs: tuple) -> tuple:
+    # (STORE_SUBSCR's and STORE_SLICE's inputs are the value, the container, then the key)
+    return inputs[2:] if type(inputs[1]) in _INDEXED else ()
+
+
 def _arguments(inputs: tuple) -> tuple:
     return inputs
 
 
-_INDEX_READS = {"BINARY_SUBSCR": _sequence_key, "BINARY_SLICE": _sequence_key,
+_INDEX_READS = {"BINARY_SUBSCR": _sequence_key, "BINARY_SLICE": _sequence_key, "DELETE_SUBSCR": _sequence_key,
+                "STORE_SUBSCR": _stored_key, "STORE_SLICE": _stored_key,
                 id(range): _arguments, id(operator.index): _arguments}
 
 

@@ -1,6 +1,7 @@
 """Issue 31: a 0-d integer tensor used as a Python index (``Tensor.__index__``), as one graph.
 
-``items[t]`` of a list or tuple (``t = x.argmax()``), ``items[:t]``, ``range(t)`` and
+``items[t]`` of a list or tuple (``t = x.argmax()``), ``items[:t]``, ``items[t] = v``,
+``del items[t]``, ``range(t)`` and
 ``self.heads[t]`` (``ModuleList.__getitem__`` calls ``operator.index(t)``) read the tensor's
 value inside a native (``list.__getitem__``, ``range``): the recording ended there, or the read
 was an eager step between two graphs.  The index read is data, so the record checks it: in the
@@ -71,7 +72,15 @@ def counted_loop(x):
     return acc
 
 
-@pytest.mark.parametrize("program", [from_list, from_tuple_slice, counted_loop])
+def stored_at(x):
+    parts = [x, x * 2, x * 3]
+    t = x.sum(0).argmax()
+    parts[t] = x - 1
+    del parts[t - 1]
+    return parts
+
+
+@pytest.mark.parametrize("program", [from_list, from_tuple_slice, counted_loop, stored_at])
 def test_an_index_read_from_a_tensor_is_one_graph(program):
     check_compiled(lambda: (program, None), _switching(), expect_graphs=2, expect_records=2)
 
@@ -93,6 +102,22 @@ TABLE = []   # (each copy of the program gets its own: isolated)
 
 def from_global_list(x):
     return TABLE[x.sum(0).argmax()] * x
+
+
+def into_global_list(x):
+    t = x.sum(0).argmax()
+    TABLE[t] = x[0]
+    TABLE[t + 1:t + 2] = [x[1]]
+    return x
+
+
+def test_a_global_list_stored_into_at_a_tensor_index():
+    # (the mock makes the stores again, at the indices the graph checks)
+    def build():
+        return isolated(into_global_list, TABLE=[torch.ones(3), torch.arange(3.0), torch.zeros(3)])
+    check_compiled(build, [first(_picking(0)), fresh(_picking(0)), fresh(_picking(1), seed=2, expect=MONITOR),
+                           fresh(_picking(0), seed=3), fresh(_picking(1), seed=4)],
+                   observe=lambda ns: ns["TABLE"])
 
 
 def test_a_global_list_indexed_by_a_tensor_is_guarded():
