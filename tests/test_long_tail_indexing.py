@@ -157,3 +157,19 @@ def test_an_index_read_after_an_effect_resumes_where_it_differs():
 def test_explain_shows_the_check_in_the_graph():
     text = str(magpy.explain(from_list, _picking(1)(None)[0]))
     assert "1 graph" in text and "0 graph breaks" in text and "_assert_async" in text
+
+
+# int(t) / t.item() feeding ints that only size or index tensors: not one graph yet (magpy's
+# graphs have no data-dependent sizes), but each read is an eager step whose int the record
+# checks: equal to eager as the count changes, a new record per count.
+def sized_by_data(x):
+    n = int((x > 0).sum())
+    k = x.sum(0).argmax().item()
+    return torch.zeros(n) + 1, x[:, : k + 1], x.reshape(int(torch.tensor(2)), -1)
+
+
+def test_ints_read_from_tensors_that_size_tensors_are_checked_steps():
+    later = [fresh(_picking(k), seed=seed, expect=ANY) for k, seed in ((0, 1), (2, 2), (0, 3))]
+    trace = check_compiled(lambda: (sized_by_data, None), [first(_picking(0)), *later], fullgraph=False)
+    reason = "Tensor.__int__ reads tensor data into Python"
+    assert any(reason in r for r in trace.compiled._magpy_cache.stats.breaks)
