@@ -537,7 +537,8 @@ class Segmenter(Observer):
         them); small ints whose checks wait for a use keep them (their shadows are not
         followed there)."""
         brk, rec = self.breaker, self.recorder
-        saved = (brk.segmenter, rec.fixed, rec.lifted)
+        saved = (brk.segmenter, rec.fixed, rec.lifted, rec.indexed)
+        rec.indexed = None   # (no check of the record's own in a fork)
         self.deferred.clear()
         brk.segmenter = None   # a dynamic operation ends what the region records
         rec.lifted = self._read_in_graph_only
@@ -549,7 +550,7 @@ class Segmenter(Observer):
         try:
             yield
         finally:
-            brk.segmenter, rec.fixed, rec.lifted = saved
+            brk.segmenter, rec.fixed, rec.lifted, rec.indexed = saved
 
     def _read_in_graph_only(self, args: tuple, kwargs: dict) -> tuple:
         """:meth:`lifted` inside :meth:`stepless`: only the floats the graph computes itself."""
@@ -959,6 +960,27 @@ class Segmenter(Observer):
             if self.breaker.brk is None and id(i) in self.dynamic:
                 self.check(i, completed=True)   # (an int too large to be ambiguous: checked all the same)
 
+    def index_bounds(self, args: tuple) -> tuple:
+        """``x[a:t]`` (``Tensor.__getitem__``/``__setitem__``'s ``args``, the key second): torch
+        reads a slice's 0-d integer tensor bound as an index, which the graph checks; ``args``
+        with those ints (as they are where the graph cannot check one)."""
+        key = args[1] if len(args) > 1 else None
+        keys = key if type(key) is tuple else (key,)
+        bounds = [b for k in keys if type(k) is slice for b in (k.start, k.stop, k.step)
+                  if type(b) in _PLAIN_TENSORS]
+        if not bounds:
+            return args
+        with self.recorder.paused():
+            ints = {id(t): operator.index(t) for t in bounds}
+        if not all(self._index_in_graph(t, ints[id(t)]) for t in bounds):
+            return args
+
+        def plain(k):
+            return slice(*(ints.get(id(b), b) if type(b) in _PLAIN_TENSORS else b
+                           for b in (k.start, k.stop, k.step))) if type(k) is slice else k
+        new = tuple(map(plain, keys))
+        return (args[0], new if type(key) is tuple else new[0], *args[2:])
+
     def _index_in_graph(self, t: torch.Tensor, i: int) -> bool:
         """Check in the graph that tensor ``t`` holds index ``i`` (where it does not, the call
         misses the record), if the graph has ``t`` and nothing observable happened yet."""
@@ -1246,6 +1268,7 @@ class Capture:
         self.segmenter = Segmenter(self.recorder, self.breaker)
         self.breaker.segmenter = self.segmenter
         self.recorder.fixed = self.segmenter.fix
+        self.recorder.indexed = self.segmenter.index_bounds
         self.recorder.lifted = self.segmenter.lifted
         self.branches = Branches(self.builder, self.breaker, self.recorder, self.segmenter)
         self.recorder.branches = self.segmenter.branches = self.branches

@@ -821,6 +821,10 @@ def range_of_tensor(x):
     return x
 
 
+def slice_to_tensor_bound(x):
+    return x[:, : (x > 100).sum() + 2] * 2
+
+
 def views34(_=None):
     x = torch.randn(3, 4)
     return x, x.view(4, 3)
@@ -934,6 +938,7 @@ CASES = [
     Case("autocast", Autocasted),
     Case("set_of_tensors", fn(set_of_tensors)),
     Case("item_in_forward", fn(item_in_forward)),
+    Case("slice_to_tensor_bound", fn(slice_to_tensor_bound)),
     # torch.compile refuses these
     Case("warnings_in_forward", fn(warns_in_forward), dynamo=False),
     Case("gru", Recurrent, x234, dynamo=False, observe=weights),

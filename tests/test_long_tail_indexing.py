@@ -1,7 +1,7 @@
 """Issue 31: a 0-d integer tensor used as a Python index (``Tensor.__index__``), as one graph.
 
 ``items[t]`` of a list or tuple (``t = x.argmax()``), ``items[:t]``, ``items[t] = v``,
-``del items[t]``, ``range(t)`` and
+``del items[t]``, ``range(t)``, ``x[:, :lengths.max()]`` (torch reads the bound) and
 ``self.heads[t]`` (``ModuleList.__getitem__`` calls ``operator.index(t)``) read the tensor's
 value inside a native (``list.__getitem__``, ``range``): the recording ended there, or the read
 was an eager step between two graphs.  The index read is data, so the record checks it: in the
@@ -157,6 +157,25 @@ def test_an_index_read_after_an_effect_resumes_where_it_differs():
 def test_explain_shows_the_check_in_the_graph():
     text = str(magpy.explain(from_list, _picking(1)(None)[0]))
     assert "1 graph" in text and "0 graph breaks" in text and "_assert_async" in text
+
+
+def trimmed(x, lengths):
+    y = x[:, : lengths.max()] * 2
+    y[: lengths.min(), 1:] = 0
+    return y
+
+
+def _lengths(*ls):
+    return lambda s: (torch.randn(3, 6), torch.tensor(ls))
+
+
+def test_a_tensor_sliced_up_to_a_tensor_is_one_graph():
+    # torch reads a slice's 0-d tensor bound itself (its __index__, in C++): the recording ended
+    # there ("tensor operation argument of type slice"); the graph now checks the bound.
+    steps = [first(_lengths(2, 4, 3)), fresh(_lengths(3, 4, 2)),
+             fresh(_lengths(2, 5, 3), seed=2, expect=MONITOR), fresh(_lengths(4, 2, 3), seed=3),
+             fresh(_lengths(5, 2, 2), seed=4)]
+    check_compiled(lambda: (trimmed, None), steps, expect_graphs=2, expect_records=2)
 
 
 # int(t) / t.item() feeding ints that only size or index tensors: not one graph yet (magpy's
