@@ -800,12 +800,12 @@ class Segmenter(Observer):
         pending = self._pending
         if pending is not None and pending[0] is frame:
             brk = self._finish()
-            indices = _index_inputs(callee, args) if not kwargs else ()
             if self._reads_input_storage(callee, args, kwargs):
                 why = f"{_describe(callee)} reads an input's storage: again on every call, before the graph"
                 self._step(callee, args, kwargs, result, dataclasses.replace(brk, reason=why), pure=True,
                            breaks=False)
                 return
+            indices = _index_inputs(callee, args) if not kwargs else ()
             if not indices:
                 self._step(callee, args, kwargs, result, brk, pure=_pure(callee) and not brk.changes)
                 return
