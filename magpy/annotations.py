@@ -188,6 +188,9 @@ METHODS: dict[tuple[type, str], Annotation] = {
     **{(frozenset, m): PURE for m in _SET_METHODS if _SET_METHODS[m].pure and not _SET_METHODS[m].inplace},
     **{(collections.deque, m): a for m, a in _DEQUE_METHODS.items()},
     (tuple, "index"): PURE, (tuple, "count"): PURE, (tuple, "__getitem__"): ELEMENT,
+    # A storage's address and size (``a.untyped_storage().data_ptr()``, as libraries test
+    # aliasing): reads of the storage object, whose eager steps run again on every call.
+    **{(torch._C.StorageBase, m): PURE for m in ("data_ptr", "nbytes", "size")},
     # itertools.chain.from_iterable(lists): the outer iterable and each inner one are read.
     (itertools.chain, "from_iterable"): Annotation(reads=DEEP),
     (object, "__setattr__"): Annotation(reads=(NONE, DEEP, NONE), inplace=(0,)),

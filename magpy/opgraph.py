@@ -294,6 +294,9 @@ class OpRecorder(TorchFunctionMode):
         # graph may take as an input, or None.
         self.fixed = None
         self.lifted = None
+        # ``indexed(args)``: a tensor subscript's arguments with its slices' 0-d tensor bounds
+        # as the ints they are, which the graph checks (magpy.segments); else ``args``.
+        self.indexed = None
         self.shapes = None   # magpy.dynamic.Shapes of a recording that may lift dimensions
         # Whether the operation being recorded takes Python numbers as 0-d tensor inputs: False,
         # or the dtype to cast them to (None: as they are), see _scalar_operands.
@@ -501,6 +504,8 @@ class OpRecorder(TorchFunctionMode):
     # ------------------------------------------------------------------ recording
     def _record(self, func, name, args, kwargs, out):
         self._sync_modes()
+        if name in _SUBSCRIPTS and self.indexed is not None:
+            args = self.indexed(args)
         ys = self.branches.stacked(name, args) if self.branches is not None else None
         if ys is not None:
             self._record_stacked(name, ys, args, kwargs, out)
@@ -1172,6 +1177,7 @@ class _Paused:
         self.recorder._opaque -= 1
 
 
+_SUBSCRIPTS = frozenset({"__getitem__", "__setitem__"})
 # GraphModule.meta key: the positions of the outputs the recording run made contiguous.
 CONTIGUOUS_OUTPUTS = "magpy_contiguous_outputs"
 # GraphModule.meta key: the positions of the outputs that needed grad in the recording run.

@@ -260,10 +260,12 @@ class Segmenter(Observer):
         self.recorder._opaque -= 1
         return pending[1]
 
-    def _step(self, fn, args, kwargs, result, brk: GraphBreak | None, pure: bool, call: bool = True) -> None:
+    def _step(self, fn, args, kwargs, result, brk: GraphBreak | None, pure: bool, call: bool = True,
+              breaks: bool = True) -> None:
         """Record ``result = fn(*args, **kwargs)`` as a step.  A dynamic operation, or one on
         tensors, ends the current piece; a pure computation on dynamic values alone runs before
-        it (it needs nothing the piece computes)."""
+        it (it needs nothing the piece computes), and so does a dynamic operation that is no
+        graph break (not ``breaks``: a read of an input's storage)."""
         var = self._new_var()
         if self.lazy and brk is None and not kwargs and self._arithmetic_in_graph(var, fn, args, result):
             return
@@ -276,7 +278,8 @@ class Segmenter(Observer):
             # (``max(a, b)`` gives ``a`` itself: one tensor, two names)
             self.breaker.stop(brk or "an operation on a value computed eagerly that returns a graph's tensor")
             return
-        if brk is not None:
+        breaking = brk is not None and breaks
+        if breaking:
             self.breaks.append(brk)
         undoable = self.undoable()
         if rng.own_generator(kwargs):
@@ -297,7 +300,11 @@ class Segmenter(Observer):
         if picked and not undoable:
             self.breaker.stop(f"{_describe(fn)} gives back a value computed eagerly it was given")
             return
-        if brk is not None or not pure or any(isinstance(x, torch.Tensor) for x in _leaves((args, kwargs))):
+        met = self._met_again(fn, args, kwargs, result, given_back)
+        if met is not None and not undoable:
+            self.breaker.stop(f"{_describe(fn)} gives an object an earlier eager step gave, after effects")
+            return
+        if breaking or not pure or any(isinstance(x, torch.Tensor) for x in _leaves((args, kwargs))):
             try:
                 self.recorder.cut()
             except Exception as e:  # noqa: BLE001 - the recorder's refusal (opgraph._Unsupported)
@@ -312,6 +319,8 @@ class Segmenter(Observer):
                                self._freeze(kwargs) if kwargs else None, brk, undoable, self._at(), resume))
         if picked:   # (max(n, m) is n or m: the same one must come back, it keeps its name)
             self.steps.append(Step("same", self._before(), None, None, (var, self.dynamic[id(result)])))
+        if met is not None:   # (it keeps the earlier name, which the mock checks it is)
+            self.steps.append(Step("same", self._before(), None, None, (var, met)))
         for t, expr in named:
             # A new tensor (``torch.from_numpy(a)``, a ScriptModule's output): later graphs
             # take it as an input, the mock gives it to the program.
@@ -321,6 +330,18 @@ class Segmenter(Observer):
         if isinstance(result, torch.Tensor) and _steady(fn):
             return   # (its metadata is the record's: reading it reads no value computed eagerly)
         self._result(result, var, call, type(result) is int and _int_result(fn), fresh=not given_back)
+
+    def _met_again(self, fn, args: tuple, kwargs: dict | None, result, given_back) -> str | None:
+        """The variable of the earlier step that gave ``result = fn(*args, **kwargs)``, an
+        object this step was not given (``b.untyped_storage()`` is ``a``'s where ``b`` views
+        ``a``): on a later call the two steps need not give one object, so the record checks
+        that they do.  None where it is a new object, or one the step was given (``__enter__``
+        gives back its ``self``)."""
+        met = self.dynamic.get(id(result))
+        if met is None or ambiguous(result) or given_back or getattr(fn, "__self__", None) is result \
+                or (kwargs and any(v is result for v in kwargs.values())):
+            return None
+        return met
 
     def _new_var(self) -> str:
         self._vars += 1
@@ -516,7 +537,8 @@ class Segmenter(Observer):
         them); small ints whose checks wait for a use keep them (their shadows are not
         followed there)."""
         brk, rec = self.breaker, self.recorder
-        saved = (brk.segmenter, rec.fixed, rec.lifted)
+        saved = (brk.segmenter, rec.fixed, rec.lifted, rec.indexed)
+        rec.indexed = None   # (no check of the record's own in a fork)
         self.deferred.clear()
         brk.segmenter = None   # a dynamic operation ends what the region records
         rec.lifted = self._read_in_graph_only
@@ -528,7 +550,7 @@ class Segmenter(Observer):
         try:
             yield
         finally:
-            brk.segmenter, rec.fixed, rec.lifted = saved
+            brk.segmenter, rec.fixed, rec.lifted, rec.indexed = saved
 
     def _read_in_graph_only(self, args: tuple, kwargs: dict) -> tuple:
         """:meth:`lifted` inside :meth:`stepless`: only the floats the graph computes itself."""
@@ -778,13 +800,32 @@ class Segmenter(Observer):
         pending = self._pending
         if pending is not None and pending[0] is frame:
             brk = self._finish()
-            self._step(callee, args, kwargs, result, brk, pure=_pure(callee) and not brk.changes)
-            return
-        if self.dynamic and (self.is_dynamic(callee) or self.is_dynamic(getattr(callee, "__self__", None))
-                             or any(map(self.is_dynamic, args))
-                             or (kwargs and any(map(self.is_dynamic, kwargs.values())))):
+            if self._reads_input_storage(callee, args, kwargs):
+                why = f"{_describe(callee)} reads an input's storage: again on every call, before the graph"
+                self._step(callee, args, kwargs, result, dataclasses.replace(brk, reason=why), pure=True,
+                           breaks=False)
+                return
+            indices = _index_inputs(callee, args) if not kwargs else ()
+            if not indices:
+                self._step(callee, args, kwargs, result, brk, pure=_pure(callee) and not brk.changes)
+                return
+            self._index_steps(indices, brk)
+        if self.breaker.brk is None and self.dynamic and (
+                self.is_dynamic(callee) or self.is_dynamic(getattr(callee, "__self__", None))
+                or any(map(self.is_dynamic, args))
+                or (kwargs and any(map(self.is_dynamic, kwargs.values())))):
             # (a method bound to a value computed eagerly, ``a.sum()``, computes from it too)
             self._derived_call(frame, callee, args, kwargs, result)
+
+    def _reads_input_storage(self, callee, args: tuple, kwargs: dict | None) -> bool:
+        """Is ``callee`` ``t.untyped_storage`` or ``t.data_ptr`` of a tensor from outside the
+        call (not one a graph made), before any effect?  Which storages the call's tensors
+        share is then a pure read of its inputs, made like a guard before the graph, and not a
+        graph break (where two give one storage, or compare equal, the record checks that)."""
+        t = getattr(callee, "__self__", None)
+        return (not args and not kwargs and type(t) in _PLAIN_TENSORS
+                and getattr(callee, "__name__", None) in _STORAGE_READS and self.undoable()
+                and self.recorder.produced(t) is None and self.recorder.refgraph.node_of(t) is not None)
 
     def _graph_made(self, values) -> bool:
         """Is this an operation the graph recorded (a tensor op taking an eager float as input)?"""
@@ -896,8 +937,59 @@ class Segmenter(Observer):
             self._step(operator.truth, (v,), None, truth, brk, pure=True, call=False)
         elif name == "FORMAT_VALUE":
             self._step(_COMPUTES[name](ins), inputs, None, outputs[0], brk, pure=True, call=False)
+        elif _index_inputs(name, inputs):
+            self._index_steps(_index_inputs(name, inputs), brk)
         else:
             self.breaker.stop(brk.reason)
+
+    def _index_steps(self, tensors: list, brk: GraphBreak) -> None:
+        """The operation under way read each of ``tensors`` only through its ``__index__``
+        (``items[t]``, ``range(t)``): the record checks each int read, since it picked what the
+        operation did, which is then a constant of the record.  The graph checks it where it
+        can (no break); else it is a step checked in the mock, as ``operator.index(t)`` in
+        Python code is (``ModuleList.__getitem__``)."""
+        for t in tensors:
+            if self.breaker.brk is not None:
+                return
+            with self.recorder.paused():
+                i = operator.index(t)
+            if self._index_in_graph(t, i):
+                continue
+            self._step(operator.index, (t,), None, i, brk, pure=True, call=False)
+            brk = None   # (one break, however many reads)
+            if self.breaker.brk is None and id(i) in self.dynamic:
+                self.check(i, completed=True)   # (an int too large to be ambiguous: checked all the same)
+
+    def index_bounds(self, args: tuple) -> tuple:
+        """``x[a:t]`` (``Tensor.__getitem__``/``__setitem__``'s ``args``, the key second): torch
+        reads a slice's 0-d integer tensor bound as an index, which the graph checks; ``args``
+        with those ints (as they are where the graph cannot check one)."""
+        key = args[1] if len(args) > 1 else None
+        keys = key if type(key) is tuple else (key,)
+        bounds = [b for k in keys if type(k) is slice for b in (k.start, k.stop, k.step)
+                  if type(b) in _PLAIN_TENSORS]
+        if not bounds:
+            return args
+        with self.recorder.paused():
+            ints = {id(t): operator.index(t) for t in bounds}
+        if not all(self._index_in_graph(t, ints[id(t)]) for t in bounds):
+            return args
+
+        def plain(k):
+            return slice(*(ints.get(id(b), b) if type(b) in _PLAIN_TENSORS else b
+                           for b in (k.start, k.stop, k.step))) if type(k) is slice else k
+        new = tuple(map(plain, keys))
+        return (args[0], new if type(key) is tuple else new[0], *args[2:])
+
+    def _index_in_graph(self, t: torch.Tensor, i: int) -> bool:
+        """Check in the graph that tensor ``t`` holds index ``i`` (where it does not, the call
+        misses the record), if the graph has ``t`` and nothing observable happened yet."""
+        rec = self.recorder
+        if rec._opaque or not self.undoable() or not checks_in_graph(t) or not self._graph_knows(t):
+            return False
+        file, _, line = self._at()
+        rec.check(rec.compute(torch.eq, (t, i)), f"{file}:{line} reads index {i} from a tensor")
+        return True
 
     def _move(self, frame, name, inputs) -> None:
         if name in _STRUCTURAL and any(id(v) in self.dynamic for v in inputs):
@@ -959,6 +1051,47 @@ class Segmenter(Observer):
 
 
 _HANDLED_NOWHERE = object()   # (Segmenter._raising_point)
+
+# Native operations that read tensor inputs only as indices (``PyNumber_Index``: a 0-d integer
+# tensor's ``__index__``): a sequence's subscript (read, store, deletion) its key (a slice's
+# bounds), by instruction name; ``range`` and ``operator.index`` (``ModuleList.__getitem__``'s)
+# their arguments, by the callee's id (a callee may not be hashable).
+_INDEXED = (list, tuple, str, bytes, bytearray, range)
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+# Tensor methods that read where a tensor's data lives (Segmenter._reads_input_storage).
+_STORAGE_READS = frozenset({"untyped_storage", "data_ptr"})
+
+
+def _sequence_key(inputs: tuple) -> tuple:
+    return inputs[1:] if type(inputs[0]) in _INDEXED else ()
+
+
+def _stored_key(inputs: tuple) -> tuple:
+    # (STORE_SUBSCR's and STORE_SLICE's inputs are the value, the container, then the key)
+    return inputs[2:] if type(inputs[1]) in _INDEXED else ()
+
+
+def _arguments(inputs: tuple) -> tuple:
+    return inputs
+
+
+_INDEX_READS = {"BINARY_SUBSCR": _sequence_key, "BINARY_SLICE": _sequence_key, "DELETE_SUBSCR": _sequence_key,
+                "STORE_SUBSCR": _stored_key, "STORE_SLICE": _stored_key,
+                id(range): _arguments, id(operator.index): _arguments}
+
+
+def _index_inputs(op, inputs: tuple) -> list:
+    """The tensors operation ``op`` (an instruction's name, or a native callee) read as indices
+    among its ``inputs`` (empty where it is no such operation, or read them otherwise)."""
+    read = _INDEX_READS.get(op if type(op) is str else id(op))
+    if read is None:
+        return []
+    found = []
+    for v in read(inputs):
+        for x in (v.start, v.stop, v.step) if type(v) is slice else (v,):
+            if type(x) in _PLAIN_TENSORS:   # (a subclass may define its index in Python)
+                found.append(x)
+    return found
 
 
 def _shadowed(v, sh) -> Shadowed | None:
@@ -1135,6 +1268,7 @@ class Capture:
         self.segmenter = Segmenter(self.recorder, self.breaker)
         self.breaker.segmenter = self.segmenter
         self.recorder.fixed = self.segmenter.fix
+        self.recorder.indexed = self.segmenter.index_bounds
         self.recorder.lifted = self.segmenter.lifted
         self.branches = Branches(self.builder, self.breaker, self.recorder, self.segmenter)
         self.recorder.branches = self.segmenter.branches = self.branches

@@ -800,6 +800,42 @@ def item_in_forward(x):
     return x / n
 
 
+# Issue 31: a 0-d integer tensor as a Python index, and storage comparisons (aliasing tests)
+class TensorPickedHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+
+    def forward(self, x):
+        return self.heads[(x > 100).sum()](x)
+
+
+def list_index_by_tensor(x):
+    parts = [x + 1, x * 2]
+    return parts[(x > 100).sum()] - 1
+
+
+def range_of_tensor(x):
+    for i in range((x > 100).sum() + 2):
+        x = x * 2 + i
+    return x
+
+
+def slice_to_tensor_bound(x):
+    return x[:, : (x > 100).sum() + 2] * 2
+
+
+def views34(_=None):
+    x = torch.randn(3, 4)
+    return x, x.view(4, 3)
+
+
+def storage_aliasing(a, b):
+    if a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
+        return a + 1
+    return a - 1
+
+
 # ============================================================================ the table
 
 @dataclasses.dataclass
@@ -902,10 +938,15 @@ CASES = [
     Case("autocast", Autocasted),
     Case("set_of_tensors", fn(set_of_tensors)),
     Case("item_in_forward", fn(item_in_forward)),
+    Case("slice_to_tensor_bound", fn(slice_to_tensor_bound)),
     # torch.compile refuses these
     Case("warnings_in_forward", fn(warns_in_forward), dynamo=False),
     Case("gru", Recurrent, x234, dynamo=False, observe=weights),
     Case("deque_rotate", fn(deque_rotate), dynamo=False),
+    Case("module_list_index_by_tensor", TensorPickedHead, dynamo=False),
+    Case("list_index_by_tensor", fn(list_index_by_tensor), dynamo=False),
+    Case("range_of_tensor", fn(range_of_tensor), dynamo=False),
+    Case("storage_aliasing", fn(storage_aliasing), views34, dynamo=False),
 ]
 
 

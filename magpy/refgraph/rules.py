@@ -720,8 +720,26 @@ def _load_attr(b, frame, ins, inputs, outputs):
     b.read_attr(inputs[0], ins.argval, outputs[-1])
 
 
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def _index_key(container, key):
+    """``key`` as a list or tuple took it: a 0-d integer tensor (a slice's bound) as the int its
+    ``__index__`` gives, which the record checks (magpy.segments)."""
+    if not isinstance(container, (list, tuple)):
+        return key
+    with torch._C.DisableTorchFunction():   # (magpy's own read, not the program's)
+        if type(key) is slice:
+            bounds = (key.start, key.stop, key.step)
+            if any(type(x) in _PLAIN_TENSORS for x in bounds):
+                return slice(*(operator.index(x) if type(x) in _PLAIN_TENSORS else x for x in bounds))
+            return key
+        return operator.index(key) if type(key) in _PLAIN_TENSORS else key
+
+
 def _binary_subscr(b, frame, ins, inputs, outputs):
     container, key = inputs
+    key = _index_key(container, key)
     if isinstance(container, dict) and b.hashes(container, (key,), "a dict lookup"):
         return
     node = b.node(container)
@@ -745,7 +763,7 @@ def _store_subscr(b, frame, ins, inputs, outputs):
         return
     if not b.opaque_contents(inputs[1], "an item store into", changes=True):
         b.python_dunder(inputs[1], "__setitem__")
-        b.write(inputs[1], ITEM, inputs[2])
+        b.write(inputs[1], ITEM, _index_key(inputs[1], inputs[2]))
 
 
 def _store_slice(b, frame, ins, inputs, outputs):
@@ -758,7 +776,7 @@ def _delete_subscr(b, frame, ins, inputs, outputs):
         return
     if not b.opaque_contents(inputs[0], "an item deletion from", changes=True):
         b.python_dunder(inputs[0], "__delitem__")
-        b.write(inputs[0], ITEM, inputs[1], DEL)
+        b.write(inputs[0], ITEM, _index_key(inputs[0], inputs[1]), DEL)
 
 
 def _delete_attr(b, frame, ins, inputs, outputs):
