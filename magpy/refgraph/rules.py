@@ -681,12 +681,10 @@ def _load_global(b, frame, ins, inputs, outputs):
     value = outputs[-1]
     name = ins.argval
     g = frame.globals
-    gnode = b.g.const(g)
     if name in g:
-        b.read_item(gnode, name, value)   # (not one the call stored: RefGraph.overwritten)
+        b.read_item(b.g.const(g), name, value)   # (not one the call stored: RefGraph.overwritten)
     else:
-        gnode.mark_absent(ITEM, name)
-        b.g.child(b.g.const(frame.builtins), ITEM, name, value)
+        b.g.read_builtin(g, frame.builtins, name, value)
 
 
 def _load_deref(b, frame, ins, inputs, outputs):
