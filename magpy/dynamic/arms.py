@@ -4,8 +4,8 @@ for both sides, instead of one per outcome.
 A learning-rate schedule branches on its step (``if step < warmup: return float(step) /
 warmup`` ... ``return max(0.0, (total - step) / (total - warmup))``).  Where the condition
 compares lifted ints (or a lifted int and a constant) and each arm is straight-line code that
-only loads local variables, constants and the builtins ``float``, ``max``, ``min``, ``abs``,
-``int``, computes with them (``+ - *``, ``/`` by a nonzero constant, unary ``-``) and either
+only loads local variables, constants and the builtins ``float``, ``max``, ``min`` and
+``abs``, computes with them (``+ - *``, ``/`` by a nonzero constant, unary ``-``) and either
 stores floats into local variables up to where the arms meet or returns a float, the record
 keeps the whole ``if`` as a conditional expression the mock evaluates for each call's ints
 (``(A if s0 < 4 else B)``, Python's own, which computes only the arm the program would) and
@@ -17,7 +17,7 @@ program code runs); the monitor then runs the taken arm for real, and where it e
 join, or the return) the slots the arms set get the conditional shadow.  Anything else (a
 store into program state, a call of anything else, another jump, an int result, a value
 the evaluator cannot follow) keeps today's guard on the outcome.  The builtins an arm
-loads are read in the RefGraph as the monitor's own loads are (``refgraph.builtin_read``),
+loads are read in the RefGraph as the monitor's own loads are (``RefGraph.read_builtin``),
 so the guard checks them for both arms.
 """
 from __future__ import annotations
@@ -31,10 +31,9 @@ from magpy.dynamic.shadows import IntFloat, SymInt, int_float
 from magpy.monitor import NULL, bytecode, operators
 
 # The builtins an arm may call: (callee, its source, the argument types it takes, the ints'
-# version: the same computation on SymInts, or None).
+# version: the same computation on SymInts, or None: not of lifted ints).
 _CALLEES = ((float, "float", (int, float), None), (max, "max", (int, float), torch.sym_max),
-            (min, "min", (int, float), torch.sym_min), (abs, "abs", (int, float), abs),
-            (int, "int", (int,), int))
+            (min, "min", (int, float), torch.sym_min), (abs, "abs", (float,), None))
 _INT_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _FLOAT_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 _NOOPS = frozenset({"NOP", "PRECALL", "CACHE", "EXTENDED_ARG"})
@@ -130,7 +129,7 @@ class _Arm:
         (x, sx), (y, sy) = a, b
         if type(x) is int and type(y) is int and symbol in _INT_OPS:
             op = _INT_OPS[symbol]
-            return op(x, y), op(_int(x, sx), _int(y, sy)) if sx is not None or sy is not None else None
+            return op(x, y), op(self._int(a), self._int(b)) if sx is not None or sy is not None else None
         if symbol not in _FLOAT_OPS or symbol == "/" and (sy is not None or not y):
             raise Refused(f"float {symbol}")   # (a divisor that could be zero raises)
         out = _FLOAT_OPS[symbol](x, y)
@@ -158,12 +157,19 @@ class _Arm:
             self.stack.append(_number((out, None)))
         elif all(type(v) is int for v in values) and type(out) is int and symbolic is not None:
             with torch._C.DisableTorchFunction():
-                self.stack.append((out, symbolic(*(_int(v, s) for v, s in args))))
+                self.stack.append((out, symbolic(*map(self._int, args))))
         elif type(out) is float and (fn is float or all(type(v) is float for v in values)):
             # (max/min of an int and a float: its type would depend on the values)
             self.stack.append((out, self._float(args, f"{source}({', '.join(['{}'] * len(args))})", out)))
         else:
             raise Refused("a call")
+
+    def _int(self, operand):
+        """An int operand of SymInt arithmetic: its SymInt, or a constant the record holds."""
+        v, s = operand
+        if s is None and self.eager_value(v):
+            raise Refused("a number an eager step computed")
+        return v if s is None else s
 
     def _float(self, operands, template: str, out):
         """The shadow of float ``out`` computed as ``template`` from ``operands``: None if they
@@ -194,10 +200,6 @@ def _number(pair) -> tuple:
     if type(s) is SymInt and type(v) is not int or type(s) is IntFloat and s.value is not v:
         raise Refused("an out-of-date shadow")
     return pair
-
-
-def _int(v, s):
-    return v if s is None else s
 
 
 class Conditional:
@@ -241,7 +243,7 @@ def evaluate_arms(frame, jump: int, outcome: bool, eager_value) -> tuple[int, di
         kind, end_fall, ret_fall = first.run(fall, target)
         second = _Arm(frame, eager_value)
         kind2, end_jump, ret_jump = second.run(target, end_fall if kind == "join" else None)
-    except Refused:
+    except (Refused, ArithmeticError):   # (float() of a huge int overflows)
         return None
     if kind2 != kind or kind == "join" and end_jump != end_fall:
         return None
