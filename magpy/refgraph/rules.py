@@ -203,6 +203,26 @@ class RefGraphBuilder(Observer):
             except Exception as e:  # noqa: BLE001
                 self.dynamic.fail(e)
 
+    def on_unwrap(self, frame, callee, reads):
+        if self.dynamic.brk is None:
+            try:
+                self._unwrapped(callee, reads)
+            except Exception as e:  # noqa: BLE001
+                self.dynamic.fail(e)
+
+    def _unwrapped(self, obj, reads):
+        # A partial's function, arguments and keywords steer the call as much as its type:
+        # the guard checks them (a schedule's ``partial(f, num_warmup_steps=4)`` replaced by
+        # one with 8 must not replay the record of 4).  (A partial the call made itself has
+        # no node: nothing to check.)
+        node = self.node(obj)
+        if node is None:
+            return
+        for name, value in reads:
+            child = self.g.child(node, GETATTR, name, value)   # (C members: no program code)
+            if child is not None:
+                self.expand(child)   # (the call takes all of a partial's arguments and keywords)
+
     def _enter(self, frame):
         self.resumed(frame)
         fn = frame.fn
