@@ -59,7 +59,9 @@ def _compare(sh, f, ins, inputs, outputs, in_sh):
         return sh.float_condition(in_sh, inputs, operators.COMPARE[ins.arg][0], outputs[0])
     if not (type(a) is int and type(b) is int):
         return False
-    bool(operators.COMPARE_OPS[ins.arg](value_of(a, in_sh[0]), value_of(b, in_sh[1])))   # guards the outcome
+    cond = operators.COMPARE_OPS[ins.arg](value_of(a, in_sh[0]), value_of(b, in_sh[1]))
+    if not sh.conditional(f, inputs, in_sh, operators.COMPARE[ins.arg][0], outputs[0], cond):
+        bool(cond)   # guards the outcome
     return True
 
 

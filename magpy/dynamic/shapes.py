@@ -17,6 +17,7 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
 
 from magpy import logs
+from magpy.dynamic.arms import Conditional, evaluate_arms
 from magpy.dynamic.lifting import Lifting
 from magpy.dynamic.rules import (
     CELL_OPS,
@@ -143,6 +144,8 @@ class Shapes(Observer):
         # Outcomes of branches on floats computed from lifted ints: (IntFloat of the predicate
         # as a bool, the outcome), checked by the shape check after the ints' own conditions.
         self.float_outcomes: list[tuple[IntFloat, bool]] = []
+        # id(frame) -> the if on lifted ints (dynamic.arms.Conditional) whose taken arm runs there
+        self.ifs: dict[int, Conditional] = {}
         # id(float) -> the lifted float's or IntFloat shadow the run gave that float object:
         # the mock writing it as a constant guards it (constant_written).
         self.floats: dict[int, object] = {}
@@ -402,6 +405,8 @@ class Shapes(Observer):
         # holds for those values only, so its symbolic inputs are specialised, as by an
         # instruction without a rule.  (Where the exception starts, not in the frames it
         # unwinds through, nor for magpy's own stop of a fork, a BaseException.)
+        if self.ifs:
+            self._abandon()
         if exc is self._raised or not self.active or not isinstance(exc, Exception):
             return
         self._raised = exc
@@ -417,6 +422,13 @@ class Shapes(Observer):
             self.stores.pop(_subscript_key(inputs), None)
         if not self.active:
             return
+        self._shadows(f, ins, inputs, outputs)
+        pending = self.ifs.get(id(f)) if self.ifs else None
+        if pending is not None and pending.frame is f and f.pc == pending.end:
+            self._arrived(pending)
+
+    def _shadows(self, f, ins, inputs, outputs) -> None:
+        """The output shadows of the instruction ``ins`` just executed."""
         reads, self.reads = self.reads, []
         in_sh = f.ins_shadows
         n = len(outputs) if ins.opname not in RETURNS else 0
@@ -597,6 +609,46 @@ class Shapes(Observer):
         self.float_outcomes.append((int_float(parts, f"({{}} {symbol} {{}})", outcome), outcome))
         return True
 
+    def conditional(self, f, values, shadows, symbol: str, outcome, cond) -> bool:
+        """A comparison ``symbol`` of lifted ints ``values`` (shadows ``shadows``; ``cond``:
+        the SymBool) gave ``outcome``, and a conditional jump takes it: if both arms only
+        compute floats (``magpy.dynamic.arms``), the record keeps both and guards neither
+        outcome; the slots they set get the conditional shadow where the taken arm ends.
+        False (the caller guards the outcome) where it does not apply."""
+        if type(outcome) is not bool or id(f) in self.ifs or not hasattr(f, "info"):
+            return False
+        parts = float_parts(values, shadows, self.eager_value)
+        found = evaluate_arms(f, f.pc, outcome, self.eager_value) if parts is not None else None
+        if found is None:
+            return False
+        end, results, loaded = found
+        for name, value in loaded.items():
+            self.refgraph.read_builtin(f.globals, f.builtins, name, value)
+        self.ifs[id(f)] = Conditional(f, end, results, (parts, symbol), lambda: bool(cond))
+        return True
+
+    def _arrived(self, pending) -> None:
+        """The taken arm of a conditional ends: the slots the arms set get their shadows."""
+        del self.ifs[id(pending.frame)]
+        shadows = pending.arrived()
+        if shadows is None:
+            pending.fallback()
+            return
+        f = pending.frame
+        for slot, sh in shadows:
+            if slot is None:
+                f.shadow_stack[-1] = sh
+            else:
+                f.shadow_locals[slot] = sh
+            self._remember(sh)
+
+    def _abandon(self) -> None:
+        """Conditionals whose taken arm did not end (an exception, the end of the run): their
+        outcomes are guarded."""
+        pending, self.ifs = self.ifs, {}
+        for c in pending.values():
+            c.fallback()
+
     def passed_on(self, f) -> bool:
         """Did the call ``f`` just made hand its lifted values only to the Python function it
         entered (whose parameters took their shadows)?"""
@@ -629,6 +681,7 @@ class Shapes(Observer):
         lost on the way, so that float is guarded by value (at worst, a record less general
         than it could be).  (Not for sizes: equal small ints of other origins are common, and
         the twins already check every size an operation meets against its inputs' symbols.)"""
+        self._abandon()
         for _, r in self.reads:
             specialise(of_read(r))
         self.reads = []

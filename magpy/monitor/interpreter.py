@@ -270,6 +270,14 @@ class Monitor:
         except Exception as e:  # noqa: BLE001 - magpy's bookkeeping failed, not the program
             self.observer_failed(e)
 
+    def _unwrapped(self, callee, reads) -> None:
+        """Report what the monitor read of ``callee`` to call it to the observers."""
+        try:
+            for ob in self.observers:
+                ob.on_unwrap(self.current, callee, reads)
+        except Exception as e:  # noqa: BLE001 - magpy's bookkeeping failed, not the program
+            self.observer_failed(e)
+
     def observer_failed(self, exc: Exception) -> None:
         """An observer (magpy's bookkeeping) raised ``exc`` after the program's operation
         completed: not the program's exception.  The recording's ``on_fault`` takes it and the
@@ -322,6 +330,8 @@ class Monitor:
         return self.call(m.__func__, (m.__self__,) + args, kwargs, _shift(shadows))
 
     def _call_partial(self, p, args, kwargs, shadows):
+        if self.observers:
+            self._unwrapped(p, (("func", p.func), ("args", p.args), ("keywords", p.keywords)))
         kw = {**p.keywords, **kwargs} if kwargs else (p.keywords or None)
         return self.call(p.func, p.args + args, kw, _shift(shadows, len(p.args)))
 

@@ -48,6 +48,10 @@ class Observer:
     def on_enter(self, frame):
         """A Python function's frame was created (parameters bound), before its first op."""
 
+    def on_unwrap(self, frame, callee, reads):
+        """``frame`` calls ``callee`` through what it holds (a ``functools.partial``'s function,
+        arguments and keywords): ``reads``, the (attribute, value) pairs the monitor read."""
+
     def on_exception(self, frame, exc):
         """``exc`` is unwinding through ``frame`` (it may be handled there or propagate)."""
 

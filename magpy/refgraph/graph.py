@@ -404,6 +404,12 @@ class RefGraph:
             node = self.child(self.sn0, CONST, id(value), value, read=False)
         return node
 
+    def read_builtin(self, globals_: dict, builtins: dict, name: str, value) -> None:
+        """A frame with globals ``globals_`` loaded ``name`` from ``builtins`` (``value``): the
+        guard requires the module not to define it and the builtin to be the same."""
+        self.const(globals_).mark_absent(ITEM, name)
+        self.child(self.const(builtins), ITEM, name, value)
+
     def overwritten(self, node: ShadowNode, rel: str, key) -> bool:
         """Has the call stored into (or deleted) slot ``(rel, key)`` of ``node`` so far, by
         either name of a module's namespace?  A read of it gives the call's own value then,

@@ -203,6 +203,26 @@ class RefGraphBuilder(Observer):
             except Exception as e:  # noqa: BLE001
                 self.dynamic.fail(e)
 
+    def on_unwrap(self, frame, callee, reads):
+        if self.dynamic.brk is None:
+            try:
+                self._unwrapped(callee, reads)
+            except Exception as e:  # noqa: BLE001
+                self.dynamic.fail(e)
+
+    def _unwrapped(self, obj, reads):
+        # A partial's function, arguments and keywords steer the call as much as its type:
+        # the guard checks them (a schedule's ``partial(f, num_warmup_steps=4)`` replaced by
+        # one with 8 must not replay the record of 4).  (A partial the call made itself has
+        # no node: nothing to check.)
+        node = self.node(obj)
+        if node is None:
+            return
+        for name, value in reads:
+            child = self.g.child(node, GETATTR, name, value)   # (C members: no program code)
+            if child is not None:
+                self.expand(child)   # (the call takes all of a partial's arguments and keywords)
+
     def _enter(self, frame):
         self.resumed(frame)
         fn = frame.fn
@@ -681,12 +701,10 @@ def _load_global(b, frame, ins, inputs, outputs):
     value = outputs[-1]
     name = ins.argval
     g = frame.globals
-    gnode = b.g.const(g)
     if name in g:
-        b.read_item(gnode, name, value)   # (not one the call stored: RefGraph.overwritten)
+        b.read_item(b.g.const(g), name, value)   # (not one the call stored: RefGraph.overwritten)
     else:
-        gnode.mark_absent(ITEM, name)
-        b.g.child(b.g.const(frame.builtins), ITEM, name, value)
+        b.g.read_builtin(g, frame.builtins, name, value)
 
 
 def _load_deref(b, frame, ins, inputs, outputs):
