@@ -56,7 +56,8 @@ METHODS = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch
            "transpose": lambda t, *axes: _transpose(t, axes),
            "all": torch.all, "any": torch.any, "argmax": torch.argmax, "argmin": torch.argmin,
            "clip": torch.clamp, "flatten": lambda t: torch.flatten(t).clone(), "ravel": torch.ravel,
-           "squeeze": torch.squeeze, "std": FUNCTIONS[np.std], "var": FUNCTIONS[np.var]}
+           "squeeze": torch.squeeze, "std": FUNCTIONS[np.std], "var": FUNCTIONS[np.var],
+           "astype": lambda t, dtype: t.to(DTYPES[np.dtype(dtype)], copy=True)}   # (numpy's copies)
 # ndarray attribute computed from the values -> torch function of the array's tensor.
 ATTRIBUTES = {"T": lambda t: _transpose(t, ()), "real": torch.real, "imag": torch.imag}
 # numpy keyword -> torch keyword (``axis=None`` is torch's default: left out).

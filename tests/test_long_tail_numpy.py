@@ -59,7 +59,12 @@ def _products(x):
     return torch.from_numpy(np.matmul(a, a.T) / np.power(np.abs(a) + 1, 2).sum())
 
 
-PROGRAMS = [_views_and_copies, _statistics, _rounding_and_clipping, _truths, _spectrum, _products]
+def _casts(x):
+    a = x.numpy().astype(np.float64)   # (a numpy dtype as an argument)
+    return torch.from_numpy(a * 2), torch.from_numpy(np.abs(a).astype("float32").sum(0))
+
+
+PROGRAMS = [_views_and_copies, _statistics, _rounding_and_clipping, _truths, _spectrum, _products, _casts]
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda f: f.__name__.lstrip("_"))
