@@ -49,6 +49,8 @@ FUNCTIONS = {
     np.array: torch.clone,        # a copy
     np.linalg.norm: lambda t, **kw: torch.linalg.vector_norm(t, **kw),   # 2-norm (Frobenius) of all
     np.fft.fft: torch.fft.fft, np.fft.ifft: torch.fft.ifft, np.fft.rfft: torch.fft.rfft,
+    # (numpy's default indexing, and copies: numpy's copy=True)
+    np.meshgrid: lambda *ts: tuple(g.contiguous() for g in torch.meshgrid(*ts, indexing="xy")),
 }
 # ndarray method -> torch function of the array's tensor and the same arguments.
 METHODS = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin, "prod": torch.prod,
@@ -236,9 +238,13 @@ class Arrays(Observer):
             out = fn(*tensors, **tkwargs)
         except Exception as e:  # noqa: BLE001 - torch refuses what numpy accepted
             raise Escaped(first, f"has no torch equivalent here ({type(e).__name__})") from None
-        if not _same_kind(out, result):
-            raise Escaped(first, f"gives {_kind(result)} in numpy, {_kind(out)} in torch")
-        self._follow(result, out, first.site)
+        results, outs = (result, out) if isinstance(result, (tuple, list)) else ((result,), (out,))
+        if not isinstance(outs, (tuple, list)) or len(outs) != len(results):
+            raise Escaped(first, f"gives {len(results)} values in numpy, not in torch")
+        for r, o in zip(results, outs):   # (each array of a tuple numpy gives is followed)
+            if not _same_kind(o, r):
+                raise Escaped(first, f"gives {_kind(r)} in numpy, {_kind(o)} in torch")
+            self._follow(r, o, first.site)
 
     def _consume(self, array, result, shares: bool, first: Followed) -> None:
         """``result = torch.from_numpy(array)`` (or ``as_tensor``, ``tensor``): a tensor of the

@@ -2,7 +2,8 @@
 
 ``np.asarray``/``np.array``, ndarray ``copy``/``reshape``/``transpose``/``all``/``any``/
 ``argmax``/``clip``/``flatten``/``std``, ``np.linalg.norm``, ``np.fft``, ``np.clip``,
-``np.matmul``, ``np.std`` (numpy's ``ddof=0``), ``np.round`` (half to even in both) ...: each
+``np.matmul``, ``np.std`` (numpy's ``ddof=0``), ``np.round`` (half to even in both), ``np.meshgrid``,
+``astype`` ...: each
 program is one graph where torch gives numpy's dtype and shape (checked by magpy.arrays, not
 assumed), against eager on the first, repeated and fresh calls.  Values are torch's kernels',
 within rounding of numpy's, so results compare with allclose (``_graph_as_is``).
@@ -64,7 +65,14 @@ def _casts(x):
     return torch.from_numpy(a * 2), torch.from_numpy(np.abs(a).astype("float32").sum(0))
 
 
-PROGRAMS = [_views_and_copies, _statistics, _rounding_and_clipping, _truths, _spectrum, _products, _casts]
+def _grids(x):
+    a = x.numpy()
+    g1, g2 = np.meshgrid(a.sum(0), a.mean(1))
+    return torch.from_numpy(g1 * 2 - g2), torch.from_numpy(g2)
+
+
+PROGRAMS = [_views_and_copies, _statistics, _rounding_and_clipping, _truths, _spectrum, _products, _casts,
+            _grids]
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda f: f.__name__.lstrip("_"))
