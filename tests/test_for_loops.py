@@ -347,7 +347,7 @@ def test_a_loop_that_cannot_be_the_operator_is_unrolled(program, capsys):
 
 
 def test_a_loop_under_autograd_is_an_operator_with_backend_eager():
-    # (its gradients are eager's there: tests/test_loops_autograd.py; Inductor unrolls it)
+    # (its gradients are eager's there: tests/test_loops_autograd.py; Inductor runs its graph as eager)
     cell = nn.GRUCell(4, 4)
 
     def step(x, h):

@@ -326,7 +326,7 @@ def test_recurrent_cells_without_grad(cell, loop):
 @pytest.mark.parametrize("loop", CELL_LOOPS, ids=lambda f: f.__name__[4:])
 def test_recurrent_cells_under_autograd_are_one_operator(loop):
     # Backend eager runs torch.while_loop's backward as eager does (tests/test_loops_autograd.py:
-    # gradients; Inductor unrolls under autograd): the first length unrolled, then one record.
+    # gradients; with Inductor its graph runs as eager): the first length unrolled, then one record.
     steps = _calls(_cell_inputs, [3, 5, 4], [MONITOR, MONITOR, MOCK])
     trace = check_compiled(_tagger(nn.LSTMCell, loop), steps, fullgraph=False)
     st = magpy.stats(trace.compiled)

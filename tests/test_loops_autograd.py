@@ -4,8 +4,9 @@ for every length, its gradients eager's: with backend "eager", whose graph runs 
 backward as eager runs it.  The carried ``(h, c)`` begin as zeros that do not require grad and
 require it after the first step, as eager's do (the walk runs at least twice: lengths 0 and 1
 have records of their own).  Inductor's compiled backward of the operator gave other gradients
-for some lengths (torch 2.13), so there the loop unrolls under autograd, exact, one record per
-length (backends.LOOP_GRADIENTS).
+for some lengths (torch 2.13), so with Inductor (the default) the graph holding the loop runs
+as backend "eager" runs it: still one operator and one record for every length
+(backends.LOOP_GRADIENTS, record._backend_for).
 """
 import pytest
 import torch
