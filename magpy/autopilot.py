@@ -34,7 +34,6 @@ TIMED_CALLS = 3    # timed calls of each version
 # Calls on trial of a compiled graph against eager: the compiled version runs on even ones, the
 # eager one on odd ones (with a third version, on every third).
 TRIAL_CALLS = 2 * (WARMUP_CALLS + TIMED_CALLS)
-_COMPILED = 0
 
 
 class Trial:
@@ -56,11 +55,6 @@ class Trial:
         self.settle: Callable[[Callable], None] | None = None   # puts the winner in the mock's place
         self.report: Callable[[Trial], None] | None = None     # counts and logs the decision
         self.lock = threading.Lock()   # the turns and times of calls from several threads
-
-    @property
-    def backend(self) -> str:
-        """The compiled version's name (the backend's)."""
-        return self.names[_COMPILED]
 
     def __call__(self, *args):
         if self.kept is not None:   # not settled in a mock (called directly)

@@ -74,11 +74,12 @@ class Holding:
 def lower(gm: fx.GraphModule) -> tuple[fx.GraphModule, list]:
     """``gm``, or a copy whose counted loops on :data:`DEVICES` run as :class:`HostLoop` s,
     with those loops (whoever runs the copy must hold them: :class:`Holding`)."""
-    if gm.meta.get(GRAD_OUTPUTS) or joint.has_backward(gm) or not any(_layout(gm, n) for n in gm.graph.nodes):
+    found = [(node, layout) for node in gm.graph.nodes if (layout := _layout(gm, node)) is not None]
+    if not found or gm.meta.get(GRAD_OUTPUTS) or joint.has_backward(gm):
         return gm, []
-    graph = fx.Graph()
-    graph.output(graph.graph_copy(gm.graph, {}))
-    loops = [_lowered(gm, graph, node, _layout(gm, node)) for node in list(graph.nodes) if _layout(gm, node)]
+    graph, copies = fx.Graph(), {}
+    graph.output(graph.graph_copy(gm.graph, copies))
+    loops = [_lowered(gm, graph, copies[node], layout) for node, layout in found]
     lowered = fx.GraphModule(gm, graph, class_name=type(gm).__name__)
     lowered.meta.update(gm.meta)
     return lowered, loops
@@ -133,7 +134,7 @@ class HostLoop:
     """A counted loop's body run ``steps`` times from the host (see the module docstring)."""
 
     MAX_CAPTURES = 3
-    _WARMUP, _CAPTURE, _REPLAY, _PLAIN = range(4)
+    _WARMUP, _CAPTURE, _PLAIN = range(3)   # (_CAPTURE: steps replay a capture, made on demand)
 
     def __init__(self, body: fx.GraphModule, layout: CountedLoop):
         self.layout = layout

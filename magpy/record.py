@@ -529,12 +529,13 @@ def _diagnosis(gen):
 
 def _compile_graph(backend, gm, example):
     """What runs in ``gm``'s place, compiled now, in the calling thread."""
-    twin = _twin(gm)
+    run, loops = _prepared(gm)
+    twin = _twin(run, loops)
     # (not while the worker compiles: compilers share global state; a backend that runs the
     # graph draws numbers the program does not)
     with background.exclusive(), rng.kept():
-        compiled = _attempt(backend, gm, example)
-    return _version(backend, gm, example, _ops(gm), compiled, twin)
+        compiled = _attempt(backend, run, loops, example)
+    return _version(backend, run, example, _ops(gm), compiled, twin)
 
 
 def _defer(backend, graphs: list, examples: list, gen, lifted, names) -> tuple[background.Deferred, list]:
@@ -542,20 +543,21 @@ def _defer(backend, graphs: list, examples: list, gen, lifted, names) -> tuple[b
     the grad and inference mode of the recording, and how the record takes its results; and
     the graphs' eager twins, which run until then."""
     grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
-    twins = [None if gm is None else _twin(gm) for gm in graphs]
+    prepared = [None if gm is None else _prepared(gm) for gm in graphs]
+    twins = [None if p is None else _twin(*p) for p in prepared]
     ops = [None if gm is None else _ops(gm) for gm in graphs]
 
     def job() -> list:
         with torch.inference_mode(inference), torch.autograd.set_grad_enabled(grad):
-            return [None if gm is None else _attempt(backend, gm, ex) for gm, ex in zip(graphs, examples)]
+            return [None if p is None else _attempt(backend, *p, ex) for p, ex in zip(prepared, examples)]
 
     def take(rec: Record, results: list | Exception) -> None:
         if isinstance(results, Exception):   # the job itself failed: so did every graph
             results = [results] * len(graphs)
         versions, failure = [], None
-        for n, result, twin, gm, ex in zip(ops, results, twins, graphs, examples):
+        for n, result, twin, p, ex in zip(ops, results, twins, prepared, examples):
             try:
-                versions.append(None if twin is None else _version(backend, gm, ex, n, result, twin))
+                versions.append(None if twin is None else _version(backend, p[0], ex, n, result, twin))
             except BackendError as e:   # on_backend_error="raise": raised once every graph has its place
                 versions.append(twin)
                 failure = failure or e
@@ -573,19 +575,21 @@ def _defer(backend, graphs: list, examples: list, gen, lifted, names) -> tuple[b
     return deferred, twins
 
 
-def _twin(gm) -> Callable:
-    """``gm``'s eager twin, taken before a backend may rewrite the graph (with the rewrites
-    both need, :func:`magpy.training.number_arguments`)."""
+def _prepared(gm) -> tuple:
+    """``gm`` with the rewrites its eager twin and its compiled version both run
+    (:func:`magpy.training.number_arguments`; where it runs on a GPU, its control flow decided
+    on the host: branch predicates read back together, counted loops stepped from the host,
+    magpy.predicates and magpy.hostloop), and the loops whoever runs it must hold (one set,
+    shared by the twin and the compiled version: one warm-up and one capture each)."""
     training.number_arguments(gm)
-    lowered, loops = _host_driven(gm)
-    return hostloop.Holding(eager_twin(lowered).forward, loops) if loops else eager_twin(lowered).forward
-
-
-def _host_driven(gm):
-    """``gm`` with its control flow decided on the host where it runs on a GPU (branch
-    predicates read back together, counted loops stepped from the host: magpy.predicates,
-    magpy.hostloop), and the loops whoever runs it must hold."""
     return hostloop.lower(predicates.gathered(gm))
+
+
+def _twin(gm, loops: list) -> Callable:
+    """The eager twin of ``gm`` (a :func:`_prepared` graph), taken before a backend may rewrite
+    the graph."""
+    twin = eager_twin(gm).forward
+    return hostloop.Holding(twin, loops) if loops else twin
 
 
 def _backend_for(backend, gm) -> tuple:
@@ -597,14 +601,14 @@ def _backend_for(backend, gm) -> tuple:
     return backend
 
 
-def _attempt(backend, gm, example):
-    """``gm`` compiled by the backend, or the exception it failed with."""
+def _attempt(backend, gm, loops: list, example):
+    """``gm`` (a :func:`_prepared` graph, holding ``loops``) compiled by the backend, or the
+    exception it failed with."""
     name, fn = _backend_for(backend, gm)
     grad = torch.is_grad_enabled()
     try:
         start = time.perf_counter()
-        lowered, loops = _host_driven(gm)
-        compiled = fn(lowered, example)
+        compiled = fn(gm, example)
         if loops:
             compiled = hostloop.Holding(compiled, loops)
         if name != "eager" and gm.meta[CONTIGUOUS_OUTPUTS]:

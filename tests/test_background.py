@@ -179,7 +179,7 @@ def test_a_compile_job_that_fails_itself_leaves_every_graph_eager(monkeypatch):
     # own failure in the worker.  Each graph keeps its twin, with the backend-failure warning.
     from magpy import record
 
-    def broken(backend, gm, example):
+    def broken(backend, gm, loops, example):
         raise RuntimeError("the job broke")
 
     monkeypatch.setattr(record, "_attempt", broken)

@@ -667,7 +667,7 @@ def test_autopilot_keeps_the_replay_where_fastest(simulated, monkeypatch):
     twin = record._twin
     monkeypatch.setattr(cudagraphs, "captured", capture)
     monkeypatch.setattr(cudagraphs, "_static_cuda_tensor", lambda v: isinstance(v, torch.Tensor))
-    monkeypatch.setattr(record, "_twin", lambda gm: slow(twin(gm)))
+    monkeypatch.setattr(record, "_twin", lambda gm, loops: slow(twin(gm, loops)))
     monkeypatch.setattr(magpy.config, "autopilot", True)
     graph, params = mlp_graph()
     compiled = magpy.compile(lambda x, *ps: graph(x, *ps)[0], backend=lambda gm, ex: slow(gm.forward))
