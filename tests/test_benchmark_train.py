@@ -94,18 +94,21 @@ def test_train_backend_eager_both_models(tmp_path, capsys):
     _assert_exact(rows, printed, steps=train.QUICK_STEPS)
 
 
+# (model, its recordings, issue 30): the scheduled step records the first step, then one record
+# for the warm-up and the decay; the micro-step step(i, x, y) with (i + 1) % ACCUM == 0
+# stepping the optimizer lifts the loop index and guards the branch by its side, 5 records.
+# Then replays: exact, one graph a step.
 @pytest.mark.slow
-def test_train_scheduled_fine_tuning(tmp_path, capsys):
-    # The scheduled step records the first step, the warm-up and the decay (issue 30), then
-    # replays: exact, one graph a step.
+@pytest.mark.parametrize("model, records", [("bert-finetune", 2), ("bert-accum", 5)])
+def test_train_records_then_replays(tmp_path, capsys, model, records):
     status, rows = _run(tmp_path, ["--size", "test", "--steps", "2", "--opt", "adamw",
-                                   "--models", "bert-finetune", "--variants", "magpy-eager"])
+                                   "--models", model, "--variants", "magpy-eager"])
     printed = capsys.readouterr().out
     assert status == 0, printed
     r = rows[1]
     assert r["correct"] is True and r["loss_diff"] == 0.0 and r["state_diff"] == 0.0, r.get("problems")
     s = r["magpy_stats"]
-    assert s["eager_runs"] == 0 and s["monitor_runs"] == 3 and r["graphs_per_step"] == 1, s
+    assert s["eager_runs"] == 0 and s["monitor_runs"] == records and r["graphs_per_step"] == 1, s
 
 
 @pytest.mark.slow
@@ -117,18 +120,3 @@ def test_train_ddp_backend_eager(tmp_path, capsys):
     assert [r["variant"] for r in rows] == ["eager", "magpy-eager"]
     assert all(r["correct"] is True and r["model"] == "resnet50 DDPx2" for r in rows), rows
     assert "| resnet50 DDPx2 | magpy-eager |" in printed
-
-
-@pytest.mark.slow
-def test_train_gradient_accumulation(tmp_path, capsys):
-    # The micro-step step(i, x, y) with (i + 1) % ACCUM == 0 stepping the optimizer (issue
-    # 30): the loop index lifted, the branch guarded by its side; 5 records, then replays:
-    # exact, one graph a micro-step.
-    status, rows = _run(tmp_path, ["--size", "test", "--steps", "2", "--opt", "adamw",
-                                   "--models", "bert-accum", "--variants", "magpy-eager"])
-    printed = capsys.readouterr().out
-    assert status == 0, printed
-    r = rows[1]
-    assert r["correct"] is True and r["loss_diff"] == 0.0 and r["state_diff"] == 0.0, r.get("problems")
-    s = r["magpy_stats"]
-    assert s["eager_runs"] == 0 and s["monitor_runs"] == 5 and r["graphs_per_step"] == 1, s
