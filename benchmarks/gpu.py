@@ -34,7 +34,7 @@ keep the run short: its figure is the steady state).  The train section runs eag
 
 Columns: ``steady ms``: the median call once compiled (magpy after ``magpy.synchronize()`` and
 its autopilot trial; ``benchmarks.run.run_variant`` for mlp/bert/resnet50, the control-flow
-``steady`` pass, the train step's timed steps).  ``until compiled s``: the first call for
+``steady`` passes, the train step's timed steps).  ``until compiled s``: the first call for
 torch.compile; for magpy a first call, a second (which starts the background compile) and the
 wait for it (mlp/bert/resnet50); for control flow the variant's ``total s`` over the N calls,
 compiles included (the paper's setting), plus the wait for a background compile still running

@@ -7,8 +7,20 @@ first calls: one warm-up call of each version, then :data:`TIMED_CALLS` timed ca
 each, alternated so that load on the machine hits both alike.  Every call runs exactly one
 version (graphs may update their inputs in place: running both would apply that twice);
 the eager version is the reference the compiled one must match, so either result serves.
+That is the trial of a graph that writes; most are tried *paired* (below).
 The faster (best time of each, ties to the compiled version) is then put where the mock
 looks the graph up (:attr:`Trial.settle`), so later calls pay nothing for the trial.
+
+Alternate calls take alternate inputs, and a graph's work can depend on them: a ``torch.cond``
+runs a block or not, a record with lifted sizes serves a short sequence and a long one.  Best
+times of different inputs then compare the inputs, not the versions (BlockDrop's eager twin
+won with its best call, one with every block off: 0.44 ms against a call's 3.8 ms on a CPU).
+A graph that can run twice on the same inputs without a trace (``opgraph.repeatable``:
+nothing written in place, no random draw, no collective; no backward either; most inference
+graphs) is therefore tried *paired*: each call on trial runs every version on its inputs, in
+turn first, and returns the first one's result; after :data:`WARMUP_CALLS` such calls,
+:data:`TIMED_CALLS` timed ones decide by the median over calls of each version's time
+relative to the compiled one's.
 
 ``magpy.config.autopilot`` (on by default) turns trials off for graphs compiled after it
 is set; the "eager" backend has nothing to try.  On a GPU a compiled graph that qualifies for
@@ -22,6 +34,7 @@ once; calls made while it decides run their turn's version as any other.
 """
 from __future__ import annotations
 
+import statistics
 import threading
 from time import perf_counter
 from typing import Callable
@@ -31,9 +44,9 @@ import torch
 WARMUP_CALLS = 1   # untimed calls of each version first (lazy initialisation, allocator caches)
 TIMED_CALLS = 3    # timed calls of each version
 
-# Calls on trial of a compiled graph against eager: the compiled version runs on even ones, the
-# eager one on odd ones (with a third version, on every third).
-TRIAL_CALLS = 2 * (WARMUP_CALLS + TIMED_CALLS)
+# The most calls a trial takes: one version per call, with three versions on trial (a paired
+# trial takes WARMUP_CALLS + TIMED_CALLS).
+TRIAL_CALLS = 3 * (WARMUP_CALLS + TIMED_CALLS)
 
 
 class Trial:
@@ -41,11 +54,12 @@ class Trial:
     a CUDA graph (``replayed``, a ``magpy.cudagraphs.Replay``: its first call is its warm-up,
     its first timed call the capture); callable like any of them."""
 
-    __slots__ = ("versions", "names", "ops", "calls", "times", "kept", "settle", "report", "lock")
+    __slots__ = ("versions", "names", "ops", "paired", "calls", "times", "kept", "settle", "report", "lock")
 
     def __init__(self, compiled: Callable, eager: Callable, backend: str, ops: int,
-                 replayed: Callable | None = None):
+                 replayed: Callable | None = None, paired: bool = False):
         self.versions = (compiled, eager) + ((replayed,) if replayed is not None else ())
+        self.paired = paired       # every version runs on each call's inputs (module docstring)
         # the versions' names: the backend's, "eager", the backend's + CUDA graphs
         self.names = (backend, "eager", f"{backend} + CUDA graphs")[:len(self.versions)]
         self.ops = ops             # the graph's operations (for the log line)
@@ -59,12 +73,12 @@ class Trial:
     def __call__(self, *args):
         if self.kept is not None:   # not settled in a mock (called directly)
             return self.versions[self.kept](*args)
+        n = self._turn()
+        if self.paired:
+            return self._paired(n, args)
         k = len(self.versions)
-        with self.lock:
-            n = self.calls
-            self.calls = n + 1
         which = n % k
-        fn = self.versions[which]
+        fn = self._version(which)
         if n < k * WARMUP_CALLS or n >= k * (WARMUP_CALLS + TIMED_CALLS):
             return fn(*args)
         start = _now()
@@ -77,8 +91,43 @@ class Trial:
             self.decide()
         return out
 
+    def _paired(self, n: int, args):
+        k = len(self.versions)
+        if n >= WARMUP_CALLS + TIMED_CALLS:   # (a call that raced the decision)
+            return self._version(0 if self.kept is None else self.kept)(*args)
+        timed = n >= WARMUP_CALLS
+        took, out = {}, None
+        for which in [(n + j) % k for j in range(k)]:
+            start = _now() if timed else 0.0
+            result = self._version(which)(*args)
+            took[which] = _now() - start if timed else 0.0
+            out = result if out is None else out
+        if not timed:
+            return out
+        with self.lock:
+            for which, t in took.items():
+                self.times[which].append(t)
+            last = len(self.times[0]) == TIMED_CALLS
+        if last:
+            self.decide()
+        return out
+
+    def _turn(self) -> int:
+        with self.lock:
+            n = self.calls
+            self.calls = n + 1
+        return n
+
+    def _version(self, which: int) -> Callable:
+        # (a replay that lost is let go once decided: a call that raced the decision runs the
+        # compiled graph instead)
+        return self.versions[which] or self.versions[0]
+
     def decide(self) -> None:
-        best = [min(t) for t in self.times]
+        if self.paired:   # each call's times relative to the compiled version's on the same inputs
+            best = [statistics.median(t / c for t, c in zip(ts, self.times[0])) for ts in self.times]
+        else:
+            best = [min(t) for t in self.times]
         self.kept = min(range(len(best)), key=lambda i: (best[i], i))   # (ties to the compiled version)
         # A replay that lost gives back its capture's memory pool.
         self.versions = tuple(v if i < 2 or i == self.kept else None for i, v in enumerate(self.versions))
@@ -96,10 +145,12 @@ class Trial:
     def describe(self) -> str:
         """The decision in words, with the times it rests on."""
         if self.kept is None:
+            calls = (WARMUP_CALLS + TIMED_CALLS) * (1 if self.paired else len(self.versions))
             return (f"{self.ops} operations: on trial, {' vs '.join(self.names)} ({self.calls} of "
-                    f"{len(self.versions) * (WARMUP_CALLS + TIMED_CALLS)} calls)")
+                    f"{calls} calls)")
         times = ", ".join(f"{name} {min(t) * 1e3:.3f} ms" for name, t in zip(self.names, self.times))
-        return f"{self.ops} operations: kept {self.winner} ({times} per call, best of {TIMED_CALLS})"
+        how = "the same inputs each" if self.paired else "alternate calls"
+        return f"{self.ops} operations: kept {self.winner} ({times} per call, best of {TIMED_CALLS}; {how})"
 
 
 def _now() -> float:

@@ -1412,6 +1412,29 @@ def writes(node: fx.Node) -> bool:
     return False
 
 
+def repeatable(gm: fx.GraphModule) -> bool:
+    """Can ``gm`` run twice on the same inputs with nothing to show for it but the time?  No
+    operation in it or in its branches and loop bodies writes (:func:`writes`: in place, random
+    numbers, grad-mode switches) or talks to other processes."""
+    for node in gm.graph.nodes:
+        if node.op in _CALLS and (writes(node) or _communicates(node.target)):
+            return False
+        if node.op == "get_attr":
+            sub = getattr(gm, node.target, None)
+            if isinstance(sub, fx.GraphModule) and not repeatable(sub):
+                return False
+    return True
+
+
+_CALLS = frozenset({"call_function", "call_method", "call_module"})
+
+
+def _communicates(target) -> bool:
+    # torch.distributed's collectives, functional or not: once per call on every rank.
+    name = f"{getattr(target, '__module__', '')}.{getattr(target, '__name__', target)}"
+    return "distributed" in name or "c10d" in name
+
+
 def _is_impure(node: fx.Node) -> bool:
     # Never dead: what writes, the graph's inputs and output, and (conservatively) every
     # special method of a tensor (``x[i]`` unused may still raise on another call's sizes).

@@ -56,7 +56,7 @@ from magpy.eager import eager_twin
 from magpy.errors import BackendError, BackendFailedWarning, CaptureError, CaptureFailedWarning, GraphBreak
 from magpy.monitor import Monitor, bytecode, code_info, generators, shared_default_policy
 from magpy.monitor.tracebacks import user_stacklevel
-from magpy.opgraph import CONTIGUOUS_OUTPUTS, updated_in_place
+from magpy.opgraph import CONTIGUOUS_OUTPUTS, repeatable, updated_in_place
 from magpy.refgraph.graph import ARG, KWARG, Kind, is_immutable
 from magpy.segments import Capture
 
@@ -640,7 +640,8 @@ def _version(backend, gm, example, ops: int, compiled, twin):
                       stacklevel=user_stacklevel())
         return twin
     if name != "eager" and config.autopilot:
-        return autopilot.Trial(compiled, twin, name, ops, _replayed(gm, compiled, example))
+        return autopilot.Trial(compiled, twin, name, ops, _replayed(gm, compiled, example),
+                               paired=repeatable(gm) and not joint.has_backward(gm))
     return compiled
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import magpy
-from magpy import cudagraphs
+from magpy import autopilot, cudagraphs
 from tests.compile_harness import (
     ANY,
     MOCK,
@@ -632,6 +632,23 @@ def test_gates_read_back_at_once(monkeypatch, backend):
     trace = check_compiled(blockdrop_on_cuda, steps, backend=backend, rtol=RTOL, atol=ATOL, expect_records=1)
     same_devices(trace)
     assert groups and set(groups) == {4}
+
+
+@needs_cuda
+def test_autopilot_tries_blockdrop_paired(monkeypatch):
+    """BlockDrop's graph (a cond per block) is tried with every version on each call's inputs;
+    every result equals eager's, during the trial and after."""
+    from benchmarks.control_flow import image
+    monkeypatch.setattr(magpy.config, "autopilot", True)
+    monkeypatch.setattr(magpy.config, "background_compile", False)
+    model, _ = blockdrop_on_cuda()
+    compiled = magpy.compile(model)
+    with torch.no_grad():
+        for seed in range(autopilot.TRIAL_CALLS + 2):
+            x = image(seed).cuda()
+            torch.testing.assert_close(compiled(x), model(x), rtol=RTOL, atol=ATOL)
+    trial, = compiled._magpy_cache.records[0].trials
+    assert trial.paired and trial.kept is not None, trial.describe()
 
 
 # --------------------------------------------------- the autopilot's third version: CUDA graphs

@@ -14,7 +14,8 @@ import magpy
 from magpy import autopilot, logs
 from tests.compile_harness import fresh_magpy  # noqa: F401 - autouse fixture
 
-TRIAL = autopilot.TRIAL_CALLS                                  # mock calls on trial
+TRIAL = autopilot.TRIAL_CALLS                                  # mock calls on trial, at most
+PAIRED = autopilot.WARMUP_CALLS + autopilot.TIMED_CALLS        # ... of a graph that writes nothing
 CALLS = TRIAL + 6                                              # mock calls per test
 
 
@@ -81,8 +82,10 @@ def test_slow_backend_loses_to_eager(autopilot_on):
     compiled = magpy.compile(small, backend=backend)
     run_calls(small, compiled, torch.randn(4, 8), torch.randn(8, 3))
     assert magpy.stats(compiled).kept == {"eager": 1}
-    # The compiled graph ran on its warm-up and timed calls only; later calls run eagerly.
-    assert backend.calls == TRIAL // 2
+    # The compiled graph ran on the calls on trial only (each of them runs both versions: the
+    # graph writes nothing); later calls run eagerly.
+    assert compiled._magpy_cache.records[0].trials[0].paired
+    assert backend.calls == PAIRED
 
 
 def test_fast_backend_wins(autopilot_on, monkeypatch):
@@ -91,7 +94,7 @@ def test_fast_backend_wins(autopilot_on, monkeypatch):
     compiled = magpy.compile(many_adds, backend=backend)
     run_calls(many_adds, compiled, torch.randint(-5, 5, (16,)).float())
     assert magpy.stats(compiled).kept == {"folded": 1}
-    assert backend.calls == CALLS - TRIAL // 2
+    assert backend.calls == CALLS
 
 
 def test_a_third_version_on_trial_wins_where_fastest():
@@ -125,7 +128,7 @@ def test_decided_graph_costs_nothing(autopilot_on):
     run_calls(small, compiled, torch.randn(4, 8), torch.randn(8, 3))
     rec = compiled._magpy_cache.records[0]
     trial, = rec.trials
-    assert trial.calls == TRIAL
+    assert trial.calls == PAIRED
     assert trial not in rec.mock.__globals__.values()
 
 
@@ -169,6 +172,67 @@ def test_in_place_update_applied_once_per_call(autopilot_on, backend):
         torch.testing.assert_close(compiled(buf, x), accumulate(ref, x), rtol=0, atol=0)
     torch.testing.assert_close(buf, ref, rtol=0, atol=0)
     assert sum(magpy.stats(compiled).kept.values()) == 1
+    assert not compiled._magpy_cache.records[0].trials[0].paired
+
+
+def test_paired_trial_compares_the_versions_on_the_same_inputs():
+    """Work that depends on the inputs (a branch taken or not, a longer sequence) cannot make
+    a slower version win a paired trial: alternate calls would give the compiled version every
+    cheap input here, and its best time would win."""
+    def version(per_unit):
+        def run(units):
+            time.sleep(per_unit * units)
+            return [units]
+        return run
+
+    inputs = [1, 20] * (autopilot.WARMUP_CALLS + autopilot.TIMED_CALLS)
+    kinds = {}
+    for paired in (False, True):
+        trial = autopilot.Trial(version(0.002), version(0.001), "slower", 1, paired=paired)
+        for units in inputs:
+            assert trial(units) == [units]
+        kinds[paired] = trial.winner
+        assert ("the same inputs" in trial.describe()) == paired
+    assert kinds == {False: "slower", True: "eager"}
+
+
+def drop_blocks(x, w, gates):
+    for i in range(gates.numel()):
+        if gates[i] > 0:
+            x = torch.tanh(x @ w) + x
+    return x
+
+
+def test_graph_with_branches_is_tried_paired(autopilot_on):
+    """BlockDrop's shape: a tensor ``if`` per block, different blocks on each call; the slower
+    version loses whatever blocks the calls take, results equal eager's throughout."""
+    backend = Counting(sleepy, "sleepy")
+    compiled = magpy.compile(drop_blocks, backend=backend)
+    x, w = torch.randn(8, 8), torch.randn(8, 8) / 8
+    for call in range(CALLS):
+        gates = torch.tensor([(call >> b) & 1 for b in range(3)]) - 0.5
+        torch.testing.assert_close(compiled(x, w, gates), drop_blocks(x, w, gates), rtol=1e-6, atol=1e-6)
+    rec, = compiled._magpy_cache.records
+    trial, = rec.trials
+    assert trial.paired and magpy.stats(compiled).kept == {"eager": 1}
+    assert backend.calls == PAIRED
+
+
+def noisy(x):
+    return torch.nn.functional.dropout(x, 0.5, training=True) * 2
+
+
+def test_graph_that_draws_random_numbers_is_not_paired(autopilot_on):
+    """Running a version twice would draw twice: the program's next random numbers would differ."""
+    compiled = magpy.compile(noisy, backend=sleepy)
+    x = torch.ones(64)
+    for seed in range(CALLS):
+        torch.manual_seed(seed)
+        got, after = compiled(x), torch.rand(1)
+        torch.manual_seed(seed)
+        torch.testing.assert_close(got, noisy(x), rtol=0, atol=0)
+        torch.testing.assert_close(after, torch.rand(1), rtol=0, atol=0)
+    assert not compiled._magpy_cache.records[0].trials[0].paired
 
 
 def test_explain_and_log_show_the_decision(autopilot_on, caplog):
@@ -177,7 +241,7 @@ def test_explain_and_log_show_the_decision(autopilot_on, caplog):
     try:
         compiled = magpy.compile(small, backend=sleepy)
         args = torch.randn(4, 8), torch.randn(8, 3)
-        run_calls(small, compiled, *args, calls=TRIAL - 1)
+        run_calls(small, compiled, *args, calls=PAIRED - 1)
         assert "on trial" in str(magpy.explain(compiled, *args))
         assert not any("kept" in r.getMessage() for r in caplog.records)
         compiled(*args)
