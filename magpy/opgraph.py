@@ -494,7 +494,8 @@ class OpRecorder(TorchFunctionMode):
         if name in ann.TORCH_TRUTH:
             self._record_assertion(func, args[0], out)
             return
-        if name != "__setitem__" and not any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(out)):
+        if not any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(out)) \
+                and not _written(func, name, args, kwargs):   # (``x[i] = v`` gives None)
             if name in ann.TORCH_METADATA_RESULTS:
                 return
             self.dynamic(f"{_qualname(func)} returns a Python value computed from tensors", step=True)
@@ -1237,14 +1238,20 @@ def storage_id(t: torch.Tensor) -> int | None:
             return None
 
 
-# Operations whose Python-float operand may be a 0-d tensor instead (see _record).
+# In-place operations that write more than their first argument: name -> how many leading
+# arguments they write (GradScaler's unscale also sets its found-inf flag; its scale update
+# counts in its growth tracker).
+_WRITES_LEADING = {"_amp_foreach_non_finite_check_and_unscale_": 2, "_amp_update_scale_": 2}
+
+
 def _written(func, name: str, args: tuple, kwargs: dict) -> list:
     """The tensors operation ``func`` (named ``name``) writes in place."""
     if kwargs and kwargs.get("out") is not None:
         written = pytree.tree_leaves(kwargs["out"])
     elif (name.endswith("_") and not name.endswith("__") or name in _INPLACE_DUNDERS
           or _inplace(func, args, kwargs)):
-        written = pytree.tree_leaves(args[:1])   # (a list of them: ``torch._foreach_add_``)
+        # (a list of them: ``torch._foreach_add_``)
+        written = pytree.tree_leaves(args[:_WRITES_LEADING.get(name, 1)])
     else:
         return []
     return [t for t in written if isinstance(t, torch.Tensor)]

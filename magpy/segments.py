@@ -204,6 +204,10 @@ class Step:
     undoable: bool = True             # nothing observable happened before it (see Segmenter.undoable)
     at: tuple = ()                    # (file, function, line) of the program where it happens
     resume: ResumePoint | None = None  # a failed check resumes the monitor here (after effects)
+    # id(tensor) -> the piece that had made it when the step ran, of the tensors among a call's
+    # arguments: a later graph may update one in place (``clip_grad_norm_`` after GradScaler's
+    # unscale step) and be its maker at the end of the run, not here.
+    made: dict = dataclasses.field(default_factory=dict)
     # torch's thread-local modes it runs under (grad mode, autocast): as the run had them here
     modes: tuple = dataclasses.field(default_factory=thread_modes)
 
@@ -316,7 +320,8 @@ class Segmenter(Observer):
         if resume is _HANDLED_NOWHERE:
             return
         self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
-                               self._freeze(kwargs) if kwargs else None, brk, undoable, self._at(), resume))
+                               self._freeze(kwargs) if kwargs else None, brk, undoable, self._at(), resume,
+                               made=self._makers(args, kwargs)))
         if picked:   # (max(n, m) is n or m: the same one must come back, it keeps its name)
             self.steps.append(Step("same", self._before(), None, None, (var, self.dynamic[id(result)])))
         if met is not None:   # (it keeps the earlier name, which the mock checks it is)
@@ -454,7 +459,8 @@ class Segmenter(Observer):
         self.breaks.append(brk)
         self.effects = True
         var = self._new_var()
-        self.steps.append(Step("call", self._before(), var, fn, args, None, brk, False, self._at()))
+        self.steps.append(Step("call", self._before(), var, fn, args, None, brk, False, self._at(),
+                               made=self._makers(args, None)))
         return var
 
     def effect(self, fn, args: tuple, kwargs: dict | None, result, what: str) -> bool:
@@ -470,10 +476,16 @@ class Segmenter(Observer):
         var = self._new_var()
         where = self.breaker.where(f"{what}, made again by every replay (not a graph break)")
         self.steps.append(Step("call", self._before(), var, fn, self._freeze(args),
-                               self._freeze(kwargs) if kwargs else None, where, self.undoable(), self._at()))
+                               self._freeze(kwargs) if kwargs else None, where, self.undoable(), self._at(),
+                               made=self._makers(args, kwargs)))
         self.effects = True
         self._result(result, var, True, False)
         return True
+
+    def _makers(self, args: tuple, kwargs: dict | None) -> dict:
+        """id -> the piece that has made it so far, of the tensors among a step's arguments."""
+        return {id(t): p for t in _leaves((args, kwargs)) if isinstance(t, torch.Tensor)
+                and (p := self.recorder.produced(t)) is not None}
 
     def _at(self) -> tuple:
         f = self.breaker.monitor.current

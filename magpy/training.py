@@ -29,6 +29,7 @@ import sys
 import types
 
 import torch
+from torch.amp.grad_scaler import GradScaler
 from torch.optim import optimizer as _optimizer
 
 from magpy import annotations as ann
@@ -38,7 +39,7 @@ from magpy.refgraph.graph import ATTR
 
 # torch's Python code the monitor enters (the rest runs natively): an optimizer's and
 # clip_grad_norm_'s reads of parameters, ``.grad`` and optimizer state are the program's reads.
-MONITORED_TORCH = ("torch.optim", "torch.nn.utils.clip_grad")
+MONITORED_TORCH = ("torch.optim", "torch.nn.utils.clip_grad", "torch.amp.grad_scaler")
 
 _DISABLED_CODE = torch._disable_dynamo(lambda: None).__code__
 
@@ -51,6 +52,21 @@ def add_to(policy: CallPolicy) -> None:
     policy.add_intrinsic(record.__enter__, _enter_profiler_range)
     policy.add_intrinsic(record.__exit__, _exit_profiler_range)
     policy.add_intrinsic(_optimizer._get_value, _step_value)
+    policy.reroute(GradScaler._maybe_opt_step, lambda caller, args, kwargs: _maybe_opt_step)
+
+
+def _maybe_opt_step(self, optimizer, optimizer_state, *args, **kwargs):
+    """``GradScaler._maybe_opt_step``: its ``sum(v.item() for v in ...)`` hands values read
+    from tensors to the native ``sum`` through a generator, out of the monitor's sight (the call
+    would end recording there); the same loop written out.  Each value is a found-inf flag, 0.0
+    or 1.0, so any order of adding them gives the same sum, and only its truth is read."""
+    retval = None
+    found = 0.0
+    for v in optimizer_state["found_inf_per_device"].values():
+        found += v.item()
+    if not found:
+        retval = optimizer.step(*args, **kwargs)
+    return retval
 
 
 def _disabled_functions() -> list:

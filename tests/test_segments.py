@@ -311,6 +311,25 @@ def test_step_given_a_tensor_a_later_operation_gives_back_unchanged():
     ], observe=lambda s: s["log"])
 
 
+def _step_then_in_place(x):
+    a, b = x * 2, x + 1
+    same = torch.equal(a, b)        # a step given both tensors of the first graph
+    a.mul_(0.5)                     # ... which the next graph updates in place
+    b.add_(1)
+    return a, b, same
+
+
+def test_step_given_tensors_a_later_graph_updates_in_place():
+    # The step is given the first graph's outputs; the next graph's in-place updates make it
+    # their maker by the end of the run (the mock named them before that graph had run: an
+    # UnboundLocalError, then an eager fallback on every call).  GradScaler.unscale_ then
+    # clip_grad_norm_ is this shape.
+    def args(s):
+        return (torch.randn(3),)
+
+    check_segments(lambda: (_step_then_in_place, {}), [first(args), again(), fresh(args), fresh(args, seed=2)])
+
+
 class RunningMean(nn.Module):
     """A running average kept in a Python float: the value read from outside changes every call."""
 

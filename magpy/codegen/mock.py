@@ -103,6 +103,7 @@ class MockWriter:
         self._keep = []
         self.used = None       # names of mock variables the code being written uses (continuations)
         self.point = None      # the resume point whose state the code being written writes back
+        self.made_then = None  # the makers of the tensors of the step whose call is being written
 
     def write(self, result):
         """The mock's body: pieces and steps in program order, then the final state."""
@@ -161,8 +162,12 @@ class MockWriter:
         elif step.kind == "same":
             self.lines.append(f"    if {step.args[0]} is not {self.use(step.args[1])}: return {miss}")
         else:
-            args = [self.expr(a) for a in step.args]
-            args += [f"{k}={self.expr(x)}" for k, x in (step.kwargs or {}).items()]
+            self.made_then = step.made
+            try:
+                args = [self.expr(a) for a in step.args]
+                args += [f"{k}={self.expr(x)}" for k, x in (step.kwargs or {}).items()]
+            finally:
+                self.made_then = None
             where = f"   # {step.where.reason}" if step.where is not None else ""
             call = f"{self.callee(step.fn)}({', '.join(args)})"
             self.lines.append("    try:")
@@ -428,8 +433,7 @@ class MockWriter:
         return id(v) in self.dynamic or (type(v) is tuple and any(map(self.dynamic_inside, v)))
 
     def tensor(self, t) -> str:
-        # (at a resume point: the graph output it was then; later graphs have not run)
-        piece = self.rec.produced(t) if self.point is None else self.point.made.get(id(t))
+        piece = self._maker(t)
         if piece is None and id(t) in self.rec.eager:   # a tensor an eager step gave back
             return self.use(self.rec.eager[id(t)])
         if piece is None and id(t) in self.rec.wrapped:   # nn.Parameter(data) the call made
@@ -450,6 +454,15 @@ class MockWriter:
             return otherwise
         pred = self.tensor(passes.pred)
         return f"({self.expr(passes.p)} if bool({pred}) is {passes.when} else {otherwise})"
+
+    def _maker(self, t):
+        # (at a resume point, or in a step's call: the piece that had made it then; later
+        # graphs have not run)
+        if self.point is not None:
+            return self.point.made.get(id(t))
+        if self.made_then is not None and id(t) in self.made_then:
+            return self.made_then[id(t)]
+        return self.rec.produced(t)
 
     def build(self, v) -> str:
         t = type(v)
