@@ -52,6 +52,7 @@ SET, DEL, POP = "set", "del", "pop"
 CLEAR, ADDED = "clear", "added"
 _HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: a class defined in Python (its attributes can change)
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
+_METHOD_PARTS = ("__func__", "__self__")   # a bound method's C members
 _CONTAINERS = (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.SET)
 # Hashes that are the object's identity: a set holding such objects iterates in an order that
 # follows their ids, and set operations on them run no Python code.
@@ -423,6 +424,9 @@ class RefGraphBuilder(Observer):
             if name in ann.TORCH_REFERENCES and snap is not None and snap.get(name, _MISSING) is value:
                 self.g.child(node, ATTR, name, value)
             return
+        if node.kind is Kind.METHOD:
+            self._method_attr(node, obj, name, value)
+            return
         tp = type(obj)
         if isinstance(obj, types.ModuleType):
             if not ann.is_builtin_module_attr(obj) and not self.g.overwritten(node, ATTR, name):
@@ -476,6 +480,16 @@ class RefGraphBuilder(Observer):
             return
         # (where the object or a class gains it, __getattr__ is not asked)
         self.missing_attr(obj, name)
+
+    def _method_attr(self, node, m, name, value):
+        # A bound method's own members are its function and its object (the nodes that guard
+        # it, RefGraph._method_parts); the rest of its attributes are its function's.  (The
+        # method type's other entries, its special methods and ``__doc__``, run no program
+        # code and say nothing the function's identity does not.)
+        if name in _METHOD_PARTS:
+            self.g.child(node, GETATTR, name, value)
+        elif type_lookup(types.MethodType, name) is NULL:
+            self.read_attr(m.__func__, name, value)
 
     def missing_attr(self, obj, name) -> None:
         """``obj`` has no attribute ``name`` (``getattr`` took its default, ``hasattr`` said
