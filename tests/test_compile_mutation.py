@@ -563,6 +563,25 @@ def test_bound_method_receiver_also_held_in_state():
                    observe=lambda s: (s["holder"].obj.dim, s["holder"].fn.__self__.dim))
 
 
+def test_bound_method_attribute_looked_up_on_its_function():
+    # ``hasattr(method, name)`` asks its function: one that gains the attribute since is
+    # another call (the function of a class made per copy: the copies do not share it).
+    def build():
+        class Local(_Reducer):
+            def reduce(self, x):
+                return x.sum(self.dim)
+        holder = types.SimpleNamespace(fn=Local(1).reduce)
+
+        def f(x):
+            return holder.fn(x) * (2 if hasattr(holder.fn, "double") else 1)
+        return f, {"holder": holder}
+
+    def mark(s):
+        s["holder"].fn.__func__.double = True
+    check_compiled(build, standard(x34) + [after(mark, expect=MONITOR), again()],
+                   observe=lambda s: vars(s["holder"].fn.__func__))
+
+
 def _builtin_method_build():
     logs = ([], [])
     holder = types.SimpleNamespace(log=logs[0].append)

@@ -194,9 +194,11 @@ def tensor_version(t) -> int | None:
 
 
 def is_namespace(v) -> bool:
-    """A module or a class: its attributes are stores the program makes (``config.STEP = n``,
-    ``Klass.count += 1``), not snapshotted whole (their dicts are big and mostly functions)."""
-    return isinstance(v, (types.ModuleType, type))
+    """A module, a class or a function: its attributes are stores the program makes
+    (``config.STEP = n``, ``Klass.count += 1``, ``step.calls += 1``), not snapshotted whole
+    (their dicts are big and mostly functions; a function's is mostly empty, and functions
+    are everywhere)."""
+    return isinstance(v, (types.ModuleType, type, types.FunctionType))
 
 
 def namespace_twin(v):

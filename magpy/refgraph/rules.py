@@ -54,6 +54,9 @@ _HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: a class defined in Python (its attri
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 _METHOD_PARTS = ("__func__", "__self__")   # a bound method's C members
 _CONTAINERS = (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.SET)
+# What a native reading deep into cannot follow: a Python object (its __repr__, __eq__ ... run
+# natively), a bound method with it (a method's repr is its object's).
+_PYTHON_OBJECTS = (Kind.OBJECT, Kind.METHOD)
 # Hashes that are the object's identity: a set holding such objects iterates in an order that
 # follows their ids, and set operations on them run no Python code.
 _ID_HASHES = (object.__hash__, torch.Tensor.__hash__)
@@ -323,7 +326,7 @@ class RefGraphBuilder(Observer):
             if node.kind in _CONTAINERS:
                 self.expand(node, deep=True)
             return
-        if node.kind is Kind.OBJECT and kind == ann.DEEP:
+        if node.kind in _PYTHON_OBJECTS and kind == ann.DEEP:
             self.dynamic(f"native {_describe(what)} reads an object of Python class "
                          f"{type(v).__qualname__}")
             return
@@ -359,7 +362,7 @@ class RefGraphBuilder(Observer):
         rel = ATTR if node.kind is Kind.OBJECT else ITEM
         for k, v in items:
             child = self.g.child(node, rel, k, v)
-            if deep and not objects and child is not None and child.kind is Kind.OBJECT:
+            if deep and not objects and child is not None and child.kind in _PYTHON_OBJECTS:
                 self.dynamic(f"a native reads an object of Python class {type(v).__qualname__}")
                 return
             if deep:
@@ -432,6 +435,12 @@ class RefGraphBuilder(Observer):
             if not ann.is_builtin_module_attr(obj) and not self.g.overwritten(node, ATTR, name):
                 self.g.child(node, ATTR, name, value)
             return
+        if tp is types.FunctionType and name in obj.__dict__:
+            # A function's own attribute (``step.calls``, ``fn.cache``): state as a module's
+            # are, which the program or its caller changes.
+            if not self.g.overwritten(node, ATTR, name):
+                self.g.child(node, ATTR, name, value)
+            return
         if name in attribute_access(tp).descriptors:
             return  # a property or Python descriptor: the monitor entered it
         if isinstance(obj, type):
@@ -497,6 +506,9 @@ class RefGraphBuilder(Observer):
         have it."""
         node = self.node(obj)
         if node is None or type(name) is not str or node.kind is Kind.TENSOR:
+            return
+        if node.kind is Kind.METHOD:
+            self.missing_attr(obj.__func__, name)   # (looked up on its function)
             return
         d = getattr(obj, "__dict__", None)
         if node.kind in (Kind.OBJECT, Kind.STATIC) and type(d) in (dict, types.MappingProxyType) \
@@ -1017,7 +1029,7 @@ def _rel_hasattr(b, args, result):
             b.read_attr(obj, name, getattr(obj, name))
         except Exception:  # noqa: BLE001 - the attribute vanished; the guard will miss
             pass
-    elif node.kind in (Kind.OBJECT, Kind.STATIC):
+    elif node.kind in (Kind.OBJECT, Kind.STATIC, Kind.METHOD):
         b.missing_attr(obj, name)
     else:
         b.dynamic(f"hasattr on {type(obj).__qualname__}")
