@@ -23,6 +23,8 @@ import types
 
 import torch
 
+from magpy.annotations import is_pybind
+
 # Relations of an edge (how the child is reached from its parent).
 ARG, KWARG, CONST = "arg", "kwarg", "const"   # from SN #0
 ATTR = "attr"       # parent.name, read from the instance __dict__ (or a module's dicts)
@@ -52,7 +54,7 @@ class Kind(enum.Enum):
     OBJECT = "object"    # an instance of a Python class: type, then its attributes
     CELL = "cell"
     CONTEXTVAR = "contextvar"
-    METHOD = "method"    # a bound method made anew on each call: its function, then its object
+    METHOD = "method"    # a bound method: its type, then its function and its object
     OPAQUE = "opaque"    # something else (a C object): identity
 
 
@@ -99,6 +101,19 @@ def _numpy_scalar(v) -> bool:
     return np is not None and isinstance(v, np.generic) and not isinstance(v, np.void)
 
 
+_BUILTIN_METHODS = (types.BuiltinMethodType, types.MethodWrapperType)
+
+
+def is_bound_builtin(v) -> bool:
+    """A C method bound to an object (``items.append``, ``t.add``, ``x.__add__``): not a
+    module's function, a class's (``dict.fromkeys``) nor a pybind11 function, bound to its
+    own function record."""
+    if type(v) not in _BUILTIN_METHODS:
+        return False
+    owner = v.__self__
+    return owner is not None and not isinstance(owner, (types.ModuleType, type)) and not is_pybind(owner)
+
+
 def is_iterator(v) -> bool:
     """A native iterator (not a generator: the monitor runs those)."""
     return hasattr(type(v), "__next__") and not isinstance(v, types.GeneratorType)
@@ -122,6 +137,8 @@ def kind_of(v) -> Kind:
         return Kind.SET
     if tv is types.CellType:
         return Kind.CELL
+    if tv is types.MethodType:
+        return Kind.METHOD   # (not an OBJECT: its ``__dict__`` is its function's)
     if tv is contextvars.ContextVar:
         return Kind.CONTEXTVAR
     if hasattr(v, "__dict__") and type(getattr(v, "__dict__", None)) is dict:
@@ -177,9 +194,11 @@ def tensor_version(t) -> int | None:
 
 
 def is_namespace(v) -> bool:
-    """A module or a class: its attributes are stores the program makes (``config.STEP = n``,
-    ``Klass.count += 1``), not snapshotted whole (their dicts are big and mostly functions)."""
-    return isinstance(v, (types.ModuleType, type))
+    """A module, a class or a function: its attributes are stores the program makes
+    (``config.STEP = n``, ``Klass.count += 1``, ``step.calls += 1``), not snapshotted whole
+    (their dicts are big and mostly functions; a function's is mostly empty, and functions
+    are everywhere)."""
+    return isinstance(v, (types.ModuleType, type, types.FunctionType))
 
 
 def namespace_twin(v):
@@ -336,6 +355,9 @@ class RefGraph:
         # ids of the iterators a continuation's frames hold: made anew by the mock on each
         # call, positioned where the check failed (not objects from outside the call)
         self.frame_iterators: set[int] = set()
+        # ids of the bound methods a continuation's frames hold, made anew on each call (a
+        # ``with`` block's ``__exit__``): their objects are the call's own, not state
+        self.frame_methods: set[int] = set()
 
     @property
     def sn0(self) -> ShadowNode:
@@ -376,20 +398,33 @@ class RefGraph:
         if read:
             parent.versions[0].refs[edge] = node.id
             if node.kind is Kind.METHOD and not node.read:
-                # A method made anew on each access (``obj.method``) is the same method when
-                # its function and object are: what the program used of it.
-                self.child(node, ATTR, "__func__", value.__func__)
-                self.child(node, ATTR, "__self__", value.__self__, read=False)
+                self._method_parts(node)
+            elif not node.read and is_bound_builtin(value):
+                # ``items.append`` held in state: its identity, which the guard fixes, fixes
+                # its object; what a call does to it or reads of it is the object's node's.
+                self.child(node, GETATTR, "__self__", value.__self__, read=False)
             node.read = True
         return node
+
+    def _method_parts(self, node: ShadowNode) -> None:
+        """A bound method the program read steers a call by its function (fixed by identity)
+        and its object, whose own node guards it as any object's (type, or identity for a
+        module, then what the call reads of it; a second path to it, that it is the same
+        object), so another object's method or another method of the object is another call.
+        A method a continuation's frame holds is made anew on each call, its object with it
+        (a ``with`` block's ``__exit__``): the object is reached, not checked.  (Both are C
+        members: reading them runs no program code.)"""
+        m = node.value
+        self.child(node, GETATTR, "__func__", m.__func__)
+        self.child(node, GETATTR, "__self__", m.__self__, read=node.id not in self.frame_methods)
 
     def root(self, rel: str, key, value, *, read: bool = False, anew: bool = False) -> ShadowNode:
         """A node reached directly from SN #0 (an argument, or an object of the callable's).
         ``anew``: the caller makes the value anew on every call (a continuation's frame value),
         so a bound method is known by its function and object, not by its identity."""
         node = self.child(self.sn0, rel, key, value, read=False)
-        if anew and type(value) is types.MethodType and node.kind is Kind.OPAQUE:
-            node.kind = Kind.METHOD
+        if anew and node.kind is Kind.METHOD:
+            self.frame_methods.add(node.id)
         if anew and node.kind is Kind.OPAQUE and is_iterator(value):
             # What the rest of the call does depends on where it is: the guard checks the
             # items it has left, where the iterator tells (a list's, a tuple's, a dict's ...).

@@ -52,7 +52,11 @@ SET, DEL, POP = "set", "del", "pop"
 CLEAR, ADDED = "clear", "added"
 _HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: a class defined in Python (its attributes can change)
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
+_METHOD_PARTS = ("__func__", "__self__")   # a bound method's C members
 _CONTAINERS = (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.SET)
+# What a native reading deep into cannot follow: a Python object (its __repr__, __eq__ ... run
+# natively), a bound method with it (a method's repr is its object's).
+_PYTHON_OBJECTS = (Kind.OBJECT, Kind.METHOD)
 # Hashes that are the object's identity: a set holding such objects iterates in an order that
 # follows their ids, and set operations on them run no Python code.
 _ID_HASHES = (object.__hash__, torch.Tensor.__hash__)
@@ -322,7 +326,7 @@ class RefGraphBuilder(Observer):
             if node.kind in _CONTAINERS:
                 self.expand(node, deep=True)
             return
-        if node.kind is Kind.OBJECT and kind == ann.DEEP:
+        if node.kind in _PYTHON_OBJECTS and kind == ann.DEEP:
             self.dynamic(f"native {_describe(what)} reads an object of Python class "
                          f"{type(v).__qualname__}")
             return
@@ -358,7 +362,7 @@ class RefGraphBuilder(Observer):
         rel = ATTR if node.kind is Kind.OBJECT else ITEM
         for k, v in items:
             child = self.g.child(node, rel, k, v)
-            if deep and not objects and child is not None and child.kind is Kind.OBJECT:
+            if deep and not objects and child is not None and child.kind in _PYTHON_OBJECTS:
                 self.dynamic(f"a native reads an object of Python class {type(v).__qualname__}")
                 return
             if deep:
@@ -423,9 +427,18 @@ class RefGraphBuilder(Observer):
             if name in ann.TORCH_REFERENCES and snap is not None and snap.get(name, _MISSING) is value:
                 self.g.child(node, ATTR, name, value)
             return
+        if node.kind is Kind.METHOD:
+            self._method_attr(node, obj, name, value)
+            return
         tp = type(obj)
         if isinstance(obj, types.ModuleType):
             if not ann.is_builtin_module_attr(obj) and not self.g.overwritten(node, ATTR, name):
+                self.g.child(node, ATTR, name, value)
+            return
+        if tp is types.FunctionType and name in obj.__dict__:
+            # A function's own attribute (``step.calls``, ``fn.cache``): state as a module's
+            # are, which the program or its caller changes.
+            if not self.g.overwritten(node, ATTR, name):
                 self.g.child(node, ATTR, name, value)
             return
         if name in attribute_access(tp).descriptors:
@@ -477,12 +490,25 @@ class RefGraphBuilder(Observer):
         # (where the object or a class gains it, __getattr__ is not asked)
         self.missing_attr(obj, name)
 
+    def _method_attr(self, node, m, name, value):
+        # A bound method's own members are its function and its object (the nodes that guard
+        # it, RefGraph._method_parts); the rest of its attributes are its function's.  (The
+        # method type's other entries, its special methods and ``__doc__``, run no program
+        # code and say nothing the function's identity does not.)
+        if name in _METHOD_PARTS:
+            self.g.child(node, GETATTR, name, value)
+        elif type_lookup(types.MethodType, name) is NULL:
+            self.read_attr(m.__func__, name, value)
+
     def missing_attr(self, obj, name) -> None:
         """``obj`` has no attribute ``name`` (``getattr`` took its default, ``hasattr`` said
         False, an AttributeError): neither it nor a class of its MRO that can gain one may
         have it."""
         node = self.node(obj)
         if node is None or type(name) is not str or node.kind is Kind.TENSOR:
+            return
+        if node.kind is Kind.METHOD:
+            self.missing_attr(obj.__func__, name)   # (looked up on its function)
             return
         d = getattr(obj, "__dict__", None)
         if node.kind in (Kind.OBJECT, Kind.STATIC) and type(d) in (dict, types.MappingProxyType) \
@@ -1003,7 +1029,7 @@ def _rel_hasattr(b, args, result):
             b.read_attr(obj, name, getattr(obj, name))
         except Exception:  # noqa: BLE001 - the attribute vanished; the guard will miss
             pass
-    elif node.kind in (Kind.OBJECT, Kind.STATIC):
+    elif node.kind in (Kind.OBJECT, Kind.STATIC, Kind.METHOD):
         b.missing_attr(obj, name)
     else:
         b.dynamic(f"hasattr on {type(obj).__qualname__}")
