@@ -85,8 +85,10 @@ def _inplace(*reads, relation=None):
 
 
 # --------------------------------------------------------------------------- functions by identity
+# Natives that look at their arguments' types only (an optimizer's ``torch.is_tensor(group["lr"])``).
+TYPE_READERS = (isinstance, issubclass, callable, type, torch.is_tensor)
 FUNCTIONS: dict[Callable, Annotation] = {
-    **{f: TYPE_ONLY for f in (isinstance, issubclass, callable, type)},
+    **{f: TYPE_ONLY for f in TYPE_READERS},
     **{f: STRUCT_READ for f in (len, iter, enumerate, zip, reversed, list, tuple, set, frozenset, dict,
                                  collections.OrderedDict, collections.defaultdict, collections.deque,
                                  itertools.chain, itertools.islice, itertools.product, itertools.repeat,

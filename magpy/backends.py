@@ -37,6 +37,7 @@ _CONTROL_FLOW = (torch.ops.higher_order.cond, torch.ops.higher_order.while_loop)
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     training.tensor_alphas(gm)
+    training.tensor_scalar_lists(gm)
     if not joint.has_backward(gm):
         return _compile_inductor(gm, example_inputs)
     # A whole train step (magpy.joint): compiled as one inference graph, traced with grad

@@ -699,11 +699,17 @@ class OpRecorder(TorchFunctionMode):
         raise _Unsupported(f"tensor operation argument of type {type(a).__qualname__}")
 
     def _keyword(self, name: str, args: tuple, key: str, value):
-        """The graph argument of keyword argument ``key``.  A lifted float ``alpha`` of float
-        tensor arithmetic (an optimizer's ``param.add_(grad, alpha=-lr)``) is an input: a
-        0-d float64 tensor, which eager's kernels read as the float itself."""
-        if key == "alpha" and type(value) in (Scalar, IntFloat) and name in _ALPHA:
-            self._operands = None if _scalar_operands(name, args) is not False else False
+        """The graph argument of keyword argument ``key``.  A lifted float that float tensor
+        arithmetic reads as a Python number (:data:`_NUMBER_KEYWORDS`: an optimizer's
+        ``param.add_(grad, alpha=-lr)``, ``torch._foreach_add_(params, grads, alpha=-lr)``,
+        ``torch._foreach_addcdiv_(params, grads, avg, value=-lr)``, ``torch._fused_adamw_(...,
+        lr=lr)``) is an input: a 0-d float64 tensor, which torch reads back as the very float
+        (a Scalar or float parameter takes a 0-d tensor through ``.item()``; a fused
+        optimizer's tensor-lr overload reads ``lr.item<double>()``).  Where
+        :func:`_operand_dtype` would not take a number operand as a tensor, it stays a value
+        (compiling backends rewrite ``alpha`` into tensor arithmetic: ``training.tensor_alphas``)."""
+        if type(value) in (Scalar, IntFloat) and _NUMBER_KEYWORDS.get(name) == key:
+            self._operands = None if _operand_dtype(args) is not False else False
             try:
                 return self._arg(value)
             finally:
@@ -1212,13 +1218,33 @@ def int_tensor(value: int) -> torch.Tensor:
 
 def _scalar_operands(name: str, args: tuple):
     """May operation ``name`` take its Python number operands as 0-d tensors, and cast to
-    what?  False: no.  Floating tensor arithmetic with a tensor that has dimensions computes
-    with a 0-d float64 or int64 tensor exactly as with the number (the same dtype and values):
-    None, as they are.  Between 0-d tensors the float64 one would decide the result dtype,
-    so the number is cast to the tensor's float32 or float64 first (the precision the
-    operation computes in with a number); half precision computes in float32, not cast."""
-    if name not in _LIFTABLE:
-        return False
+    what?  False: no; else see :func:`_operand_dtype`."""
+    return _operand_dtype(args) if name in _LIFTABLE else False
+
+
+def _operand_dtype(args: tuple):
+    """How the arithmetic of ``args`` takes a Python number as a 0-d tensor: False, it may
+    not; None, as it is; a dtype, cast to it first.
+
+    Floating tensor arithmetic with a tensor that has dimensions computes with a 0-d float64
+    or int64 tensor exactly as with the number (the same dtype and values): None.  Between
+    0-d tensors the float64 one would decide the result dtype, so the number is cast to the
+    tensor's float32 or float64 first (the precision the operation computes in with a
+    number); half precision computes in float32, not cast.
+
+    A foreach operation's (``torch._foreach_mul_(params, 1 - lr * wd)``: tensor lists) is
+    the dtype of all its tensors, float32 or float64, else False.  Its ``.Tensor`` overload
+    runs per tensor as ``t.mul_(other)`` (CPU's kernels always take that path), and a 0-d
+    tensor of ``t``'s own dtype gives what the number gives, whatever ``t``'s dimensions
+    (the number is rounded to that dtype either way); an operation that reads it back as a
+    number (``_foreach_add_``'s Scalar overload: ``.item()``) gets the same float.  In half
+    precision the ``.Tensor`` overload multiplies by the number rounded to half first, where
+    the number's own overload does not: False (tests/test_training_optimizers.py checks
+    these bit for bit)."""
+    if args and type(args[0]) in (list, tuple):   # (a foreach operation)
+        dtypes = {t.dtype for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)}
+        dtype = dtypes.pop() if len(dtypes) == 1 else None
+        return dtype if dtype in (torch.float32, torch.float64) else False
     tensors = [t for t in args if isinstance(t, torch.Tensor)]
     if not tensors or not all(t.is_floating_point() for t in tensors):
         return False
@@ -1238,19 +1264,13 @@ def storage_id(t: torch.Tensor) -> int | None:
             return None
 
 
-# In-place operations that write more than their first argument: name -> how many leading
-# arguments they write (GradScaler's unscale also sets its found-inf flag; its scale update
-# counts in its growth tracker).
-_WRITES_LEADING = {"_amp_foreach_non_finite_check_and_unscale_": 2, "_amp_update_scale_": 2}
-
-
 def _written(func, name: str, args: tuple, kwargs: dict) -> list:
     """The tensors operation ``func`` (named ``name``) writes in place."""
     if kwargs and kwargs.get("out") is not None:
         written = pytree.tree_leaves(kwargs["out"])
     elif (name.endswith("_") and not name.endswith("__") or name in _INPLACE_DUNDERS
           or _inplace(func, args, kwargs)):
-        # (a list of them: ``torch._foreach_add_``)
+        # (a list of them: ``torch._foreach_add_``; lists: ``torch._fused_adamw_``)
         written = pytree.tree_leaves(args[:_WRITES_LEADING.get(name, 1)])
     else:
         return []
@@ -1291,11 +1311,29 @@ _INPLACE_DUNDERS = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__",
 # Operations that read a torch.Size argument as a shape but a tuple as data (fx writes a
 # torch.Size constant as a tuple): ``x.new(x.size())``.
 _SIZE_TYPED = frozenset({"new"})
-# Operations whose ``alpha`` may be a 0-d tensor: ``self + alpha * other`` (``-`` for sub).
-_ALPHA = frozenset({"add", "add_", "sub", "sub_"})
+# Keyword arguments that operations read as a Python number and that may be a 0-d tensor
+# (see OpRecorder._keyword): ``self + alpha * other`` (``-`` for sub) and ``self + value *
+# t1 / t2`` (``* t2`` for addcmul), per tensor of the lists of a foreach operation; a fused
+# optimizer's learning rate.
+_NUMBER_KEYWORDS = {
+    **dict.fromkeys(("add", "add_", "sub", "sub_", "_foreach_add", "_foreach_add_", "_foreach_sub",
+                     "_foreach_sub_"), "alpha"),
+    **dict.fromkeys(("_foreach_addcdiv", "_foreach_addcdiv_", "_foreach_addcmul", "_foreach_addcmul_"),
+                    "value"),
+    **dict.fromkeys(("_fused_adam_", "_fused_adamw_", "_fused_sgd_", "_fused_adagrad_"), "lr")}
+# Operations whose Python number operands may be 0-d tensors (see _scalar_operands); the
+# foreach ones have a ``.Tensor`` overload taking it (``torch._foreach_mul_(params, t)``).
 _LIFTABLE = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__",
                        "__rmul__", "__imul__", "__truediv__", "__rdiv__", "__rtruediv__", "__itruediv__",
-                       "add", "sub", "mul", "div", "true_divide", "add_", "sub_", "mul_", "div_"})
+                       "add", "sub", "mul", "div", "true_divide", "add_", "sub_", "mul_", "div_",
+                       "_foreach_add", "_foreach_add_", "_foreach_mul", "_foreach_mul_", "_foreach_div",
+                       "_foreach_div_"})
+# In-place operations that write more than their first argument (their schemas' ``!``): name ->
+# how many leading arguments (tensors or lists of them).  They return nothing and are recorded
+# for that effect: the optimizers' fused kernels; GradScaler's unscale (the gradients and the
+# found-inf flag) and scale update (the scale and its growth tracker).
+_WRITES_LEADING = {"_fused_adam_": 5, "_fused_adamw_": 5, "_fused_sgd_": 3, "_fused_adagrad_": 4,
+                   "_amp_foreach_non_finite_check_and_unscale_": 2, "_amp_update_scale_": 2}
 
 
 # Autograd metadata reads and writes that are constants or no-ops, given the tensor's known

@@ -161,6 +161,39 @@ def tensor_alphas(gm: torch.fx.GraphModule) -> None:
 _ALPHA_METHODS = frozenset({"add", "add_", "sub", "sub_"})
 
 
+def tensor_scalar_lists(gm: torch.fx.GraphModule) -> None:
+    """Rewrite, in place, ``torch._foreach_addcdiv_(xs, t1s, t2s, scalars)`` (``addcmul``, and
+    their out-of-place forms) given a 1-D tensor ``scalars`` (a foreach optimizer's step
+    sizes, which torch stacks where ``torch.compiler.is_compiling()``, as it is while magpy
+    records) as ``torch._foreach_add_(xs, torch._foreach_div(torch._foreach_mul(t1s,
+    scalars.unbind()), t2s))``: torch cannot trace that overload (it reads the tensor into
+    numbers; torch.compile fails on it too, torch 2.13).  For compiling backends only: the
+    graph as recorded (which the "eager" backend runs) computes ``x + s * t1 / t2`` in one
+    kernel, in the same order, where a compiler may round each step apart."""
+    changed = False
+    for node in gm.graph.nodes:
+        ops = _SCALAR_LISTS.get(node.target) if node.op == "call_function" else None
+        if ops is None or len(node.args) != 4 or not isinstance(node.args[3], torch.fx.Node) or node.kwargs:
+            continue
+        xs, t1s, t2s, scalars = node.args
+        combine, accumulate = ops
+        with gm.graph.inserting_before(node):
+            each = gm.graph.call_method("unbind", (scalars,))
+            scaled = gm.graph.call_function(torch._foreach_mul, (t1s, each))
+            term = gm.graph.call_function(combine, (scaled, t2s))
+        node.target, node.args = accumulate, (xs, term)
+        changed = True
+    if changed:
+        gm.recompile()
+
+
+# foreach operation -> (how it combines its two lists, how it adds the result to the first).
+_SCALAR_LISTS = {torch._foreach_addcdiv_: (torch._foreach_div, torch._foreach_add_),
+                 torch._foreach_addcdiv: (torch._foreach_div, torch._foreach_add),
+                 torch._foreach_addcmul_: (torch._foreach_mul, torch._foreach_add_),
+                 torch._foreach_addcmul: (torch._foreach_mul, torch._foreach_add)}
+
+
 # --------------------------------------------------------------------------- backward
 def backward_intrinsic(recorder):
     """``loss.backward(gradient, retain_graph)`` in a recording: recorded into the graph where

@@ -17,6 +17,7 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
 
 from magpy import logs
+from magpy.annotations import TYPE_READERS
 from magpy.dynamic.arms import Conditional, evaluate_arms
 from magpy.dynamic.lifting import Lifting
 from magpy.dynamic.rules import (
@@ -533,7 +534,7 @@ class Shapes(Observer):
         if id(f) in self.passed:
             return self.passed_on(f)
         callee, args = bytecode.call_operands(inputs)
-        if callee is isinstance or callee is type:
+        if any(callee is f for f in TYPE_READERS):
             return True   # they look at the type only
         got = dict_get(callee, args, in_sh[bytecode.call_layout(inputs)[0]], in_sh)
         if got is not False:
