@@ -52,6 +52,8 @@ def add_to(policy: CallPolicy) -> None:
     policy.add_intrinsic(record.__enter__, _enter_profiler_range)
     policy.add_intrinsic(record.__exit__, _exit_profiler_range)
     policy.add_intrinsic(_optimizer._get_value, _step_value)
+    if hasattr(_optimizer, "_stack_if_compiling"):
+        policy.add_intrinsic(_optimizer._stack_if_compiling, _stacked_if_tensors)
     policy.reroute(GradScaler._maybe_opt_step, lambda caller, args, kwargs: _maybe_opt_step)
 
 
@@ -96,17 +98,46 @@ def _exit_profiler_range(monitor, args, kwargs):
 def _step_value(monitor, args, kwargs):
     """``torch.optim.optimizer._get_value(step_t)``: eagerly ``step_t.item()``, a new float on
     every step.  A float64 0-d tensor instead keeps the update one graph for every step; the
-    bias corrections then compute in float64 as Python's float arithmetic does.  Not where the
-    learning rate is a tensor: ``lr / bias_correction1`` of two 0-d tensors computes in
+    bias corrections then compute in float64 as Python's float arithmetic does.  Only in the
+    implementations of :data:`_TENSOR_STEP`, and not where the learning rate is a tensor: ``lr / bias_correction1`` of two 0-d tensors computes in
     float64, where eager divides in the learning rate's dtype, so there the step count is
     read as eager reads it (an eager step, whose float the graph takes as an input)."""
     (x,) = args
     if not isinstance(x, torch.Tensor):
         return x
     caller = monitor.current
-    if caller is not None and isinstance(caller.f_locals.get("lr"), torch.Tensor):
+    if caller is not None and (isinstance(caller.f_locals.get("lr"), torch.Tensor)
+                               or _enclosing(caller) not in _TENSOR_STEP):
         return x.item()
     return x.to(torch.float64)
+
+
+# The optimizer implementations whose step-count arithmetic gives eager's values with the
+# count as a float64 0-d tensor (checked bit for bit: tests/test_training*.py): their bias
+# corrections meet tensors with dimensions, or reach the kernels stacked into one tensor
+# (``_stack_if_compiling``), so they act as the float would.  Elsewhere it is read as eager
+# reads it: NAdam's ``mu_product *= mu`` of two 0-d tensors computes in float64 where eager
+# multiplies the float32 state by a float in float32, its foreach ``_foreach_mul_(mu_products,
+# mus)`` takes another overload with a list of tensors, Adamax's foreach step sizes none.
+_TENSOR_STEP = frozenset({"_single_tensor_adam", "_multi_tensor_adam", "_single_tensor_adagrad",
+                          "_multi_tensor_adagrad"})
+
+
+def _stacked_if_tensors(monitor, args, kwargs):
+    """``torch.optim.optimizer._stack_if_compiling(x)``: ``torch.stack(x)`` under a compiler
+    (magpy's recording says it is one), else the list.  Stacked only where every item is a
+    tensor: the step count read as a float (:func:`_step_value`) makes floats, which eager
+    leaves a list and ``torch.stack`` refuses."""
+    (x,) = args
+    return torch.stack(x) if all(isinstance(v, torch.Tensor) for v in x) else x
+
+
+def _enclosing(frame) -> str:
+    """The name of the function ``frame`` runs in, through comprehensions (their own frames
+    before CPython 3.12)."""
+    while frame.back is not None and frame.code.co_name.startswith("<"):
+        frame = frame.back
+    return frame.code.co_name
 
 
 def _addcdiv_(self, tensor1, tensor2, *, value):

@@ -18,6 +18,7 @@ the records are those of the for-loop optimizer (tests/test_training_schedules.p
 import pytest
 import torch
 
+import magpy
 from tests.compile_harness import (
     ANY,
     MOCK,
@@ -28,7 +29,7 @@ from tests.compile_harness import (
     fresh,
     fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
 )
-from tests.test_training_schedules import _batch, _build, _linear_warmup, _observe, _run
+from tests.test_training_schedules import _batch, _build, _linear_warmup, _observe, _run, _step_fn
 
 OPTIMIZERS = {
     "adamw-foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.01, foreach=True),
@@ -204,3 +205,43 @@ def test_step_sizes_tensor_under_inductor():
         return ys, zs, torch.randn(2, dtype=torch.float64)
     steps = [Step("call 1", args, seed=0, expect=MONITOR), fresh(args, seed=1, expect=MOCK)]
     check_compiled(build, steps, backend="inductor", rtol=1e-5, atol=1e-6)
+
+
+# -- every optimizer torch has, for-loop and foreach: exact, whatever it records --------------
+
+class _WithScale(torch.nn.Module):
+    """A linear layer and a 0-d parameter (a learned temperature): optimizer state of 0-d
+    tensors meets 0-d numbers, where float64 arithmetic rounds otherwise than eager's float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+        self.scale = torch.nn.Parameter(torch.tensor(1.3))
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+EVERY_OPTIMIZER = ("Adam", "AdamW", "NAdam", "Adamax", "RAdam", "ASGD", "Adagrad", "Adadelta", "RMSprop",
+                   "Rprop", "SGD")
+# Those whose update takes the step count as data (magpy.training._TENSOR_STEP) or has none:
+# the first step, then one record.  The others read it as eager does, a record per step.
+TWO_RECORDS = ("Adam", "AdamW", "Adagrad", "Adadelta", "Rprop", "SGD")
+
+
+@pytest.mark.parametrize("foreach", [False, True], ids=["for-loop", "foreach"])
+@pytest.mark.parametrize("name", EVERY_OPTIMIZER)
+def test_every_optimizer_is_exact(name, foreach):
+    # NAdam's ``mu_product *= mu`` (0-d state times the step's float) differed in the last bit
+    # with the step count as a float64 tensor; its foreach and Adamax's foreach raised or
+    # took another overload with lists of tensors (magpy.training._step_value).
+    def build():
+        model = _WithScale()
+        opt = getattr(torch.optim, name)(model.parameters(), lr=1e-2, foreach=foreach)
+        sched = _lambda_lr(opt)
+        return _step_fn(model, opt, sched), {"model": model, "opt": opt, "sched": sched}
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(12)]
+    trace = check_compiled(build, steps, fullgraph=False, observe=_observe)
+    st = magpy.stats(trace.compiled)
+    if name in TWO_RECORDS and (foreach or name != "RMSprop"):
+        assert st.records == 2 and st.mock_runs == 10, st
