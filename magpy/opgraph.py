@@ -1318,8 +1318,8 @@ _SIZE_TYPED = frozenset({"new"})
 _NUMBER_KEYWORDS = {
     **dict.fromkeys(("add", "add_", "sub", "sub_", "_foreach_add", "_foreach_add_", "_foreach_sub",
                      "_foreach_sub_"), "alpha"),
-    **dict.fromkeys(("_foreach_addcdiv", "_foreach_addcdiv_", "_foreach_addcmul", "_foreach_addcmul_"),
-                    "value"),
+    **dict.fromkeys(("addcdiv", "addcdiv_", "addcmul", "addcmul_", "_foreach_addcdiv", "_foreach_addcdiv_",
+                     "_foreach_addcmul", "_foreach_addcmul_"), "value"),
     **dict.fromkeys(("_fused_adam_", "_fused_adamw_", "_fused_sgd_", "_fused_adagrad_"), "lr")}
 # Operations whose Python number operands may be 0-d tensors (see _scalar_operands); the
 # foreach ones have a ``.Tensor`` overload taking it (``torch._foreach_mul_(params, t)``).

@@ -99,9 +99,10 @@ def _step_value(monitor, args, kwargs):
     """``torch.optim.optimizer._get_value(step_t)``: eagerly ``step_t.item()``, a new float on
     every step.  A float64 0-d tensor instead keeps the update one graph for every step; the
     bias corrections then compute in float64 as Python's float arithmetic does.  Only in the
-    implementations of :data:`_TENSOR_STEP`, and not where the learning rate is a tensor: ``lr / bias_correction1`` of two 0-d tensors computes in
-    float64, where eager divides in the learning rate's dtype, so there the step count is
-    read as eager reads it (an eager step, whose float the graph takes as an input)."""
+    implementations of :data:`_TENSOR_STEP`, and not where the learning rate is a tensor:
+    ``lr / bias_correction1`` of two 0-d tensors computes in float64, where eager divides in
+    the learning rate's dtype.  Elsewhere the step count is read as eager reads it (an eager
+    step, whose float the graph takes as an input)."""
     (x,) = args
     if not isinstance(x, torch.Tensor):
         return x
