@@ -1288,7 +1288,9 @@ _SIZE_TYPED = frozenset({"new"})
 _ALPHA = frozenset({"add", "add_", "sub", "sub_"})
 _LIFTABLE = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__",
                        "__rmul__", "__imul__", "__truediv__", "__rdiv__", "__rtruediv__", "__itruediv__",
-                       "add", "sub", "mul", "div", "true_divide", "add_", "sub_", "mul_", "div_"})
+                       "add", "sub", "mul", "div", "true_divide", "add_", "sub_", "mul_", "div_",
+                       # (Adam's ``exp_avg.lerp_(grad, 1 - beta1)`` and ``beta1 ** step``)
+                       "lerp", "lerp_", "__rpow__"})
 
 
 # Autograd metadata reads and writes that are constants or no-ops, given the tensor's known

@@ -158,8 +158,8 @@ def _int_float_arithmetic(sh, f, symbol, inputs, out, in_sh) -> bool:
 
 
 def _truth(sh, f, ins, inputs, outputs, in_sh):
-    # ``if b:`` on a size: the guard keeps the outcome (b != 0), not the value.
-    if type(in_sh[0]) is IntFloat:
+    # ``if b:`` on a size: the guard keeps the outcome (b != 0), not the value; so on a float.
+    if type(in_sh[0]) in (IntFloat, Scalar):
         return sh.float_condition(in_sh + (None,), inputs + (0.0,), "!=", bool(inputs[0]))
     if type(inputs[0]) is not int:
         return False
@@ -225,11 +225,23 @@ def _contains(sh, f, ins, inputs, outputs, in_sh):
 
 
 def _method(sh, f, ins, inputs, outputs, in_sh):
-    # ``kwargs.get``: the bound method carries the dict's entry shadows to its call (dict_get).
-    if type(inputs[0]) is not dict or type(in_sh[0]) is not Entries or ins.argval != "get":
+    # ``kwargs.get``, ``lrs.append``: the bound method carries the dict's entry shadows or the
+    # list's item shadows to its call (dict_get, list_append).
+    if _BOUND_SHADOWS.get((type(inputs[0]), ins.argval)) is not type(in_sh[0]):
         return False
     sh.set_output(f, -1, in_sh[0])   # the bound method, the last output in every version
     return True
+
+
+_BOUND_SHADOWS = {(dict, "get"): Entries, (list, "append"): Items}
+
+
+def list_append(callee, args) -> list | None:
+    """The list ``callee`` appends ``args`` to (a bound ``lst.append``), or None."""
+    if type(callee) is BUILTIN_METHOD and type(callee.__self__) is list and callee.__name__ == "append" \
+            and len(args) == 1:
+        return callee.__self__
+    return None
 
 
 def dict_get(callee, args, callee_shadow, shadows):
@@ -337,11 +349,12 @@ def _store(sh, holder, key, value, s) -> bool:
     if type(s) is SymInt and type(value) is int or type(s) in (Scalar, IntFloat) and value is s.value:
         sh.stores[(id(holder), key)] = (holder, value, s)
         return True
-    if type(s) is not Items or type(value) is not list or len(s) != len(value):
+    if type(s) is not Items or type(value) not in (list, tuple) or len(s) != len(value):
         return False
     if sh.refgraph.node_of(value) is not None:
         return False   # (the mock writes a list from outside as it was left, not from shadows)
-    # A list the call made, of lifted floats (and values the record keeps)
+    # A list or tuple the call made (OneCycleLR's ``group["betas"] = (momentum, *rest)``), of
+    # lifted floats (and values the record keeps): the mock builds it with each call's.
     return all(not symbolic(x) or type(x) in (Scalar, IntFloat) and _store(sh, value, i, v, x)
                for i, (v, x) in enumerate(zip(value, s)))
 
