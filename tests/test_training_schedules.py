@@ -188,7 +188,8 @@ def test_sgd_momentum_set_to_zero_from_outside():
         state["opt"].param_groups[0]["max_momentum"] = 0.0
         state["opt"].param_groups[0]["base_momentum"] = 0.0
 
-    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=ANY) for i in range(4)]
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=MONITOR if i < 2 else MOCK)
+             for i in range(4)]
     # (after it, the schedule's bounds are lifted floats too, which its arithmetic mixes with
     # the lifted step: not followed, so a record per step, exact)
     steps += [after(no_momentum, _batch, expect=MONITOR)] + [fresh(_batch, seed=i, expect=ANY) for i in range(7, 9)]
@@ -397,15 +398,21 @@ def test_tuple_item_read_from_outside_is_a_graph_input():
         mutate.__name__ = f"betas_{b1}_{b2}"
         return mutate
 
-    def no_momentum(state):
-        state["cfg"].momentum = 0.0
+    def set_momentum(m):
+        def mutate(state):
+            state["cfg"].momentum = m
+        mutate.__name__ = f"momentum_{m}"
+        return mutate
 
     def three(state):
         state["cfg"].betas = (0.2, 0.999, 0.5)
     steps = [first(_x), after(set_betas(0.8), _x, expect=MONITOR), after(set_betas(0.7), _x, expect=MOCK),
              fresh(_x, seed=3, expect=MOCK), after(set_betas(0.7, 0.9), _x, expect=MONITOR),
-             after(set_betas(0.6), _x, expect=MOCK), after(no_momentum, _x, expect=MONITOR),
-             after(set_betas(0.5), _x, expect=MOCK), after(three, _x, expect=ANY)]
+             after(set_betas(0.6), _x, expect=MOCK), after(three, _x, expect=ANY)]
+    # The momentum: lifted from its second value, ``momentum != 0`` guarded by its outcome.
+    steps += [after(set_betas(0.5), _x, expect=ANY), after(set_momentum(0.25), _x, expect=MONITOR),
+              after(set_momentum(0.75), _x, expect=MOCK), after(set_momentum(0.0), _x, expect=MONITOR),
+              after(set_momentum(0.3), _x, expect=MOCK), after(set_momentum(0.0), _x, expect=MOCK)]
     check_compiled(_betas_build(), steps, fullgraph=False, observe=lambda s: (s["cfg"].betas, s["cfg"].momentum))
 
 
