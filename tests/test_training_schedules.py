@@ -196,6 +196,19 @@ def test_sgd_momentum_set_to_zero_from_outside():
     check_compiled(_build(_one_cycle, _sgd), steps, fullgraph=False, observe=_observe)
 
 
+@pytest.mark.parametrize("make_opt", [_build.__defaults__[0], _sgd], ids=["adamw", "sgd-momentum"])
+def test_cosine_annealing_lr(make_opt):
+    # CosineAnnealingLR's recursive form, ``(1 + cos(pi * e / T)) / (1 + cos(pi * (e - 1) / T))
+    # * (group["lr"] - eta_min) + eta_min``: a float of the lifted epoch and the lifted lr the
+    # mock computes (the divisor guarded nonzero).  Before, a record per step, then eager from
+    # step 9; now the first step, the others, and the side of its restart branch
+    # (``(e - 1 - T) % (2 * T) == 0``) taken at epoch 11.
+    def cosine(opt):
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+    st = _run(_build(cosine, make_opt), 30)
+    assert st.records == 3 and st.mock_runs == 27, st
+
+
 @pytest.mark.slow
 def test_one_cycle_inductor():
     st = _run(_build(_one_cycle), 12, backend="inductor", rtol=1e-4, atol=1e-5)

@@ -97,7 +97,7 @@ def _float_arithmetic(sh, f, ins, inputs, out, in_sh) -> bool:
     not computed by an eager step) give a float the mock computes, by the same Python
     arithmetic, from each call's lifted value."""
     symbol = operators.BINARY[ins.arg % len(operators.BINARY)][0]
-    if any(type(s) in (IntFloat, SymInt) for s in in_sh):
+    if any(type(s) in (IntFloat, SymInt) for s in in_sh) or all(type(s) is Scalar for s in in_sh):
         return _int_float_arithmetic(sh, f, symbol, inputs, out, in_sh)
     if symbol not in _FLOAT_OPS or sum(type(s) is Scalar for s in in_sh) != 1:
         return False
@@ -118,12 +118,12 @@ def _float_arithmetic(sh, f, ins, inputs, out, in_sh) -> bool:
 
 def float_parts(values, shadows, eager_value) -> tuple | None:
     """The parts (``shadows.int_float``'s) of an operation on ``values`` whose shadows are
-    ``shadows``: floats computed from lifted ints, the ints, finite constants the record
-    holds (their sources; None where a value is something else, or a number an eager step
-    computed: ``eager_value``)."""
+    ``shadows``: floats computed from lifted ints, the ints, lifted floats, finite constants
+    the record holds (their sources; None where a value is something else, or a number an
+    eager step computed: ``eager_value``)."""
     parts = []
     for v, s in zip(values, shadows):
-        if type(s) is IntFloat or type(s) is SymInt and type(v) is int:
+        if type(s) is IntFloat or type(s) is SymInt and type(v) is int or type(s) is Scalar and s.value is v:
             parts.append(s)
         elif s is None and type(v) in (int, float) and math.isfinite(v) and not eager_value(v):
             parts.append(repr(v))
@@ -138,14 +138,15 @@ _FLOAT_OPS = frozenset({"+", "-", "*", "/"})
 
 def _int_float_arithmetic(sh, f, symbol, inputs, out, in_sh) -> bool:
     """``float(step) / 10.0``, ``0.95 ** epoch``: a float computed from lifted ints (and
-    constants the record holds) is one the mock computes again from each call's ints
-    (``IntFloat``).  Only what cannot raise: a divisor is a nonzero constant; a power's base
-    a constant of magnitude at most 1 and its exponent an int guarded to be nonnegative."""
+    lifted floats, constants the record holds) is one the mock computes again from each
+    call's ints and floats (``IntFloat``).  Only what cannot raise: a divisor is a nonzero
+    constant or one the guard requires nonzero (``Shapes.nonzero``); a power's base a
+    constant of magnitude at most 1 and its exponent an int guarded to be nonnegative."""
     parts = float_parts(inputs, in_sh, sh.eager_value)
     if parts is None:
         return False
     right = parts[1]
-    if symbol == "/" and (type(right) is not str or not inputs[1]):
+    if symbol == "/" and not (inputs[1] and (type(right) is str or sh.nonzero(right))):
         return False
     if symbol == "**":
         if type(parts[0]) is not str or not 0 < abs(inputs[0]) <= 1 or type(right) is not SymInt:

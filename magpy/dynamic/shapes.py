@@ -44,6 +44,7 @@ from magpy.dynamic.shadows import (
     collect,
     int_float,
     items_of,
+    of_ints,
     of_read,
     specialise,
     symbolic,
@@ -674,8 +675,9 @@ class Shapes(Observer):
         parts = float_parts(args, shadows, self.eager_value)
         if parts is None:
             return False
-        if name.startswith("MATH."):   # (cos and sin of an infinity raise)
-            self.float_outcomes.append((int_float(parts, "MATH.isfinite({})", True), True))
+        # (cos and sin of an infinity raise)
+        if name.startswith("MATH.") and not self._outcome(int_float(parts, "MATH.isfinite({})", True), True):
+            return False
         self.set_output(f, 0, int_float(parts, f"{name}({', '.join(['{}'] * len(parts))})", out))
         return True
 
@@ -697,8 +699,23 @@ class Shapes(Observer):
             return False
         parts = float_parts(values, shadows, self.eager_value)
         if parts is None:
-            return self._scalar_condition(shadows, values, symbol, outcome)
-        self.float_outcomes.append((int_float(parts, f"({{}} {symbol} {{}})", outcome), outcome))
+            return False
+        return self._outcome(int_float(parts, f"({{}} {symbol} {{}})", outcome), outcome) or \
+            self._scalar_condition(shadows, values, symbol, outcome)
+
+    def nonzero(self, divisor) -> bool:
+        """A float's divisor computed from lifted ints (CosineAnnealingLR's ``1 + cos(...)``),
+        or a lifted int: the guard requires it nonzero (the mock never divides by zero)."""
+        if type(divisor) is SymInt:
+            return bool(divisor != 0)   # (guards the outcome)
+        return divisor.value != 0 and self._outcome(int_float((divisor,), "({} != 0)", True), True)
+
+    def _outcome(self, predicate: IntFloat, held: bool) -> bool:
+        """The shape check requires ``predicate`` (over lifted ints) to be ``held``; False where
+        it is over lifted floats too (the shape check does not load them)."""
+        if not of_ints(predicate):
+            return False
+        self.float_outcomes.append((predicate, held))
         return True
 
     def _scalar_condition(self, shadows, values, symbol: str, outcome: bool) -> bool:
