@@ -374,9 +374,10 @@ class MockWriter:
         # (the point's copy of a list or dict the call made: the stores name the original)
         return shapes.stored_then(point.stores, point.originals.get(id(holder), holder), key, held)
 
-    def lifted_items(self, v) -> bool:
-        """Is ``v`` a tuple the run built of lifted values it stored (OneCycleLR's betas)?"""
-        return type(v) is tuple and self.shapes is not None and any(
+    def built_anew(self, v: tuple) -> bool:
+        """Does tuple ``v`` hold what the mock computes: an eager step's result, or a lifted
+        value the run stored in it (OneCycleLR's betas)?"""
+        return any(map(self.dynamic_inside, v)) or self.shapes is not None and any(
             self.stored_shadow(v, i, x) is not None for i, x in enumerate(v))
 
     def lifted(self, s, emit) -> str:
@@ -418,7 +419,7 @@ class MockWriter:
             return self.shadowed(v)
         if v is NULL or ann.is_global_random_state(v):   # (the object itself, never a copy)
             return self.names.const(v)
-        if is_immutable(v) and not (type(v) is tuple and (any(map(self.dynamic_inside, v)) or self.lifted_items(v))):
+        if is_immutable(v) and not (type(v) is tuple and self.built_anew(v)):
             if self.shapes is not None:
                 self.shapes.constant_written(v)
             return repr(v) if is_literal(v) else self.names.const(v)

@@ -34,7 +34,8 @@ class Lifting:
     def item(self, sn, i: int) -> bool:
         """Is float item ``i`` of the tuple of node ``sn`` (read from program state: an
         optimizer's ``group["betas"]``) lifted?  Its values are remembered by the tuple's path."""
-        return i < _TUPLE_ITEMS and type(sn.value[i]) is float and self._changed(input_key(sn) + ((ITEM, i),), sn.value[i])
+        x = sn.value[i]
+        return i < _TUPLE_ITEMS and type(x) is float and self._changed(input_key(sn) + ((ITEM, i),), x)
 
     def _changed(self, key: tuple, value) -> bool:
         seen = self.values.get(key, ())
