@@ -209,6 +209,41 @@ def test_cosine_annealing_lr(make_opt):
     assert st.records == 3 and st.mock_runs == 27, st
 
 
+def _plateau_build(metric):
+    def build():
+        model = _mlp()
+        opt = _sgd(model.parameters())
+        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=1, factor=0.5)
+
+        def train_step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            sched.step(metric(loss))
+            return loss.detach()
+        return train_step, {"model": model, "opt": opt, "sched": sched}
+    return build
+
+
+def test_reduce_lr_on_plateau_with_a_float_the_program_computes():
+    # A metric that never improves: the lr halves every other step.  ``float(group["lr"])``,
+    # ``max(old_lr * factor, min_lr)`` and ``old_lr - new_lr > eps`` on the lifted lr: the
+    # mock computes the new lr, the guard keeps the comparisons' outcomes.  Before, a record
+    # per lr (8, then eager from step 9); now 5 for any number of steps (the first, the
+    # bad-epoch count 0 then 1 (0 stays a constant), the lr changed, then lifted).
+    st = _run(_plateau_build(lambda loss: 1.0), 20)
+    assert st.records == 5 and st.mock_runs == 15, st
+
+
+def test_reduce_lr_on_plateau_with_the_loss():
+    # ``sched.step(loss.item())``: the comparison with ``best`` is on a value an eager step
+    # read from the loss, so ``best`` is guarded by value (a record per improvement, then
+    # eager at the cache limit): exact all along.
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(12)]
+    check_compiled(_plateau_build(lambda loss: loss.item()), steps, fullgraph=False, observe=_observe)
+
+
 @pytest.mark.slow
 def test_one_cycle_inductor():
     st = _run(_build(_one_cycle), 12, backend="inductor", rtol=1e-4, atol=1e-5)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import operator
 
 import sympy
@@ -616,7 +615,7 @@ class Shapes(Observer):
             return self._appended(f, lst, in_sh[bytecode.call_layout(inputs)[0]], in_sh[-1])
         out = outputs[0] if outputs else None
         floats = type(out) is float or any(type(a) is float for a in args)   # (max(0, 0.0) is 0)
-        if floats and any(type(s) is IntFloat or type(s) is SymInt for s in in_sh):
+        if floats and any(type(s) in (IntFloat, SymInt, Scalar) for s in in_sh):
             return self._float_call(f, callee, args, in_sh[len(in_sh) - len(args):], out)
         fn = next((v for k, v in NATIVE_INT if k is callee), None)
         if fn is not None and all(type(a) is int for a in args):
@@ -700,8 +699,7 @@ class Shapes(Observer):
         parts = float_parts(values, shadows, self.eager_value)
         if parts is None:
             return False
-        return self._outcome(int_float(parts, f"({{}} {symbol} {{}})", outcome), outcome) or \
-            self._scalar_condition(shadows, values, symbol, outcome)
+        return self._outcome(int_float(parts, f"({{}} {symbol} {{}})", outcome), outcome)
 
     def nonzero(self, divisor) -> bool:
         """A float's divisor computed from lifted ints (CosineAnnealingLR's ``1 + cos(...)``),
@@ -711,29 +709,18 @@ class Shapes(Observer):
         return divisor.value != 0 and self._outcome(int_float((divisor,), "({} != 0)", True), True)
 
     def _outcome(self, predicate: IntFloat, held: bool) -> bool:
-        """The shape check requires ``predicate`` (over lifted ints) to be ``held``; False where
-        it is over lifted floats too (the shape check does not load them)."""
-        if not of_ints(predicate):
+        """The guard requires ``predicate`` to be ``held``: over lifted ints, in the shape
+        check; over one lifted float (SGD's ``momentum != 0``, ReduceLROnPlateau's ``old_lr -
+        new_lr > eps``), among that float's checks (:meth:`value_checks`).  False where it
+        is over several, or ints and floats (no one check loads them all)."""
+        if of_ints(predicate):
+            self.float_outcomes.append((predicate, held))
+            return True
+        nodes = {s.node.id if type(s) is Scalar else None for s in predicate.ints}
+        if len(nodes) != 1 or None in nodes:
             return False
-        self.float_outcomes.append((predicate, held))
-        return True
-
-    def _scalar_condition(self, shadows, values, symbol: str, outcome: bool) -> bool:
-        """A comparison of a lifted float (or a float computed from one, ``Scalar.source``)
-        and a constant the record holds (SGD's ``momentum != 0``): the guard requires the
-        outcome of the float it loads (:meth:`value_checks`), not its value."""
-        sources, scalar = [], None
-        for v, s in zip(values, shadows):
-            if type(s) is Scalar and scalar is None:
-                scalar = s
-                sources.append(s.source)
-            elif s is None and type(v) in (int, float) and math.isfinite(v) and not self.eager_value(v):
-                sources.append(repr(v))
-            else:
-                return False
-        if scalar is None:
-            return False
-        self.outcomes.setdefault(scalar.node.id, {})[f"({sources[0]} {symbol} {sources[1]})"] = outcome
+        source = predicate.render(lambda s: f"({s.source})")   # (over ``{x}``, the float)
+        self.outcomes.setdefault(nodes.pop(), {})[source] = held
         return True
 
     def conditional(self, f, values, shadows, symbol: str, outcome, cond) -> bool:
