@@ -490,7 +490,7 @@ class Shapes(Observer):
         if stored is not None and stored[1] is value:
             f.shadow_stack[-1] = stored[2]
             return
-        if type(value) is tuple and self._stored_tuple(f, value):
+        if type(value) is tuple and self.stores and self._stored_tuple(f, value):
             return
         if rel is None:
             return
