@@ -1327,7 +1327,9 @@ _LIFTABLE = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__",
                        "__rmul__", "__imul__", "__truediv__", "__rdiv__", "__rtruediv__", "__itruediv__",
                        "add", "sub", "mul", "div", "true_divide", "add_", "sub_", "mul_", "div_",
                        "_foreach_add", "_foreach_add_", "_foreach_mul", "_foreach_mul_", "_foreach_div",
-                       "_foreach_div_"})
+                       "_foreach_div_",
+                       # (Adam's ``exp_avg.lerp_(grad, 1 - beta1)`` and ``beta1 ** step``)
+                       "lerp", "lerp_", "__rpow__"})
 # In-place operations that write more than their first argument (their schemas' ``!``): name ->
 # how many leading arguments (tensors or lists of them).  They return nothing and are recorded
 # for that effect: the optimizers' fused kernels; GradScaler's unscale (the gradients and the

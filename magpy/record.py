@@ -312,9 +312,9 @@ def _capture(fn, args, kwargs, backend, roots, errors, lifting):
 
 
 def _inputs_seen(cap: Capture) -> list:
-    """The nodes of the tensors, floats and ints the run read from outside."""
+    """The nodes of the tensors, floats, ints and tuples the run read from outside."""
     return [sn for sn in cap.refgraph.nodes[1:]
-            if sn.read and (sn.kind is Kind.TENSOR or type(sn.value) in (float, int))]
+            if sn.read and (sn.kind is Kind.TENSOR or type(sn.value) in (float, int, tuple))]
 
 
 def _parameter_names(fn) -> list[str]:

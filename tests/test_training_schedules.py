@@ -38,6 +38,7 @@ from tests.compile_harness import (
     Step,
     after,
     check_compiled,
+    first,
     fresh,
     fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
     isolated,
@@ -140,6 +141,114 @@ def test_scheduler_state_changed_from_outside():
     steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=ANY) for i in range(6)]
     steps += [after(skip_ahead, _batch, expect=MOCK), fresh(_batch, seed=9, expect=MOCK)]
     check_compiled(build, steps, fullgraph=False, observe=_observe, expect_records=2)
+
+
+# -- schedules that move the momentum: OneCycleLR --------------------------------------------------
+
+def _one_cycle(opt):
+    return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=40)
+
+
+def _sgd(p):
+    return torch.optim.SGD(p, lr=1e-2, momentum=0.9)
+
+
+@pytest.mark.parametrize("make_opt", [_build.__defaults__[0], _sgd], ids=["adamw-betas", "sgd-momentum"])
+def test_one_cycle_moves_the_momentum_as_data(make_opt):
+    # issue 30: OneCycleLR writes ``group["betas"] = (momentum, *rest)`` (Adam) or
+    # ``group["momentum"]`` (SGD) every step, and appends its lr to a list.  Before, a record
+    # per step (the betas guarded by value), then eager from step 9.  Now the first step,
+    # then one record per side of its phase branch (warm-up, annealing): the momentum is a
+    # graph input (betas[0] lifted item by item, the tuple rebuilt by the mock; SGD's
+    # ``momentum != 0`` guarded by its outcome).  30 steps, 3 records.
+    st = _run(_build(_one_cycle, make_opt), 30)
+    assert st.records == 3 and st.mock_runs == 27, st
+
+
+def test_one_cycle_momentum_changed_from_outside():
+    # The program sets the momentum between steps: other betas are the same records' data; a
+    # momentum of 0 takes SGD's other side of ``momentum != 0`` (a record of its own).
+    def betas(state):
+        group = state["opt"].param_groups[0]
+        group["betas"] = (0.5, group["betas"][1])
+
+    def longer(state):
+        state["opt"].param_groups[0]["betas"] += (0.1,)
+
+    build = _build(_one_cycle)
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=ANY) for i in range(4)]
+    steps += [after(betas, _batch, expect=MOCK), fresh(_batch, seed=7, expect=MOCK),
+              after(longer, _batch, expect=ANY)]
+    check_compiled(build, steps, fullgraph=False, observe=_observe)
+
+
+def test_sgd_momentum_set_to_zero_from_outside():
+    # ``momentum != 0`` was guarded by its outcome: a momentum of 0 records the other side.
+    def no_momentum(state):
+        state["opt"].param_groups[0]["max_momentum"] = 0.0
+        state["opt"].param_groups[0]["base_momentum"] = 0.0
+
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=MONITOR if i < 2 else MOCK)
+             for i in range(4)]
+    # (then the schedule's bounds change too: lifted from the next step, the mock computes
+    # the momentum from them and the step)
+    steps += [after(no_momentum, _batch, expect=MONITOR), fresh(_batch, seed=7, expect=MONITOR)]
+    steps += [fresh(_batch, seed=i, expect=MOCK) for i in range(8, 11)]
+    check_compiled(_build(_one_cycle, _sgd), steps, fullgraph=False, observe=_observe)
+
+
+@pytest.mark.parametrize("make_opt", [_build.__defaults__[0], _sgd], ids=["adamw", "sgd-momentum"])
+def test_cosine_annealing_lr(make_opt):
+    # CosineAnnealingLR's recursive form, ``(1 + cos(pi * e / T)) / (1 + cos(pi * (e - 1) / T))
+    # * (group["lr"] - eta_min) + eta_min``: a float of the lifted epoch and the lifted lr the
+    # mock computes (the divisor guarded nonzero).  Before, a record per step, then eager from
+    # step 9; now the first step, the others, and the side of its restart branch
+    # (``(e - 1 - T) % (2 * T) == 0``) taken at epoch 11.
+    def cosine(opt):
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+    st = _run(_build(cosine, make_opt), 30)
+    assert st.records == 3 and st.mock_runs == 27, st
+
+
+def _plateau_build(metric):
+    def build():
+        model = _mlp()
+        opt = _sgd(model.parameters())
+        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=1, factor=0.5)
+
+        def train_step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            sched.step(metric(loss))
+            return loss.detach()
+        return train_step, {"model": model, "opt": opt, "sched": sched}
+    return build
+
+
+def test_reduce_lr_on_plateau_with_a_float_the_program_computes():
+    # A metric that never improves: the lr halves every other step.  ``float(group["lr"])``,
+    # ``max(old_lr * factor, min_lr)`` and ``old_lr - new_lr > eps`` on the lifted lr: the
+    # mock computes the new lr, the guard keeps the comparisons' outcomes.  Before, a record
+    # per lr (8, then eager from step 9); now 5 for any number of steps (the first, the
+    # bad-epoch count 0 then 1 (0 stays a constant), the lr changed, then lifted).
+    st = _run(_plateau_build(lambda loss: 1.0), 20)
+    assert st.records == 5 and st.mock_runs == 15, st
+
+
+def test_reduce_lr_on_plateau_with_the_loss():
+    # ``sched.step(loss.item())``: the comparison with ``best`` is on a value an eager step
+    # read from the loss, so ``best`` is guarded by value (a record per improvement, then
+    # eager at the cache limit): exact all along.
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(12)]
+    check_compiled(_plateau_build(lambda loss: loss.item()), steps, fullgraph=False, observe=_observe)
+
+
+@pytest.mark.slow
+def test_one_cycle_inductor():
+    st = _run(_build(_one_cycle), 12, backend="inductor", rtol=1e-4, atol=1e-5)
+    assert st.records == 3 and st.mock_runs == 9, st
 
 
 # -- the mechanism, on a plain function ------------------------------------------------------------
@@ -304,6 +413,83 @@ def test_arm_with_an_effect_keeps_one_record_per_outcome(scale):
     trace = check_compiled(build, steps, fullgraph=False, observe=observe)
     st = magpy.stats(trace.compiled)
     assert st.records >= 3
+
+
+class _Config:
+    def __init__(self):
+        self.betas = (0.9, 0.999)
+        self.momentum = 0.5
+
+
+def _betas_build():
+    # ``b1, b2 = cfg.betas`` read from outside, a branch on ``momentum``, a list appended to
+    def build():
+        cfg = _Config()
+
+        def f(x):
+            b1, b2 = cfg.betas
+            scales = []
+            scales.append(1 - b1)
+            y = x * scales[0] + b2
+            if cfg.momentum != 0:
+                y = y * cfg.momentum
+            return y
+        return f, {"cfg": cfg}
+    return build
+
+
+def test_tuple_item_read_from_outside_is_a_graph_input():
+    # The first float of a tuple changes between calls: lifted from its second value, the
+    # guard checks the tuple's type and length and its other float by value.
+    def set_betas(b1, b2=0.999):
+        def mutate(state):
+            state["cfg"].betas = (b1, b2)
+        mutate.__name__ = f"betas_{b1}_{b2}"
+        return mutate
+
+    def set_momentum(m):
+        def mutate(state):
+            state["cfg"].momentum = m
+        mutate.__name__ = f"momentum_{m}"
+        return mutate
+
+    def three(state):
+        state["cfg"].betas = (0.2, 0.999, 0.5)
+    steps = [first(_x), after(set_betas(0.8), _x, expect=MONITOR), after(set_betas(0.7), _x, expect=MOCK),
+             fresh(_x, seed=3, expect=MOCK), after(set_betas(0.7, 0.9), _x, expect=MONITOR),
+             after(set_betas(0.6), _x, expect=MOCK), after(three, _x, expect=ANY)]
+    # The momentum: lifted from its second value, ``momentum != 0`` guarded by its outcome.
+    steps += [after(set_betas(0.5), _x, expect=ANY), after(set_momentum(0.25), _x, expect=MONITOR),
+              after(set_momentum(0.75), _x, expect=MOCK), after(set_momentum(0.0), _x, expect=MONITOR),
+              after(set_momentum(0.3), _x, expect=MOCK), after(set_momentum(0.0), _x, expect=MOCK)]
+    check_compiled(_betas_build(), steps, fullgraph=False, observe=lambda s: (s["cfg"].betas, s["cfg"].momentum))
+
+
+def _grown_build():
+    # A list the call appends lifted floats to, read back through another frame's slot.
+    def build():
+        counter = _Counter()
+
+        def scales(lst):
+            lst.append(0.9 ** counter.step)
+            return len(lst)
+
+        def f(x):
+            counter.step += 1
+            lst = [1.0]
+            holder = {"lst": lst}
+            scales(lst)
+            return x * holder["lst"][-1] + x * lst[1]
+        return f, {"counter": counter}
+    return build
+
+
+def test_list_grown_with_lifted_floats():
+    # ``lst.append(0.9 ** step)`` in a callee: the caller's slot still holds the list's
+    # shadows from before it grew, so its read guards the value (one record per step here),
+    # never a stale constant.
+    steps = [Step(f"call {i + 1}", _x, seed=i, expect=ANY) for i in range(6)]
+    check_compiled(_grown_build(), steps, fullgraph=False, observe=lambda s: s["counter"].step)
 
 
 def test_recompile_diagnosis_names_the_missing_optimizer_state():

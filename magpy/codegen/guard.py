@@ -290,8 +290,8 @@ class GuardWriter:
         if k is Kind.VALUE:
             if self.shapes is not None and node.id in self.shapes.free_scalars():
                 # A lifted float or int: a graph input; what the record assumes of an int's
-                # value is in the shape check.
-                return [f"type({v}) is {type(node.value).__name__}"]
+                # value is in the shape check, of a float's and a tuple's in value_checks.
+                return [f"type({v}) is {type(node.value).__name__}", *self.shapes.value_checks(node, v)]
             return value_checks(self.names, v, node.value)
         if k in (Kind.STATIC, Kind.OPAQUE):
             return [f"{v} is {self.names.const(node.value)}"]

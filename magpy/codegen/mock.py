@@ -364,16 +364,26 @@ class MockWriter:
         item ``key``, which holds ``held`` in the state being written (the new call's size,
         computed from the sizes of its inputs; the float computed from its lifted value), or
         None."""
+        s = self.stored_shadow(holder, key, held)
+        # (The loads go before the code being written, built objects included: before commits.)
+        return None if s is None else self.lifted(s, self.lines.append)
+
+    def stored_shadow(self, holder, key, held):
+        """The shadow of what :meth:`stored_value` writes, or None."""
         shapes = self.shapes
         if shapes is None or type(key) not in (str, int):
             return None
         point = self.point
         if point is None:
-            s = shapes.stored(holder, key)
-        else:   # (the point's copy of a list or dict the call made: the stores name the original)
-            s = shapes.stored_then(point.stores, point.originals.get(id(holder), holder), key, held)
-        # (The loads go before the code being written, built objects included: before commits.)
-        return None if s is None else self.lifted(s, self.lines.append)
+            return shapes.stored(holder, key)
+        # (the point's copy of a list or dict the call made: the stores name the original)
+        return shapes.stored_then(point.stores, point.originals.get(id(holder), holder), key, held)
+
+    def built_anew(self, v: tuple) -> bool:
+        """Does tuple ``v`` hold what the mock computes: an eager step's result, or a lifted
+        value the run stored in it (OneCycleLR's betas)?"""
+        return any(map(self.dynamic_inside, v)) or self.shapes is not None and any(
+            self.stored_shadow(v, i, x) is not None for i, x in enumerate(v))
 
     def lifted(self, s, emit) -> str:
         """The source of the value whose shadow is ``s`` (a SymInt, a lifted float's Scalar,
@@ -414,7 +424,7 @@ class MockWriter:
             return self.shadowed(v)
         if v is NULL or ann.is_global_random_state(v):   # (the object itself, never a copy)
             return self.names.const(v)
-        if is_immutable(v) and not (type(v) is tuple and any(map(self.dynamic_inside, v))):
+        if is_immutable(v) and not (type(v) is tuple and self.built_anew(v)):
             if self.shapes is not None:
                 self.shapes.constant_written(v)
             return repr(v) if is_literal(v) else self.names.const(v)
@@ -488,7 +498,7 @@ class MockWriter:
             items = (self.stored_value(v, i, x) or self.expr(x) for i, x in enumerate(v))
             return self.bind(v, f"[{', '.join(items)}]")
         if t is tuple:
-            items = ", ".join(self.expr(x) for x in v)
+            items = ", ".join(self.stored_value(v, i, x) or self.expr(x) for i, x in enumerate(v))
             return f"({items}{',' if len(v) == 1 else ''})"
         if t is dict:
             return self.bind(v, "{" + ", ".join(f"{self.key(k)}: {self.expr(x)}" for k, x in v.items()) + "}")

@@ -7,7 +7,7 @@ import math
 import torch
 
 from magpy.config import config
-from magpy.refgraph.graph import ARG, KWARG
+from magpy.refgraph.graph import ARG, ITEM, KWARG
 
 
 class Lifting:
@@ -29,8 +29,17 @@ class Lifting:
             return False   # a symbol is an int64: a bigger int stays a guarded value
         if mode is not None:
             return mode
-        seen = self.values.get(input_key(sn), ())
-        return len({*seen, _value_key(sn.value)}) >= config.dynamic_after
+        return self._changed(input_key(sn), sn.value)
+
+    def item(self, sn, i: int) -> bool:
+        """Is float item ``i`` of the tuple of node ``sn`` (read from program state: an
+        optimizer's ``group["betas"]``) lifted?  Its values are remembered by the tuple's path."""
+        x = sn.value[i]
+        return i < _TUPLE_ITEMS and type(x) is float and self._changed(input_key(sn) + ((ITEM, i),), x)
+
+    def _changed(self, key: tuple, value) -> bool:
+        seen = self.values.get(key, ())
+        return len({*seen, _value_key(value)}) >= config.dynamic_after
 
     def dims(self, mode: bool | None, sn, t: torch.Tensor) -> frozenset[int]:
         """The dimensions of input tensor ``t`` (RefGraph node ``sn``) to lift."""
@@ -47,12 +56,17 @@ class Lifting:
         return frozenset(d for d, sizes in enumerate(seen) if len(sizes | {t.shape[d]}) >= after)
 
     def saw(self, inputs) -> None:
-        """A recording's input tensors, floats and ints (RefGraph nodes): remember their sizes
-        and values."""
+        """A recording's input tensors, floats, ints and tuples (RefGraph nodes): remember their
+        sizes and values (a tuple's floats, by their paths from the tuple's)."""
         for sn in inputs:
             key = input_key(sn)
             if type(sn.value) in (float, int):
                 self.values.setdefault(key, set()).add(_value_key(sn.value))
+                continue
+            if type(sn.value) is tuple:
+                for i, x in enumerate(sn.value[:_TUPLE_ITEMS]):
+                    if type(x) is float:
+                        self.values.setdefault(key + ((ITEM, i),), set()).add(_value_key(x))
                 continue
             seen = self.sizes.get(key)
             if seen is None or len(seen) != sn.value.dim():   # (a new rank starts afresh)
@@ -63,6 +77,7 @@ class Lifting:
 
 
 _INT64 = (-2 ** 63, 2 ** 63 - 1)
+_TUPLE_ITEMS = 8    # the items of a tuple whose floats may be lifted (an optimizer's betas: 2)
 _REMEMBERED = 64   # distinct sizes kept per dimension (enough to count up to any sane threshold)
 
 

@@ -97,7 +97,7 @@ def _float_arithmetic(sh, f, ins, inputs, out, in_sh) -> bool:
     not computed by an eager step) give a float the mock computes, by the same Python
     arithmetic, from each call's lifted value."""
     symbol = operators.BINARY[ins.arg % len(operators.BINARY)][0]
-    if any(type(s) in (IntFloat, SymInt) for s in in_sh):
+    if any(type(s) in (IntFloat, SymInt) for s in in_sh) or all(type(s) is Scalar for s in in_sh):
         return _int_float_arithmetic(sh, f, symbol, inputs, out, in_sh)
     if symbol not in _FLOAT_OPS or sum(type(s) is Scalar for s in in_sh) != 1:
         return False
@@ -118,12 +118,12 @@ def _float_arithmetic(sh, f, ins, inputs, out, in_sh) -> bool:
 
 def float_parts(values, shadows, eager_value) -> tuple | None:
     """The parts (``shadows.int_float``'s) of an operation on ``values`` whose shadows are
-    ``shadows``: floats computed from lifted ints, the ints, finite constants the record
-    holds (their sources; None where a value is something else, or a number an eager step
-    computed: ``eager_value``)."""
+    ``shadows``: floats computed from lifted ints, the ints, lifted floats, finite constants
+    the record holds (their sources; None where a value is something else, or a number an
+    eager step computed: ``eager_value``)."""
     parts = []
     for v, s in zip(values, shadows):
-        if type(s) is IntFloat or type(s) is SymInt and type(v) is int:
+        if type(s) is IntFloat or type(s) is SymInt and type(v) is int or type(s) is Scalar and s.value is v:
             parts.append(s)
         elif s is None and type(v) in (int, float) and math.isfinite(v) and not eager_value(v):
             parts.append(repr(v))
@@ -138,14 +138,15 @@ _FLOAT_OPS = frozenset({"+", "-", "*", "/"})
 
 def _int_float_arithmetic(sh, f, symbol, inputs, out, in_sh) -> bool:
     """``float(step) / 10.0``, ``0.95 ** epoch``: a float computed from lifted ints (and
-    constants the record holds) is one the mock computes again from each call's ints
-    (``IntFloat``).  Only what cannot raise: a divisor is a nonzero constant; a power's base
-    a constant of magnitude at most 1 and its exponent an int guarded to be nonnegative."""
+    lifted floats, constants the record holds) is one the mock computes again from each
+    call's ints and floats (``IntFloat``).  Only what cannot raise: a divisor is a nonzero
+    constant or one the guard requires nonzero (``Shapes.nonzero``); a power's base a
+    constant of magnitude at most 1 and its exponent an int guarded to be nonnegative."""
     parts = float_parts(inputs, in_sh, sh.eager_value)
     if parts is None:
         return False
     right = parts[1]
-    if symbol == "/" and (type(right) is not str or not inputs[1]):
+    if symbol == "/" and not (inputs[1] and (type(right) is str or sh.nonzero(right))):
         return False
     if symbol == "**":
         if type(parts[0]) is not str or not 0 < abs(inputs[0]) <= 1 or type(right) is not SymInt:
@@ -158,8 +159,8 @@ def _int_float_arithmetic(sh, f, symbol, inputs, out, in_sh) -> bool:
 
 
 def _truth(sh, f, ins, inputs, outputs, in_sh):
-    # ``if b:`` on a size: the guard keeps the outcome (b != 0), not the value.
-    if type(in_sh[0]) is IntFloat:
+    # ``if b:`` on a size: the guard keeps the outcome (b != 0), not the value; so on a float.
+    if type(in_sh[0]) in (IntFloat, Scalar):
         return sh.float_condition(in_sh + (None,), inputs + (0.0,), "!=", bool(inputs[0]))
     if type(inputs[0]) is not int:
         return False
@@ -225,11 +226,23 @@ def _contains(sh, f, ins, inputs, outputs, in_sh):
 
 
 def _method(sh, f, ins, inputs, outputs, in_sh):
-    # ``kwargs.get``: the bound method carries the dict's entry shadows to its call (dict_get).
-    if type(inputs[0]) is not dict or type(in_sh[0]) is not Entries or ins.argval != "get":
+    # ``kwargs.get``, ``lrs.append``: the bound method carries the dict's entry shadows or the
+    # list's item shadows to its call (dict_get, list_append).
+    if _BOUND_SHADOWS.get((type(inputs[0]), ins.argval)) is not type(in_sh[0]):
         return False
     sh.set_output(f, -1, in_sh[0])   # the bound method, the last output in every version
     return True
+
+
+_BOUND_SHADOWS = {(dict, "get"): Entries, (list, "append"): Items}
+
+
+def list_append(callee, args) -> list | None:
+    """The list ``callee`` appends ``args`` to (a bound ``lst.append``), or None."""
+    if type(callee) is BUILTIN_METHOD and type(callee.__self__) is list and callee.__name__ == "append" \
+            and len(args) == 1:
+        return callee.__self__
+    return None
 
 
 def dict_get(callee, args, callee_shadow, shadows):
@@ -337,11 +350,12 @@ def _store(sh, holder, key, value, s) -> bool:
     if type(s) is SymInt and type(value) is int or type(s) in (Scalar, IntFloat) and value is s.value:
         sh.stores[(id(holder), key)] = (holder, value, s)
         return True
-    if type(s) is not Items or type(value) is not list or len(s) != len(value):
+    if type(s) is not Items or type(value) not in (list, tuple) or len(s) != len(value):
         return False
     if sh.refgraph.node_of(value) is not None:
         return False   # (the mock writes a list from outside as it was left, not from shadows)
-    # A list the call made, of lifted floats (and values the record keeps)
+    # A list or tuple the call made (OneCycleLR's ``group["betas"] = (momentum, *rest)``), of
+    # lifted floats (and values the record keeps): the mock builds it with each call's.
     return all(not symbolic(x) or type(x) in (Scalar, IntFloat) and _store(sh, value, i, v, x)
                for i, (v, x) in enumerate(zip(value, s)))
 

@@ -36,8 +36,10 @@ class Scalar:
 
 class IntFloat:
     """The shadow of a float the program computed from lifted ints with Python arithmetic (a
-    learning-rate schedule's ``float(current_step) / float(max(1, warmup))``): ``ints``, the
-    SymInts it was computed from; ``source``, the computation as Python source, ``{0}``,
+    learning-rate schedule's ``float(current_step) / float(max(1, warmup))``), and maybe
+    lifted floats (CosineAnnealingLR's ``ratio(epoch) * (group["lr"] - eta_min)``): ``ints``,
+    the SymInts (and lifted floats' ``Scalar``) it was computed from; ``source``, the
+    computation as Python source, ``{0}``,
     ``{1}`` ... standing for them (the mock computes it from each call's ints with the
     program's own float operations, in the program's order); ``value``, the float the
     recording run computed.  It holds no symbol of its own: a use it cannot follow
@@ -59,13 +61,14 @@ class IntFloat:
 
 def int_float(parts: tuple, template: str, value) -> IntFloat:
     """The shadow of a float computed as ``template`` (``{0}``, ``{1}``: each of ``parts``)
-    from ``parts``: IntFloat shadows, SymInts and constants' sources (str)."""
+    from ``parts``: IntFloat shadows, SymInts, lifted floats' Scalars and constants' sources
+    (str)."""
     ints, sources = [], []
     for p in parts:
         if type(p) is IntFloat:
             sources.append(p.source.format(*(f"{{{len(ints) + i}}}" for i in range(len(p.ints)))))
             ints += p.ints
-        elif type(p) is SymInt:
+        elif type(p) is SymInt or type(p) is Scalar:
             sources.append(f"{{{len(ints)}}}")
             ints.append(p)
         else:
@@ -130,6 +133,12 @@ def _parts(sh):
     if t is IntFloat:
         return sh.ints
     return ()
+
+
+def of_ints(sh) -> bool:
+    """Is float shadow ``sh`` computed from lifted ints only (an IntFloat without lifted
+    floats: the shape check can say a condition on it)?"""
+    return type(sh) is IntFloat and not any(type(i) is Scalar for i in sh.ints)
 
 
 def symbolic(sh) -> bool:

@@ -32,6 +32,7 @@ from magpy.dynamic.rules import (
     direct_read,
     float_parts,
     int_result,
+    list_append,
     zip_walk,
 )
 from magpy.dynamic.shadows import (
@@ -43,6 +44,7 @@ from magpy.dynamic.shadows import (
     collect,
     int_float,
     items_of,
+    of_ints,
     of_read,
     specialise,
     symbolic,
@@ -55,6 +57,8 @@ from magpy.refgraph.graph import ARG, ATTR, ITEM, KWARG
 
 # Instructions that read a number from outside the call: an attribute, a global.
 _READS = frozenset({"LOAD_ATTR", "LOAD_GLOBAL", "BINARY_SUBSCR"})
+# What such a read may lift: a number, or a tuple's floats (an optimizer's ``group["betas"]``).
+_READ_TYPES = (float, int, tuple)
 
 
 def _held(holder, key):
@@ -62,7 +66,7 @@ def _held(holder, key):
     list), or None."""
     if type(holder) is dict:
         return holder.get(key)
-    if type(holder) is list:
+    if type(holder) in (list, tuple):
         return holder[key] if type(key) is int and key < len(holder) else None
     return getattr(holder, "__dict__", {}).get(key, None)
 
@@ -100,7 +104,7 @@ def _number_holder(f, ins, inputs, value) -> tuple | None:
     obj, key = inputs
     if type(obj) is not dict or type(key) is not str:
         return None
-    return obj, ITEM if type(value) is float else None, key
+    return obj, ITEM if type(value) in (float, tuple) else None, key
 
 
 class _Origin:
@@ -136,12 +140,21 @@ class Shapes(Observer):
         self.passed: dict[int, set[int]] = {}    # id(frame) -> symbolic shadows its calls bound
         self.cells: dict[int, tuple] = {}        # id(cell) -> (cell, its content, the content's shadow)
         self.scalars: dict[int, object] = {}     # node id -> node of a lifted float
+        # node id of a tuple read from outside -> node ids of its lifted floats (the guard
+        # checks the tuple's type and length, and its other items by value)
+        self.tuples: dict[int, set[int]] = {}
+        # node id of a lifted float -> {condition source over it ({x}): the outcome it had}
+        # (``momentum != 0``: the guard requires the outcome, not the value)
+        self.outcomes: dict[int, dict[str, bool]] = {}
         self.pinned: set[int] = set()            # of those, the ones guarded by value after all
         self.ints: dict[int, object] = {}        # node id -> node of a lifted int
         # (id(obj), name) -> (obj, value, SymInt) of a size the program stored into an object
         # from outside: the mock writes it from the new sizes.
         self.stores: dict[tuple, tuple] = {}
         self.lifted_shadows: dict[int, object] = {}   # node id -> shadow of a lifted attribute or global
+        # id(list) -> (list, its items' shadows) of a list the call appended lifted values to
+        # (``lrs.append(lr)``): a slot holding it with other shadows is out of date
+        self.grown: dict[int, tuple] = {}
         # Outcomes of branches on floats computed from lifted ints: (IntFloat of the predicate
         # as a bool, the outcome), checked by the shape check after the ints' own conditions.
         self.float_outcomes: list[tuple[IntFloat, bool]] = []
@@ -238,8 +251,18 @@ class Shapes(Observer):
 
     def free_scalars(self) -> set[int]:
         """Node ids of the lifted floats and ints the guard does not check by value (the
-        shape check holds what the record assumes of the ints)."""
-        return (set(self.scalars) - self.pinned) | set(self.ints)
+        shape check holds what the record assumes of the ints), and of tuples holding such
+        floats (:meth:`value_checks`)."""
+        free = set(self.scalars) - self.pinned
+        return free | {t for t, items in self.tuples.items() if items & free} | set(self.ints)
+
+    def value_checks(self, node, name: str) -> list[str]:
+        """What the guard checks of free node ``node`` (variable ``name``) besides its type: a
+        tuple's length, the outcomes of a float's comparisons."""
+        if node.id in self.tuples:
+            return [f"len({name}) == {len(node.value)}"]
+        return [f"({'' if held else 'not '}{source.format(x=name)})"
+                for source, held in self.outcomes.get(node.id, {}).items()]
 
     # -- twins -----------------------------------------------------------------------------------
     def consider(self, t: torch.Tensor) -> None:
@@ -415,7 +438,7 @@ class Shapes(Observer):
             specialise(s)
 
     def on_instruction(self, f, ins, inputs, outputs) -> None:
-        if ins.opname in _READS and type(outputs[-1]) in (float, int):
+        if ins.opname in _READS and type(outputs[-1]) in _READ_TYPES:
             self._number_read(f, ins, inputs, outputs[-1])
         elif ins.opname in ("STORE_ATTR", "DELETE_ATTR") and self.stores:
             self.stores.pop((id(inputs[-1]), ins.argval), None)   # (the rule may record it again)
@@ -432,6 +455,8 @@ class Shapes(Observer):
         """The output shadows of the instruction ``ins`` just executed."""
         reads, self.reads = self.reads, []
         in_sh = f.ins_shadows
+        if self.grown:
+            self._out_of_date(inputs, in_sh)
         n = len(outputs) if ins.opname not in RETURNS else 0
         self._outputs = _OutputShadows(f, n)
         if reads:
@@ -466,6 +491,8 @@ class Shapes(Observer):
         if stored is not None and stored[1] is value:
             f.shadow_stack[-1] = stored[2]
             return
+        if type(value) is tuple and self.stores and self._stored_tuple(f, value):
+            return
         if rel is None:
             return
         parent = self.refgraph.node_of(obj) if self.lifting.values else None
@@ -474,6 +501,9 @@ class Shapes(Observer):
             return   # (dynamic=True lifts the arguments only, as torch.compile does)
         if self.refgraph.overwritten(parent, rel, name):
             return   # the call's own value, though the object is the one it found (a small int)
+        if type(value) is tuple:
+            self._tuple_read(f, sn)
+            return
         shadow = self.lifted_shadows.get(sn.id)
         if shadow is None and self.lifting.scalar(None, sn):
             if type(value) is float:
@@ -485,6 +515,38 @@ class Shapes(Observer):
         if shadow is not None:
             f.shadow_stack[-1] = shadow
             self._remember(shadow)
+
+    def _stored_tuple(self, f, value) -> bool:
+        """A tuple the call stored with lifted items (:meth:`stored`), read back: its items'
+        shadows."""
+        entries = [self.stores.get((id(value), i)) for i in range(len(value))]
+        if not any(e is not None and e[0] is value for e in entries):
+            return False
+        f.shadow_stack[-1] = Items(e[2] if e is not None and e[0] is value else None for e in entries)
+        return True
+
+    def _tuple_read(self, f, sn) -> None:
+        """A tuple from outside the call (node ``sn``) whose floats changed between recordings
+        (an optimizer's ``group["betas"]``, which OneCycleLR moves every step): those floats
+        are lifted, each a node of its own; the guard checks the tuple's type and length and
+        its other items by value (:meth:`value_checks`)."""
+        shadow = self.lifted_shadows.get(sn.id)
+        if shadow is None:
+            lifted = [self.lifting.item(sn, i) for i in range(len(sn.value))]
+            if not any(lifted):
+                return
+            items, free = [], set()
+            for i, (x, lift) in enumerate(zip(sn.value, lifted)):
+                child = self.refgraph.child(sn, ITEM, i, x)
+                items.append(Scalar(child, self.pinned) if lift else None)
+                if lift:
+                    self.scalars[child.id] = child
+                    free.add(child.id)
+            self.tuples[sn.id] = free
+            shadow = self.lifted_shadows[sn.id] = Items(items)
+        f.shadow_stack[-1] = shadow
+        for s in shadow:
+            self._remember(s)
 
     def _cell(self, f, ins, in_sh, outputs) -> bool:
         """Closure cells keep their content's shadow (a variable a nested function or a
@@ -549,9 +611,12 @@ class Shapes(Observer):
         if stop is not None:
             self.set_output(f, 0, Span(stop))   # (a for loop over it may take it whole)
             return True
+        lst = list_append(callee, args)
+        if lst is not None:
+            return self._appended(f, lst, in_sh[bytecode.call_layout(inputs)[0]], in_sh[-1])
         out = outputs[0] if outputs else None
         floats = type(out) is float or any(type(a) is float for a in args)   # (max(0, 0.0) is 0)
-        if floats and any(type(s) is IntFloat or type(s) is SymInt for s in in_sh):
+        if floats and any(type(s) in (IntFloat, SymInt, Scalar) for s in in_sh):
             return self._float_call(f, callee, args, in_sh[len(in_sh) - len(args):], out)
         fn = next((v for k, v in NATIVE_INT if k is callee), None)
         if fn is not None and all(type(a) is int for a in args):
@@ -574,6 +639,31 @@ class Shapes(Observer):
             return True   # the length of a sequence of sizes is no size
         return False
 
+    def _appended(self, f, lst, lst_shadow, added) -> bool:
+        """``lst.append(x)`` (a schedule's ``lrs.append(lr)``): the list's item shadows, the
+        slots of this frame that hold it and the :attr:`grown` list registry get ``x``'s."""
+        before = items_of(lst[:-1], lst_shadow)
+        if before is None:
+            return False
+        items = Items(before + (added,))
+        for slots, shadows in ((f.locals, f.shadow_locals), (f.stack, f.shadow_stack)):
+            for i, v in enumerate(slots):
+                if v is lst:
+                    shadows[i] = items
+        self.grown[id(lst)] = (lst, items)
+        self._remember(added)
+        return True
+
+    def _out_of_date(self, inputs, in_sh) -> None:
+        """An instruction takes a list the call appended lifted values to through a slot
+        that does not hold its items' shadows (one that held the list before it grew, in
+        another frame, or an object's attribute): those values are guarded instead."""
+        for v, sh in zip(inputs, in_sh):
+            entry = self.grown.get(id(v)) if type(v) is list else None
+            if entry is not None and entry[0] is v and sh is not entry[1]:
+                del self.grown[id(v)]
+                specialise(entry[1])
+
     def _float_call(self, f, callee, args, shadows, out) -> bool:
         """``float(step)``, ``max(0.0, progress)``, ``math.cos(x)`` of floats computed from
         lifted ints (or of the ints): the mock computes the call again (``IntFloat``)."""
@@ -585,8 +675,9 @@ class Shapes(Observer):
         parts = float_parts(args, shadows, self.eager_value)
         if parts is None:
             return False
-        if name.startswith("MATH."):   # (cos and sin of an infinity raise)
-            self.float_outcomes.append((int_float(parts, "MATH.isfinite({})", True), True))
+        # (cos and sin of an infinity raise)
+        if name.startswith("MATH.") and not self._outcome(int_float(parts, "MATH.isfinite({})", True), True):
+            return False
         self.set_output(f, 0, int_float(parts, f"{name}({', '.join(['{}'] * len(parts))})", out))
         return True
 
@@ -604,10 +695,33 @@ class Shapes(Observer):
         """A comparison ``symbol`` of ``values`` (shadows ``shadows``), one a float computed
         from lifted ints, gave ``outcome``: the guard requires that outcome (the predicate
         over the ints), not the ints' values.  False where it cannot be said so."""
-        parts = float_parts(values, shadows, self.eager_value)
-        if parts is None or type(outcome) is not bool:
+        if type(outcome) is not bool:
             return False
-        self.float_outcomes.append((int_float(parts, f"({{}} {symbol} {{}})", outcome), outcome))
+        parts = float_parts(values, shadows, self.eager_value)
+        if parts is None:
+            return False
+        return self._outcome(int_float(parts, f"({{}} {symbol} {{}})", outcome), outcome)
+
+    def nonzero(self, divisor) -> bool:
+        """A float's divisor computed from lifted ints (CosineAnnealingLR's ``1 + cos(...)``),
+        or a lifted int: the guard requires it nonzero (the mock never divides by zero)."""
+        if type(divisor) is SymInt:
+            return bool(divisor != 0)   # (guards the outcome)
+        return divisor.value != 0 and self._outcome(int_float((divisor,), "({} != 0)", True), True)
+
+    def _outcome(self, predicate: IntFloat, held: bool) -> bool:
+        """The guard requires ``predicate`` to be ``held``: over lifted ints, in the shape
+        check; over one lifted float (SGD's ``momentum != 0``, ReduceLROnPlateau's ``old_lr -
+        new_lr > eps``), among that float's checks (:meth:`value_checks`).  False where it
+        is over several, or ints and floats (no one check loads them all)."""
+        if of_ints(predicate):
+            self.float_outcomes.append((predicate, held))
+            return True
+        nodes = {s.node.id if type(s) is Scalar else None for s in predicate.ints}
+        if len(nodes) != 1 or None in nodes:
+            return False
+        source = predicate.render(lambda s: f"({s.source})")   # (over ``{x}``, the float)
+        self.outcomes.setdefault(nodes.pop(), {})[source] = held
         return True
 
     def conditional(self, f, values, shadows, symbol: str, outcome, cond) -> bool:
@@ -692,7 +806,7 @@ class Shapes(Observer):
             # it was read needs nothing).  A list the call made has no snapshot: all new.
             holder = self.refgraph.node_of(obj)
             snapshot = getattr(holder, "snapshot", None)
-            if type(obj) is list and holder is None:
+            if type(obj) in (list, tuple) and holder is None:
                 continue
             unchanged = isinstance(snapshot, dict) and snapshot.get(name) is value
             if not isinstance(snapshot, dict) or unchanged and not _read_back(holder, name, s):
@@ -806,7 +920,7 @@ class _ForkReads(Observer):
 
     def on_instruction(self, f, ins, inputs, outputs) -> None:
         shapes = self.shapes
-        if ins.opname in _READS and type(outputs[-1]) in (float, int):
+        if ins.opname in _READS and type(outputs[-1]) in _READ_TYPES:
             shapes._number_read(f, ins, inputs, outputs[-1])
         elif ins.opname == "LOAD_DEREF":
             sh = shapes._cell_shadow(f, ins, outputs[0])
