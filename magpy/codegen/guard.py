@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch._C._dynamo.guards import TensorGuards
 
+from magpy import joint
 from magpy.codegen.source import is_literal, same_value, value_checks, var
 from magpy.errors import CaptureError
 from magpy.monitor import bytecode
@@ -63,17 +64,24 @@ NAMESPACE = {"SAME": same_value, "DICT_VERSION": _DICT_VERSION, "OWN_DICTS": byt
              "LENGTH_HINT": operator.length_hint,
              "GET_DICT": operator.attrgetter("__dict__"),
              "IS": operator.is_, "CLASS_DICT": None, "_short": None,
-             "MATH": math}   # (the shape check's and the mock's floats computed from lifted ints)
+             "MATH": math, "GRAD_FITS": joint.grad_fits}   # (the shape check's and the mock's floats computed from lifted ints)
 
 
 class GuardWriter:
     """Writes the full guard and, from the same per-node lines, the fast guard (see
     :func:`_fast_plan`)."""
 
-    def __init__(self, g, names, needed, entry_state, shapes=None):
+    def __init__(self, g, names, needed, entry_state, shapes=None, buffered=None):
         self.g, self.names, self.needed = g, names, needed
         self.entry_state = entry_state   # torch's global state (grad mode ...) where the run began
         self.shapes = shapes             # magpy.dynamic.Shapes if the run lifted dimensions, else None
+        # id of the node of a .grad the mock takes as an accumulation buffer -> the layout the
+        # graph was compiled for (joint.buffered_grads): None or that, not the value read.
+        self.buffered = buffered or {}
+
+    def checked_tensors(self, nodes) -> list:
+        """The tensors whose metadata ``TensorGuards`` checks."""
+        return [n for n in nodes if n.kind is Kind.TENSOR and n.read and n.id not in self.buffered]
 
     def tensor_guards(self, tensors, names) -> TensorGuards:
         """One check of the tensors' dtype, device, sizes and strides (not the lifted sizes)."""
@@ -100,7 +108,7 @@ class GuardWriter:
         self.needed = {n.id for n in nodes}
         kw = f" or tuple(kwargs) != {tuple(kwarg_names)!r}" if kwarg_names else " or kwargs"
         head = [f"if len(args) != {nargs}{kw}: return None"]
-        tensors = [n for n in nodes if n.kind is Kind.TENSOR and n.read]
+        tensors = self.checked_tensors(nodes)
         tail = []
         if tensors:
             tg = self.tensor_guards(tensors, [var(n) for n in tensors])
@@ -157,7 +165,7 @@ class GuardWriter:
         for rel, w in relations:
             why = f"{w}: no longer the same object as another path to it"
             out.append(f"    if not ({rel}): return {why!r}")
-        tensors = [n for n in nodes if n.kind is Kind.TENSOR and n.read]
+        tensors = self.checked_tensors(nodes)
         if tensors:
             tg = self.tensor_guards(tensors, [words[n.id] for n in tensors])
             loaded = ", ".join(var(n) for n in tensors)
@@ -279,6 +287,10 @@ class GuardWriter:
         raise CaptureError(f"no path step for relation {rel!r}")
 
     def checks(self, node) -> list[str]:
+        expected = self.buffered.get(node.id)
+        if expected is not None:
+            v = var(node)
+            return [f"({v} is None or GRAD_FITS({v}, {self.names.const(expected, 'GRAD_LAYOUT')}))"]
         return self.read_checks(node) + self.shape_checks(node)
 
     def read_checks(self, node) -> list[str]:
