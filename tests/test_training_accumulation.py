@@ -226,3 +226,133 @@ def test_backward_of_a_forward_with_symbolic_sizes_stays_eager(what):
     trace = check_compiled(_plain_build(weighted), steps, fullgraph=False, observe=_observe)
     st = magpy.stats(trace.compiled)
     assert st.eager_runs == 0 and any("symbolic sizes" in reason for reason in st.breaks), st
+
+
+# -- a .grad None or present: one record (magpy.joint's accumulation buffers) ----------------------
+
+def _bits(t):
+    """A tensor's bits (``torch.equal`` takes -0.0 for 0.0 and no NaN for itself)."""
+    return None if t is None else t.detach().view(torch.int32)
+
+
+def _grads_observed(state):
+    w = state["w"]
+    return _bits(w.grad), _bits(state.get("held")), w.grad is state.get("held"), \
+        [g is w.grad for g in state.get("seen", ())]
+
+
+def _signed_zeros(state):
+    # gradients with -0.0 and 0.0, which a -0.0 buffer keeps bit for bit
+    x = torch.randn(4, 3)
+    x[0] = -0.0
+    x[1, 0] = 0.0
+    return (x,)
+
+
+def _hold_grad(state):
+    state["w"].grad = state["held"] = torch.full((4, 3), -0.0)
+
+
+def _drop_grad(state):
+    state["w"].grad = None
+
+
+def _accumulating(keep=False, clear_first=False):
+    def build():
+        w = nn.Parameter(torch.randn(4, 3))
+        state = {"w": w, "seen": []}
+
+        def accumulate(x):
+            if clear_first:
+                w.grad = None
+            (w * x).sum().backward()
+            if keep:
+                state["seen"].append(w.grad)
+        return accumulate, state
+    return build
+
+
+def test_grad_none_or_present_is_one_record():
+    # The first call makes .grad; the others add into it, find none again (set to None from
+    # outside), or add into a tensor the program holds (which sees the sums, as in eager);
+    # one record for all.  A .grad laid out otherwise than AccumulateGrad makes it (strides
+    # of a transpose) records again, adding into it in the graph.
+    def transposed(state):
+        state["w"].grad = state["held"] = torch.zeros(3, 4).t()
+
+    steps = [Step("no .grad", _signed_zeros, seed=0, expect=MONITOR),
+             Step(".grad present", _signed_zeros, seed=1, expect=MOCK),
+             after(_drop_grad, _signed_zeros, seed=2, expect=MOCK),
+             Step(".grad present again", _signed_zeros, seed=3, expect=MOCK),
+             after(_hold_grad, _signed_zeros, seed=4, expect=MOCK),
+             Step("the held .grad again", _signed_zeros, seed=5, expect=MOCK),
+             after(transposed, _signed_zeros, seed=6, expect=MONITOR),
+             after(_drop_grad, _signed_zeros, seed=7, expect=MOCK)]
+    check_compiled(_accumulating(), steps, fullgraph=False, observe=_grads_observed, expect_records=2)
+
+
+def test_grad_kept_by_the_program_is_the_buffer():
+    # The program keeps the .grad it accumulated into: the mock leaves the same tensor there.
+    steps = [Step("no .grad", _signed_zeros, seed=0, expect=MONITOR),
+             Step(".grad present", _signed_zeros, seed=1, expect=MOCK),
+             after(_drop_grad, _signed_zeros, seed=2, expect=MOCK),
+             after(_hold_grad, _signed_zeros, seed=3, expect=MOCK)]
+    check_compiled(_accumulating(keep=True), steps, fullgraph=False, observe=_grads_observed, expect_records=1)
+
+
+def test_grad_the_program_set_before_its_backward_is_no_buffer():
+    # ``w.grad = None`` in the call, then backward: a new .grad every time, never an addition
+    # into the one the call found (the held tensor keeps its zeros).
+    steps = [Step("no .grad", _signed_zeros, seed=0, expect=MONITOR),
+             after(_hold_grad, _signed_zeros, seed=1, expect=ANY),
+             Step("again", _signed_zeros, seed=2, expect=ANY),
+             after(_drop_grad, _signed_zeros, seed=3, expect=ANY)]
+    check_compiled(_accumulating(clear_first=True), steps, fullgraph=False, observe=_grads_observed)
+
+
+class _Firsts:
+    def __init__(self):
+        self.n = 0
+
+
+def test_grad_looked_at_before_its_backward_stays_guarded():
+    # The program branches on ``w.grad is None`` before its backward: that is guarded by
+    # value (one record per side), the .grad is no buffer.
+    def build():
+        w, firsts = nn.Parameter(torch.randn(4, 3)), _Firsts()
+
+        def accumulate(x):
+            if w.grad is None:
+                firsts.n += 1
+            (w * x).sum().backward()
+        return accumulate, {"w": w, "firsts": firsts}
+    steps = [Step("no .grad", _signed_zeros, seed=0, expect=MONITOR),
+             Step(".grad present", _signed_zeros, seed=1, expect=MONITOR),
+             after(_drop_grad, _signed_zeros, seed=2, expect=ANY),
+             Step(".grad present again", _signed_zeros, seed=3, expect=ANY),
+             after(_drop_grad, _signed_zeros, seed=4, expect=ANY)]
+    trace = check_compiled(build, steps, fullgraph=False, observe=lambda s: (_grads_observed(s), s["firsts"].n))
+    assert magpy.stats(trace.compiled).eager_runs == 0
+
+
+def test_accumulated_grad_read_in_the_same_call():
+    # clip_grad_norm_ after every backward reads the accumulated .grad in the graph (the
+    # buffer after the addition), whether the micro-step found a .grad or not.
+    k = 3
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        opt = OPTIMIZERS["adamw"](model.parameters())
+
+        def micro_step(i, x, y):
+            loss = nn.functional.mse_loss(model(x), y) / k
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            if (i + 1) % k == 0:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            return loss.detach(), norm
+        return micro_step, {"model": model, "opt": opt}
+    steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=ANY if i < 2 * k else MOCK)
+             for i in range(4 * k)]
+    check_compiled(build, steps, fullgraph=False, observe=_observe, expect_records=4)
