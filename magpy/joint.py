@@ -19,11 +19,13 @@ of its own.  Where the call has not looked at a leaf's ``.grad`` before its back
 (:func:`unread_grads`), one record serves both: the graph adds the gradient in place into a
 *buffer* input, which the mock takes (:func:`grad_buffer`) as the ``.grad`` the leaf has, or,
 where it has none, as a new tensor laid out as :func:`new_grad` lays it out and filled with
-``-0.0``, the identity of floating addition (``-0.0 + g`` is ``g`` bit for bit, ``-0.0``
-and NaNs included), which it then leaves in ``.grad``.  The guard checks such a ``.grad``
-with :func:`grad_fits` (None, or a tensor the graph was compiled for) instead of by value.
-Reads of the accumulated ``.grad`` later in the call (``clip_grad_norm_``, the optimizer
-step) are reads of the graph's in-place result, so they see what eager sees either way.
+``-0.0``, the identity of floating addition (``-0.0 + g`` is ``g`` bit for bit, signed zeros
+included; not where denormals are flushed, ``torch.set_flush_denormal(True)``), which it
+then leaves in ``.grad``.  The guard checks such a ``.grad`` with :func:`grad_fits` (None, or
+a tensor the graph was compiled for) instead of by value, and that no two are one tensor
+(:func:`distinct`).  Reads of the accumulated ``.grad`` later in the call (``clip_grad_norm_``,
+the optimizer step) are reads of the graph's in-place result, so they see what eager sees
+either way.
 
 The recording run computes exactly these, eagerly (the monitor run is the eager run), and
 the mock leaves the new tensors in ``.grad``.  With the "eager" backend the graph runs them
@@ -39,6 +41,7 @@ compile no backward, and ``magpy.config.joint_backward = False``.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 
@@ -104,7 +107,9 @@ def grad_fits(grad, expected: tuple) -> bool:
 def unread_grads(refgraph, leaves) -> set[int]:
     """The ids of the leaves whose ``.grad`` can be a buffer (module docstring): floating,
     with the ``.grad`` the call found, which it has neither read, nor reached otherwise, nor
-    stored to, and which is None or laid out as :func:`new_grad` would make it."""
+    stored to, and which is None or a tensor of its own laid out as :func:`new_grad` would
+    make it."""
+    shared = collections.Counter(id(leaf.grad) for leaf in leaves if leaf.grad is not None)
     out = set()
     for leaf in leaves:
         node = refgraph.node_of(leaf)
@@ -112,10 +117,17 @@ def unread_grads(refgraph, leaves) -> set[int]:
         if node is None or node.snapshot is None or node.snapshot.get("grad") is not grad \
                 or (ATTR, "grad") in node.children or len(node.versions) > 1 or not leaf.is_floating_point():
             continue
-        if grad is None or (refgraph.node_of(grad) is None
+        if grad is None or (shared[id(grad)] == 1 and refgraph.node_of(grad) is None
                             and grad_fits(grad, layout(_grad_like(leaf, leaf.dtype)))):
             out.add(id(leaf))
     return out
+
+
+def distinct(grads: tuple) -> bool:
+    """Are the buffers' ``.grad`` that are not None distinct tensors (a graph adding into two
+    inputs that are one tensor was not compiled for that)?"""
+    held = [id(g) for g in grads if g is not None]
+    return len(set(held)) == len(held)
 
 
 @dataclasses.dataclass

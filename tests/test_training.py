@@ -144,7 +144,7 @@ def test_accumulation_across_calls_without_zero_grad():
             return loss
         return accumulate, {"model": model, "opt": torch.optim.SGD(model.parameters(), lr=0.1)}
 
-    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=MONITOR if i == 0 else MOCK) for i in range(4)]
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=MOCK if i else MONITOR) for i in range(4)]
     check_compiled(build, steps, fullgraph=False, observe=_observe, expect_records=1)
 
 

@@ -73,10 +73,9 @@ def _micro_batch(i):
     return lambda state: (i, torch.randn(6, 8), torch.randn(6, 4))
 
 
-def _records(k, set_to_none) -> int:
-    """The first call, the first optimizer step, the steady accumulate-only and step records
-    (whatever ``.grad`` holds: magpy.joint's buffers)."""
-    return 4
+# The first call, the first optimizer step, the steady accumulate-only and step records, for
+# every k and either form of zero_grad (whatever .grad holds: magpy.joint's buffers).
+RECORDS = 4
 
 
 @pytest.mark.parametrize("set_to_none", [True, False], ids=["set_to_none", "zeroed"])
@@ -87,10 +86,10 @@ def test_accumulation_records_per_structure_not_per_step(k, opt, set_to_none):
     steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=ANY if i < 2 * k else MOCK)
              for i in range(n)]
     trace = check_compiled(_build(k, OPTIMIZERS[opt], set_to_none), steps, fullgraph=False, observe=_observe,
-                           expect_records=_records(k, set_to_none))
+                           expect_records=RECORDS)
     st = magpy.stats(trace.compiled)
     assert st.eager_runs == 0 and st.breaks == {} and st.graphs_per_call == 1, st
-    assert st.mock_runs == n - _records(k, set_to_none), st
+    assert st.mock_runs == n - RECORDS, st
 
 
 def test_first_micro_steps_record_then_every_call_replays():
@@ -132,7 +131,7 @@ def test_accumulation_counted_in_program_state():
     steps = [Step(f"micro-step {i}", lambda state: (torch.randn(6, 8), torch.randn(6, 4)), seed=i,
                   expect=ANY if i < 2 * k else MOCK) for i in range(4 * k)]
     trace = check_compiled(build, steps, fullgraph=False, observe=lambda s: (_observe(s), s["micro"].done),
-                           expect_records=_records(k, True))
+                           expect_records=RECORDS)
     assert magpy.stats(trace.compiled).graphs_per_call == 1
 
 
@@ -297,7 +296,8 @@ def test_grad_kept_by_the_program_is_the_buffer():
              Step(".grad present", _signed_zeros, seed=1, expect=MOCK),
              after(_drop_grad, _signed_zeros, seed=2, expect=MOCK),
              after(_hold_grad, _signed_zeros, seed=3, expect=MOCK)]
-    check_compiled(_accumulating(keep=True), steps, fullgraph=False, observe=_grads_observed, expect_records=1)
+    check_compiled(_accumulating(keep=True), steps, fullgraph=False, observe=_grads_observed,
+                   expect_records=1)
 
 
 def test_grad_the_program_set_before_its_backward_is_no_buffer():
@@ -331,7 +331,8 @@ def test_grad_looked_at_before_its_backward_stays_guarded():
              after(_drop_grad, _signed_zeros, seed=2, expect=ANY),
              Step(".grad present again", _signed_zeros, seed=3, expect=ANY),
              after(_drop_grad, _signed_zeros, seed=4, expect=ANY)]
-    trace = check_compiled(build, steps, fullgraph=False, observe=lambda s: (_grads_observed(s), s["firsts"].n))
+    trace = check_compiled(build, steps, fullgraph=False,
+                           observe=lambda s: (_grads_observed(s), s["firsts"].n))
     assert magpy.stats(trace.compiled).eager_runs == 0
 
 
@@ -356,3 +357,66 @@ def test_accumulated_grad_read_in_the_same_call():
     steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=ANY if i < 2 * k else MOCK)
              for i in range(4 * k)]
     check_compiled(build, steps, fullgraph=False, observe=_observe, expect_records=4)
+
+
+def test_two_backwards_in_one_call():
+    # The first backward's .grad is the buffer; the second adds into the first's sum, in the
+    # graph.
+    def build():
+        w = nn.Parameter(torch.randn(4, 3))
+
+        def twice(x):
+            (w * x).sum().backward()
+            (w * x * x).sum().backward()
+        return twice, {"w": w}
+    steps = [Step("no .grad", _signed_zeros, seed=0, expect=MONITOR),
+             Step(".grad present", _signed_zeros, seed=1, expect=MOCK),
+             after(_drop_grad, _signed_zeros, seed=2, expect=MOCK),
+             after(_hold_grad, _signed_zeros, seed=3, expect=MOCK)]
+    check_compiled(build, steps, fullgraph=False, observe=_grads_observed, expect_records=1)
+
+
+def test_accumulation_then_an_eager_step():
+    # The loss read into Python between the backward and the optimizer step: the step's graph
+    # takes the buffer (the first graph's sum) as its input.
+    k = 2
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        opt = OPTIMIZERS["sgd-momentum"](model.parameters())
+        log = []
+
+        def micro_step(i, x, y):
+            loss = nn.functional.mse_loss(model(x), y) / k
+            loss.backward()
+            log.append(loss.item())
+            if (i + 1) % k == 0:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        return micro_step, {"model": model, "opt": opt, "log": log}
+    steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=ANY) for i in range(4 * k)]
+    trace = check_compiled(build, steps, fullgraph=False, observe=lambda s: (_observe(s), s["log"]))
+    st = magpy.stats(trace.compiled)
+    assert st.eager_runs == 0 and st.records <= RECORDS, st
+
+
+def test_grad_of_an_argument():
+    # A leaf the caller passes, with or without a .grad; the call returns its .grad.
+    def grad_of(x):
+        (x * x).sum().backward()
+        return x.grad
+
+    def build():
+        return grad_of, None
+
+    def leaf(with_grad):
+        def args(state):
+            x = torch.randn(4, 3).requires_grad_()
+            if with_grad:
+                x.grad = torch.full((4, 3), -0.0)
+            return (x,)
+        return args
+    steps = [Step("no .grad", leaf(False), seed=0, expect=MONITOR),
+             Step("no .grad again", leaf(False), seed=1, expect=MOCK),
+             Step("a .grad", leaf(True), seed=2, expect=MOCK)]
+    check_compiled(build, steps, fullgraph=False, expect_records=1)

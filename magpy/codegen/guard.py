@@ -64,7 +64,8 @@ NAMESPACE = {"SAME": same_value, "DICT_VERSION": _DICT_VERSION, "OWN_DICTS": byt
              "LENGTH_HINT": operator.length_hint,
              "GET_DICT": operator.attrgetter("__dict__"),
              "IS": operator.is_, "CLASS_DICT": None, "_short": None,
-             "MATH": math, "GRAD_FITS": joint.grad_fits}   # (the shape check's and the mock's floats computed from lifted ints)
+             "MATH": math,   # (the shape check's and the mock's floats computed from lifted ints)
+             "GRAD_FITS": joint.grad_fits, "DISTINCT_GRADS": joint.distinct}
 
 
 class GuardWriter:
@@ -82,6 +83,12 @@ class GuardWriter:
     def checked_tensors(self, nodes) -> list:
         """The tensors whose metadata ``TensorGuards`` checks."""
         return [n for n in nodes if n.kind is Kind.TENSOR and n.read and n.id not in self.buffered]
+
+    def distinct_buffers(self) -> str | None:
+        """The check that the ``.grad`` the mock takes as buffers are distinct tensors."""
+        if len(self.buffered) < 2:
+            return None
+        return f"DISTINCT_GRADS(({''.join(var(self.g.nodes[i]) + ', ' for i in self.buffered)}))"
 
     def tensor_guards(self, tensors, names) -> TensorGuards:
         """One check of the tensors' dtype, device, sizes and strides (not the lifted sizes)."""
@@ -117,6 +124,9 @@ class GuardWriter:
         shapes = self.shape_check(nodes)
         if shapes is not None:
             tail.append(f"if not {shapes}: return None")
+        distinct = self.distinct_buffers()
+        if distinct is not None:
+            tail.append(f"if not {distinct}: return None")
         state = self.names.const(self.entry_state, "GLOBAL_STATE")   # grad mode, autocast ...
         tail.append(f"if not {state}.check(): return None")
         ret = f"({', '.join(env)}{',' if len(env) == 1 else ''})"
@@ -157,7 +167,7 @@ class GuardWriter:
             out.append(f"    {v} = {self.path(node)}")
             checks = self.checks(node)
             if checks:
-                expected = _expected_in_words(node)
+                expected = (_BUFFER_IN_WORDS if node.id in self.buffered else _expected_in_words(node))
                 why = f"{_brace(w)}: expected {_brace(expected)}, got {{_short({v})}}"
                 # (repr: what it names may span lines or hold quotes, a Parameter key's repr)
                 out.append(f"    if not ({' and '.join(checks)}): return f{why!r}")
@@ -175,6 +185,9 @@ class GuardWriter:
         shapes = self.shape_check(nodes)
         if shapes is not None:
             out.append(f"    if not {shapes}: return 'the lifted sizes break one of: ' + SHAPES.conditions")
+        distinct = self.distinct_buffers()
+        if distinct is not None:
+            out.append(f"    if not {distinct}: return 'two parameters have one tensor as their .grad'")
         state = self.names.const(self.entry_state, "GLOBAL_STATE")
         out.append(f"    if not {state}.check(): return 'torch global state: ' + {state}.reason()")
         out += ["    return None", "  except Exception as e:",
@@ -581,6 +594,9 @@ def path_in_words(node, params) -> str:
     if rel == CELL:
         return f"{base} (closure cell)"
     return f"{base}.{rel}"
+
+
+_BUFFER_IN_WORDS = "None, or a tensor laid out as the graph adding into it was compiled for"
 
 
 def _expected_in_words(node) -> str:
