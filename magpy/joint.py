@@ -47,6 +47,7 @@ import inspect
 
 import torch
 import torch.fx as fx
+from torch._C._dynamo.guards import TensorGuards
 
 from magpy.config import config
 from magpy.opgraph import Arm
@@ -104,6 +105,33 @@ def grad_fits(grad, expected: tuple) -> bool:
             and layout(grad) == expected)
 
 
+class BuffersFit:
+    """The guard's check of the ``.grad`` a record takes as buffers, given in the order of
+    the buffers it was made for (the tensors the run had there): each None or a tensor the
+    graphs were compiled for, no two one tensor.  All present (accumulating) or all None
+    (after ``zero_grad(set_to_none=True)``) are the common cases: one ``TensorGuards`` call,
+    or none; a mix is checked tensor by tensor."""
+
+    __slots__ = ("layouts", "tensors")
+
+    def __init__(self, examples: list):
+        self.layouts = [layout(t) for t in examples]
+        self.tensors = TensorGuards(*examples, tensor_check_names=[f"grad{i}" for i in range(len(examples))],
+                                    dynamic_dims_sizes=[list(t.size()) for t in examples],
+                                    dynamic_dims_strides=[list(t.stride()) for t in examples])
+
+    def __call__(self, *grads) -> bool:
+        present = [g for g in grads if g is not None]
+        if not present:
+            return True
+        if len(present) == len(grads):
+            fits = self.tensors.check(*grads) and not any(g.storage_offset() for g in grads) \
+                and all(type(g) is torch.Tensor for g in grads)
+        else:
+            fits = all(g is None or grad_fits(g, want) for g, want in zip(grads, self.layouts))
+        return fits and len(set(map(id, present))) == len(present)
+
+
 def unread_grads(refgraph, leaves) -> set[int]:
     """The ids of the leaves whose ``.grad`` can be a buffer (module docstring): floating,
     with the ``.grad`` the call found, which it has neither read, nor reached otherwise, nor
@@ -123,11 +151,6 @@ def unread_grads(refgraph, leaves) -> set[int]:
     return out
 
 
-def distinct(grads: tuple) -> bool:
-    """Are the buffers' ``.grad`` that are not None distinct tensors (a graph adding into two
-    inputs that are one tensor was not compiled for that)?"""
-    held = [id(g) for g in grads if g is not None]
-    return len(set(held)) == len(held)
 
 
 @dataclasses.dataclass
@@ -265,13 +288,13 @@ def _record_buffered(recorder, leaf, new, grad) -> None:
 
 
 def buffered_grads(recorder) -> dict:
-    """id of the RefGraph node of each ``.grad`` that is a buffer -> the :func:`layout` the
-    graphs were compiled for."""
+    """id of the RefGraph node of each ``.grad`` that is a buffer -> the tensor the run had
+    there (what the graphs were compiled for)."""
     out = {}
     for piece in recorder.pieces:
         for _, ph in piece.inputs:
             if BUFFER in ph.meta:
-                out[ph.meta[BUFFER][1].id] = layout(ph.meta["example_value"])
+                out[ph.meta[BUFFER][1].id] = ph.meta["example_value"]
     return out
 
 

@@ -64,8 +64,7 @@ NAMESPACE = {"SAME": same_value, "DICT_VERSION": _DICT_VERSION, "OWN_DICTS": byt
              "LENGTH_HINT": operator.length_hint,
              "GET_DICT": operator.attrgetter("__dict__"),
              "IS": operator.is_, "CLASS_DICT": None, "_short": None,
-             "MATH": math,   # (the shape check's and the mock's floats computed from lifted ints)
-             "GRAD_FITS": joint.grad_fits, "DISTINCT_GRADS": joint.distinct}
+             "MATH": math}   # (the shape check's and the mock's floats computed from lifted ints)
 
 
 class GuardWriter:
@@ -76,19 +75,25 @@ class GuardWriter:
         self.g, self.names, self.needed = g, names, needed
         self.entry_state = entry_state   # torch's global state (grad mode ...) where the run began
         self.shapes = shapes             # magpy.dynamic.Shapes if the run lifted dimensions, else None
-        # id of the node of a .grad the mock takes as an accumulation buffer -> the layout the
-        # graph was compiled for (joint.buffered_grads): None or that, not the value read.
+        # id of the node of a .grad the mock takes as an accumulation buffer -> the tensor the
+        # run had there (joint.buffered_grads): checked by joint.BuffersFit, not the value read.
         self.buffered = buffered or {}
+        self.buffers_fit = None
 
     def checked_tensors(self, nodes) -> list:
         """The tensors whose metadata ``TensorGuards`` checks."""
         return [n for n in nodes if n.kind is Kind.TENSOR and n.read and n.id not in self.buffered]
 
-    def distinct_buffers(self) -> str | None:
-        """The check that the ``.grad`` the mock takes as buffers are distinct tensors."""
-        if len(self.buffered) < 2:
+    def buffers_check(self) -> str | None:
+        """``BUFFERS_FIT(v1, v2)`` (``joint.BuffersFit``) of the ``.grad`` the mock takes as
+        accumulation buffers: after the checks that tell the records of one program apart
+        (the branch a lifted int takes), which are cheaper."""
+        if not self.buffered:
             return None
-        return f"DISTINCT_GRADS(({''.join(var(self.g.nodes[i]) + ', ' for i in self.buffered)}))"
+        if self.buffers_fit is None:
+            fit = joint.BuffersFit(list(self.buffered.values()))
+            self.buffers_fit = self.names.const(fit, "BUFFERS_FIT")
+        return f"{self.buffers_fit}({', '.join(var(self.g.nodes[i]) for i in self.buffered)})"
 
     def tensor_guards(self, tensors, names) -> TensorGuards:
         """One check of the tensors' dtype, device, sizes and strides (not the lifted sizes)."""
@@ -124,9 +129,9 @@ class GuardWriter:
         shapes = self.shape_check(nodes)
         if shapes is not None:
             tail.append(f"if not {shapes}: return None")
-        distinct = self.distinct_buffers()
-        if distinct is not None:
-            tail.append(f"if not {distinct}: return None")
+        buffers = self.buffers_check()
+        if buffers is not None:
+            tail.append(f"if not {buffers}: return None")
         state = self.names.const(self.entry_state, "GLOBAL_STATE")   # grad mode, autocast ...
         tail.append(f"if not {state}.check(): return None")
         ret = f"({', '.join(env)}{',' if len(env) == 1 else ''})"
@@ -167,7 +172,7 @@ class GuardWriter:
             out.append(f"    {v} = {self.path(node)}")
             checks = self.checks(node)
             if checks:
-                expected = (_BUFFER_IN_WORDS if node.id in self.buffered else _expected_in_words(node))
+                expected = _expected_in_words(node)
                 why = f"{_brace(w)}: expected {_brace(expected)}, got {{_short({v})}}"
                 # (repr: what it names may span lines or hold quotes, a Parameter key's repr)
                 out.append(f"    if not ({' and '.join(checks)}): return f{why!r}")
@@ -185,9 +190,9 @@ class GuardWriter:
         shapes = self.shape_check(nodes)
         if shapes is not None:
             out.append(f"    if not {shapes}: return 'the lifted sizes break one of: ' + SHAPES.conditions")
-        distinct = self.distinct_buffers()
-        if distinct is not None:
-            out.append(f"    if not {distinct}: return 'two parameters have one tensor as their .grad'")
+        buffers = self.buffers_check()
+        if buffers is not None:
+            out.append(f"    if not {buffers}: return {_BUFFERS_IN_WORDS!r}")
         state = self.names.const(self.entry_state, "GLOBAL_STATE")
         out.append(f"    if not {state}.check(): return 'torch global state: ' + {state}.reason()")
         out += ["    return None", "  except Exception as e:",
@@ -300,10 +305,8 @@ class GuardWriter:
         raise CaptureError(f"no path step for relation {rel!r}")
 
     def checks(self, node) -> list[str]:
-        expected = self.buffered.get(node.id)
-        if expected is not None:
-            v = var(node)
-            return [f"({v} is None or GRAD_FITS({v}, {self.names.const(expected, 'GRAD_LAYOUT')}))"]
+        if node.id in self.buffered:
+            return []   # (buffers_check)
         return self.read_checks(node) + self.shape_checks(node)
 
     def read_checks(self, node) -> list[str]:
@@ -596,7 +599,8 @@ def path_in_words(node, params) -> str:
     return f"{base}.{rel}"
 
 
-_BUFFER_IN_WORDS = "None, or a tensor laid out as the graph adding into it was compiled for"
+_BUFFERS_IN_WORDS = ("a parameter's .grad is neither None nor a tensor laid out as the graph adding into it "
+                     "was compiled for, or two parameters have one tensor as their .grad")
 
 
 def _expected_in_words(node) -> str:
