@@ -420,3 +420,24 @@ def test_grad_of_an_argument():
              Step("no .grad again", leaf(False), seed=1, expect=MOCK),
              Step("a .grad", leaf(True), seed=2, expect=MOCK)]
     check_compiled(build, steps, fullgraph=False, expect_records=1)
+
+
+def test_some_grads_none_some_present():
+    # One parameter's .grad dropped, the other's kept: each buffer as its leaf has it.
+    def build():
+        model = nn.Linear(3, 4)
+
+        def accumulate(x):
+            model(x).square().sum().backward()
+        return accumulate, {"model": model}
+
+    def drop_weight_grad(state):
+        state["model"].weight.grad = None
+
+    def observe(state):
+        return [_bits(p.grad) for p in state["model"].parameters()]
+    steps = [Step("no .grad", lambda s: (torch.randn(2, 3),), seed=0, expect=MONITOR),
+             Step(".grad present", lambda s: (torch.randn(2, 3),), seed=1, expect=MOCK),
+             after(drop_weight_grad, lambda s: (torch.randn(2, 3),), seed=2, expect=MOCK),
+             Step(".grad present again", lambda s: (torch.randn(2, 3),), seed=3, expect=MOCK)]
+    check_compiled(build, steps, fullgraph=False, observe=observe, expect_records=1)
