@@ -141,10 +141,10 @@ class MockWriter:
             self.lines.append(f"    SET_MODES({self.names.const(modes)})")
         self.modes = modes
 
-    def graph_input(self, source, ph=None, piece: int = 0) -> str:
+    def graph_input(self, source, ph, piece: int) -> str:
         """The mock's expression of a graph input (see ``Piece.inputs``; ``ph`` its placeholder
         in piece ``piece``)."""
-        if ph is not None and joint.BUFFER in ph.meta:
+        if joint.BUFFER in ph.meta:
             return self.buffer(source.expr, ph, piece)
         if isinstance(source, InputSource):
             return source.expr
