@@ -379,7 +379,7 @@ def test_two_backwards_in_one_call():
 def test_accumulation_then_an_eager_step():
     # The loss read into Python between the backward and the optimizer step: the step's graph
     # takes the buffer (the first graph's sum) as its input.
-    k = 2
+    k = 4
 
     def build():
         model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
@@ -394,10 +394,11 @@ def test_accumulation_then_an_eager_step():
                 opt.step()
                 opt.zero_grad(set_to_none=True)
         return micro_step, {"model": model, "opt": opt, "log": log}
-    steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=ANY) for i in range(4 * k)]
-    trace = check_compiled(build, steps, fullgraph=False, observe=lambda s: (_observe(s), s["log"]))
-    st = magpy.stats(trace.compiled)
-    assert st.eager_runs == 0 and st.records <= RECORDS, st
+    steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=ANY if i < 2 * k else MOCK)
+             for i in range(4 * k)]
+    trace = check_compiled(build, steps, fullgraph=False, observe=lambda s: (_observe(s), s["log"]),
+                           expect_records=RECORDS)
+    assert magpy.stats(trace.compiled).eager_runs == 0
 
 
 def test_grad_of_an_argument():
