@@ -13,6 +13,20 @@ is one graph the mock runs.  Three operations stand for what the autograd engine
   calls without ``zero_grad``): ``AccumulateGrad`` adds in place too, so the ``.grad`` object
   the program holds stays the same.
 
+Gradient accumulation calls one program with ``.grad`` None (after
+``zero_grad(set_to_none=True)``) and then present: recorded as above, each would be a record
+of its own.  Where the call has not looked at a leaf's ``.grad`` before its backward
+(:func:`unread_grads`), one record serves both: the graph adds the gradient in place into a
+*buffer* input, which the mock takes (:func:`grad_buffer`) as the ``.grad`` the leaf has, or,
+where it has none, as a new tensor laid out as :func:`new_grad` lays it out and filled with
+``-0.0``, the identity of floating addition (``-0.0 + g`` is ``g`` bit for bit, signed zeros
+included; not where denormals are flushed, ``torch.set_flush_denormal(True)``), which it
+then leaves in ``.grad``.  The guard checks such a ``.grad`` with :func:`grad_fits` (None, or
+a tensor the graph was compiled for) instead of by value, and that no two are one tensor
+(:func:`distinct`).  Reads of the accumulated ``.grad`` later in the call (``clip_grad_norm_``,
+the optimizer step) are reads of the graph's in-place result, so they see what eager sees
+either way.
+
 The recording run computes exactly these, eagerly (the monitor run is the eager run), and
 the mock leaves the new tensors in ``.grad``.  With the "eager" backend the graph runs them
 as they are; a backend compiling through AOTAutograd gets the graph in
@@ -27,14 +41,17 @@ compile no backward, and ``magpy.config.joint_backward = False``.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 
 import torch
 import torch.fx as fx
+from torch._C._dynamo.guards import TensorGuards
 
 from magpy.config import config
 from magpy.opgraph import Arm
+from magpy.refgraph.graph import ATTR
 
 # Backends whose compiled graphs may hold a backward: "eager" runs it with the autograd
 # engine, "inductor" compiles :func:`inference_form`.
@@ -55,9 +72,85 @@ def new_grad(grad, leaf):
     """The ``.grad`` ``AccumulateGrad`` makes of a leaf's first gradient: a tensor of its own
     (two leaves may get one gradient tensor), with the leaf's strides if the leaf is dense,
     else contiguous (``clone_obey_contract``)."""
+    return _grad_like(leaf, grad.dtype).copy_(grad)
+
+
+def _grad_like(leaf, dtype):
     dense = torch._prims_common.is_non_overlapping_and_dense_or_false(leaf)
     fmt = torch.preserve_format if dense else torch.contiguous_format
-    return torch.empty_like(leaf, dtype=grad.dtype, memory_format=fmt).copy_(grad)
+    return torch.empty_like(leaf, dtype=dtype, memory_format=fmt)
+
+
+# The key of a graph input's ``meta`` that makes it a leaf's accumulation buffer (module
+# docstring): (the leaf's RefGraph node, the node of the ``.grad`` the backward read).
+BUFFER = "magpy_grad_buffer"
+
+
+def grad_buffer(leaf):
+    """The mock's buffer for ``leaf``'s accumulation: its ``.grad``, or where it has none a
+    new tensor laid out as :func:`new_grad` lays it out, holding ``-0.0``."""
+    grad = leaf.grad
+    return _grad_like(leaf, leaf.dtype).fill_(-0.0) if grad is None else grad
+
+
+def layout(t) -> tuple:
+    """What :func:`grad_fits` compares: dtype, device, sizes, strides, storage offset."""
+    return t.dtype, t.device, t.shape, t.stride(), t.storage_offset()
+
+
+def grad_fits(grad, expected: tuple) -> bool:
+    """Is ``grad``, a leaf's ``.grad`` that is not None, a tensor the graph adding into it
+    was compiled for (``expected``: its :func:`layout`)?"""
+    return (type(grad) is torch.Tensor and grad.layout is torch.strided and not grad.requires_grad
+            and layout(grad) == expected)
+
+
+class BuffersFit:
+    """The guard's check of the ``.grad`` a record takes as buffers, given in the order of
+    the buffers it was made for (the tensors the run had there): each None or a tensor the
+    graphs were compiled for, no two one tensor.  All present (accumulating) or all None
+    (after ``zero_grad(set_to_none=True)``) are the common cases: one ``TensorGuards`` call,
+    or none; a mix is checked tensor by tensor."""
+
+    __slots__ = ("layouts", "tensors")
+
+    def __init__(self, examples: list):
+        self.layouts = [layout(t) for t in examples]
+        self.tensors = TensorGuards(*examples, tensor_check_names=[f"grad{i}" for i in range(len(examples))],
+                                    dynamic_dims_sizes=[list(t.size()) for t in examples],
+                                    dynamic_dims_strides=[list(t.stride()) for t in examples])
+
+    def __call__(self, *grads) -> bool:
+        present = [g for g in grads if g is not None]
+        if not present:
+            return True
+        if len(present) == len(grads):
+            fits = self.tensors.check(*grads) and not any(g.storage_offset() for g in grads) \
+                and all(type(g) is torch.Tensor for g in grads)
+        else:
+            fits = all(g is None or grad_fits(g, want) for g, want in zip(grads, self.layouts))
+        return fits and len(set(map(id, present))) == len(present)
+
+
+def unread_grads(refgraph, leaves) -> set[int]:
+    """The ids of the leaves whose ``.grad`` can be a buffer (module docstring): floating,
+    with the ``.grad`` the call found, which it has neither read, nor reached otherwise, nor
+    stored to, and which is None or a tensor of its own laid out as :func:`new_grad` would
+    make it."""
+    shared = collections.Counter(id(leaf.grad) for leaf in leaves if leaf.grad is not None)
+    out = set()
+    for leaf in leaves:
+        node = refgraph.node_of(leaf)
+        grad = leaf.grad
+        if node is None or node.snapshot is None or node.snapshot.get("grad") is not grad \
+                or (ATTR, "grad") in node.children or len(node.versions) > 1 or not leaf.is_floating_point():
+            continue
+        if grad is None or (shared[id(grad)] == 1 and refgraph.node_of(grad) is None
+                            and grad_fits(grad, layout(_grad_like(leaf, leaf.dtype)))):
+            out.add(id(leaf))
+    return out
+
+
 
 
 @dataclasses.dataclass
@@ -158,9 +251,10 @@ def _sparse_gradient(node: fx.Node) -> bool:
 _SPARSE_GRADIENTS = (torch.nn.functional.embedding, torch.nn.functional.embedding_bag)
 
 
-def record(recorder, loss, gradient, leaves: list) -> None:
+def record(recorder, loss, gradient, leaves: list, buffered: set[int] = frozenset()) -> None:
     """Run ``loss.backward(gradient)`` as the graph will (module docstring) and record it into
-    the current graph: the leaves' ``.grad`` end up as eager leaves them."""
+    the current graph: the leaves' ``.grad`` end up as eager leaves them.  The ``.grad`` of
+    the leaves whose ids are in ``buffered`` (:func:`unread_grads`) are buffers."""
     with recorder.paused():
         grads = gradients(loss, tuple(leaves), gradient)
     recorder.record_call(gradients, (loss, tuple(leaves), gradient), grads)
@@ -173,10 +267,35 @@ def record(recorder, loss, gradient, leaves: list) -> None:
                 leaf.grad = new = new_grad(grad, leaf)
             else:
                 new = old.add_(grad)
-        if old is None:
+        if id(leaf) in buffered:
+            _record_buffered(recorder, leaf, new, grad)
+        elif old is None:
             recorder.record_call(new_grad, (grad, leaf), new)
         else:
             recorder.record_call(torch.Tensor.add_, (old, grad), new)
+
+
+def _record_buffered(recorder, leaf, new, grad) -> None:
+    """``new.add_(grad)`` into the buffer ``new`` (the ``.grad`` eager left: made, or added
+    into), a graph input the mock makes (:func:`grad_buffer`), named after the leaf."""
+    node = recorder.refgraph.node_of(leaf)
+    recorder.eager_tensor(new, f"gbuf{node.id}")
+    with recorder.paused():   # (what recording does with the new input is magpy's own work)
+        recorder.record_call(torch.Tensor.add_, (new, grad), new)
+    added = recorder.piece.nodes.get(id(new))
+    if added is not None and added.target == "add_":
+        added.args[0].meta[BUFFER] = (node, node.children[(ATTR, "grad")])
+
+
+def buffered_grads(recorder) -> dict:
+    """id of the RefGraph node of each ``.grad`` that is a buffer -> the tensor the run had
+    there (what the graphs were compiled for)."""
+    out = {}
+    for piece in recorder.pieces:
+        for _, ph in piece.inputs:
+            if BUFFER in ph.meta:
+                out[ph.meta[BUFFER][1].id] = ph.meta["example_value"]
+    return out
 
 
 def has_backward(gm: fx.GraphModule) -> bool:

@@ -248,6 +248,8 @@ def backward_intrinsic(recorder):
             return torch.Tensor.backward(*args, **(kwargs or {}))
         leaves = (*found.leaves, *holders)
         with recorder.paused():
+            # (FSDP's reduce-scatter writes the holders' .grad itself: theirs stay as found)
+            buffered = set() if holders else joint.unread_grads(recorder.refgraph, leaves)
             before = tuple(_grad_read(recorder.refgraph, leaf) for leaf in leaves)
         if not all(map(recorder.knows, (g for g in before if g is not None))):
             breaker("Tensor.backward into a .grad of unknown origin", step=True)
@@ -257,7 +259,7 @@ def backward_intrinsic(recorder):
             if why is None:
                 _guard_leaf_hooks(recorder.refgraph, leaves)
         if why is None:
-            joint.record(recorder, loss, gradient, leaves)
+            joint.record(recorder, loss, gradient, leaves, buffered)
             return None
         brk = breaker.where(f"loss.backward() runs eagerly between graphs ({why})")
         step = (loss, gradient, retain_graph, tuple(leaves), before)

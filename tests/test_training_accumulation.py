@@ -11,13 +11,17 @@ its second value, 1, on (a symbol of the ints from 1 up, ``magpy.dynamic.Shapes.
 and the branch on it is guarded by the side it takes (``(1 + s0) % k != 0``), not by the
 value; ``i`` does not enter the graph, so the backward stays in it (one graph per call).
 
-What is left is the program's own structure, one record each: the first call (no ``.grad``
-yet), the first optimizer step (no optimizer state yet: SGD's momentum buffers, AdamW's
-moments, are made there), then the steady state: the accumulate-only micro-step and the
-step (with ``set_to_none=True`` and ``k > 2`` the micro-step after a step finds no ``.grad``
-and makes it, a record of its own).  Every call after the first ``2 * k`` micro-steps is a
-mock run.  Before, ``i`` was guarded by value at 0 and 1 and lifted from 2, and the lifted
-int made the backward an eager step (two graphs per call): 6 records for ``k=4``.
+What is left is the program's own structure, one record each: the first call (``i`` still
+a constant), the first optimizer step (no optimizer state yet: SGD's momentum buffers,
+AdamW's moments, are made there), then the steady state: the accumulate-only micro-step and
+the step.  Whether a parameter's ``.grad`` is None (after ``zero_grad(set_to_none=True)``)
+or holds the gradients so far makes no record of its own: the graph adds into a buffer the
+mock takes from ``.grad``, or makes where there is none (``magpy.joint``), so 4 records
+for every ``k`` and both forms of ``zero_grad``.  Every call after the first ``2 * k``
+micro-steps is a mock run.  Before, the micro-step after a step, finding no ``.grad``, was
+a record of its own (5 for ``k=4`` and ``set_to_none=True``); before that, ``i`` was
+guarded by value at 0 and 1 and lifted from 2, and the lifted int made the backward an
+eager step (two graphs per call): 6 records.
 
 Each test compares against the same loop run eagerly after every micro-step: loss,
 parameters, gradients and optimizer state, bit for bit under backend "eager".
@@ -69,10 +73,9 @@ def _micro_batch(i):
     return lambda state: (i, torch.randn(6, 8), torch.randn(6, 4))
 
 
-def _records(k, set_to_none) -> int:
-    """The first call, the first optimizer step, the steady accumulate-only and step records,
-    and with set_to_none=True and k > 2 the micro-step that finds no .grad."""
-    return 4 + (set_to_none and k > 2)
+# The first call, the first optimizer step, the steady accumulate-only and step records, for
+# every k and either form of zero_grad (whatever .grad holds: magpy.joint's buffers).
+RECORDS = 4
 
 
 @pytest.mark.parametrize("set_to_none", [True, False], ids=["set_to_none", "zeroed"])
@@ -83,10 +86,10 @@ def test_accumulation_records_per_structure_not_per_step(k, opt, set_to_none):
     steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=ANY if i < 2 * k else MOCK)
              for i in range(n)]
     trace = check_compiled(_build(k, OPTIMIZERS[opt], set_to_none), steps, fullgraph=False, observe=_observe,
-                           expect_records=_records(k, set_to_none))
+                           expect_records=RECORDS)
     st = magpy.stats(trace.compiled)
     assert st.eager_runs == 0 and st.breaks == {} and st.graphs_per_call == 1, st
-    assert st.mock_runs == n - _records(k, set_to_none), st
+    assert st.mock_runs == n - RECORDS, st
 
 
 def test_first_micro_steps_record_then_every_call_replays():
@@ -95,11 +98,11 @@ def test_first_micro_steps_record_then_every_call_replays():
     expect = {0: MONITOR,   # no .grad
               1: MONITOR,   # i lifted (from 1), .grad present: the accumulate-only record
               3: MONITOR,   # the first step: no momentum buffers yet
-              4: MONITOR,   # no .grad after zero_grad(set_to_none=True)
               7: MONITOR}   # the step, momentum buffers present
+    # (4, finding no .grad after zero_grad(set_to_none=True), replays 1: its .grad is a buffer)
     steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=expect.get(i, MOCK)) for i in range(16)]
     check_compiled(_build(k, OPTIMIZERS["sgd-momentum"], True), steps, fullgraph=False, observe=_observe,
-                   expect_records=5)
+                   expect_records=4)
 
 
 class _MicroSteps:
@@ -128,7 +131,7 @@ def test_accumulation_counted_in_program_state():
     steps = [Step(f"micro-step {i}", lambda state: (torch.randn(6, 8), torch.randn(6, 4)), seed=i,
                   expect=ANY if i < 2 * k else MOCK) for i in range(4 * k)]
     trace = check_compiled(build, steps, fullgraph=False, observe=lambda s: (_observe(s), s["micro"].done),
-                           expect_records=_records(k, True))
+                           expect_records=RECORDS)
     assert magpy.stats(trace.compiled).graphs_per_call == 1
 
 
@@ -222,3 +225,220 @@ def test_backward_of_a_forward_with_symbolic_sizes_stays_eager(what):
     trace = check_compiled(_plain_build(weighted), steps, fullgraph=False, observe=_observe)
     st = magpy.stats(trace.compiled)
     assert st.eager_runs == 0 and any("symbolic sizes" in reason for reason in st.breaks), st
+
+
+# -- a .grad None or present: one record (magpy.joint's accumulation buffers) ----------------------
+
+def _bits(t):
+    """A tensor's bits (``torch.equal`` takes -0.0 for 0.0 and no NaN for itself)."""
+    return None if t is None else t.detach().view(torch.int32)
+
+
+def _grads_observed(state):
+    w = state["w"]
+    return _bits(w.grad), _bits(state.get("held")), w.grad is state.get("held"), \
+        [g is w.grad for g in state.get("seen", ())]
+
+
+def _signed_zeros(state):
+    # gradients with -0.0 and 0.0, which a -0.0 buffer keeps bit for bit
+    x = torch.randn(4, 3)
+    x[0] = -0.0
+    x[1, 0] = 0.0
+    return (x,)
+
+
+def _hold_grad(state):
+    state["w"].grad = state["held"] = torch.full((4, 3), -0.0)
+
+
+def _drop_grad(state):
+    state["w"].grad = None
+
+
+def _accumulating(keep=False, clear_first=False):
+    def build():
+        w = nn.Parameter(torch.randn(4, 3))
+        state = {"w": w, "seen": []}
+
+        def accumulate(x):
+            if clear_first:
+                w.grad = None
+            (w * x).sum().backward()
+            if keep:
+                state["seen"].append(w.grad)
+        return accumulate, state
+    return build
+
+
+def test_grad_none_or_present_is_one_record():
+    # The first call makes .grad; the others add into it, find none again (set to None from
+    # outside), or add into a tensor the program holds (which sees the sums, as in eager);
+    # one record for all.  A .grad laid out otherwise than AccumulateGrad makes it (strides
+    # of a transpose) records again, adding into it in the graph.
+    def transposed(state):
+        state["w"].grad = state["held"] = torch.zeros(3, 4).t()
+
+    steps = [Step("no .grad", _signed_zeros, seed=0, expect=MONITOR),
+             Step(".grad present", _signed_zeros, seed=1, expect=MOCK),
+             after(_drop_grad, _signed_zeros, seed=2, expect=MOCK),
+             Step(".grad present again", _signed_zeros, seed=3, expect=MOCK),
+             after(_hold_grad, _signed_zeros, seed=4, expect=MOCK),
+             Step("the held .grad again", _signed_zeros, seed=5, expect=MOCK),
+             after(transposed, _signed_zeros, seed=6, expect=MONITOR),
+             after(_drop_grad, _signed_zeros, seed=7, expect=MOCK)]
+    check_compiled(_accumulating(), steps, fullgraph=False, observe=_grads_observed, expect_records=2)
+
+
+def test_grad_kept_by_the_program_is_the_buffer():
+    # The program keeps the .grad it accumulated into: the mock leaves the same tensor there.
+    steps = [Step("no .grad", _signed_zeros, seed=0, expect=MONITOR),
+             Step(".grad present", _signed_zeros, seed=1, expect=MOCK),
+             after(_drop_grad, _signed_zeros, seed=2, expect=MOCK),
+             after(_hold_grad, _signed_zeros, seed=3, expect=MOCK)]
+    check_compiled(_accumulating(keep=True), steps, fullgraph=False, observe=_grads_observed,
+                   expect_records=1)
+
+
+def test_grad_the_program_set_before_its_backward_is_no_buffer():
+    # ``w.grad = None`` in the call, then backward: a new .grad every time, never an addition
+    # into the one the call found (the held tensor keeps its zeros).
+    steps = [Step("no .grad", _signed_zeros, seed=0, expect=MONITOR),
+             after(_hold_grad, _signed_zeros, seed=1, expect=ANY),
+             Step("again", _signed_zeros, seed=2, expect=ANY),
+             after(_drop_grad, _signed_zeros, seed=3, expect=ANY)]
+    check_compiled(_accumulating(clear_first=True), steps, fullgraph=False, observe=_grads_observed)
+
+
+class _Firsts:
+    def __init__(self):
+        self.n = 0
+
+
+def test_grad_looked_at_before_its_backward_stays_guarded():
+    # The program branches on ``w.grad is None`` before its backward: that is guarded by
+    # value (one record per side), the .grad is no buffer.
+    def build():
+        w, firsts = nn.Parameter(torch.randn(4, 3)), _Firsts()
+
+        def accumulate(x):
+            if w.grad is None:
+                firsts.n += 1
+            (w * x).sum().backward()
+        return accumulate, {"w": w, "firsts": firsts}
+    steps = [Step("no .grad", _signed_zeros, seed=0, expect=MONITOR),
+             Step(".grad present", _signed_zeros, seed=1, expect=MONITOR),
+             after(_drop_grad, _signed_zeros, seed=2, expect=ANY),
+             Step(".grad present again", _signed_zeros, seed=3, expect=ANY),
+             after(_drop_grad, _signed_zeros, seed=4, expect=ANY)]
+    trace = check_compiled(build, steps, fullgraph=False,
+                           observe=lambda s: (_grads_observed(s), s["firsts"].n))
+    assert magpy.stats(trace.compiled).eager_runs == 0
+
+
+def test_accumulated_grad_read_in_the_same_call():
+    # clip_grad_norm_ after every backward reads the accumulated .grad in the graph (the
+    # buffer after the addition), whether the micro-step found a .grad or not.
+    k = 3
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        opt = OPTIMIZERS["adamw"](model.parameters())
+
+        def micro_step(i, x, y):
+            loss = nn.functional.mse_loss(model(x), y) / k
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            if (i + 1) % k == 0:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            return loss.detach(), norm
+        return micro_step, {"model": model, "opt": opt}
+    steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=ANY if i < 2 * k else MOCK)
+             for i in range(4 * k)]
+    check_compiled(build, steps, fullgraph=False, observe=_observe, expect_records=4)
+
+
+def test_two_backwards_in_one_call():
+    # The first backward's .grad is the buffer; the second adds into the first's sum, in the
+    # graph.
+    def build():
+        w = nn.Parameter(torch.randn(4, 3))
+
+        def twice(x):
+            (w * x).sum().backward()
+            (w * x * x).sum().backward()
+        return twice, {"w": w}
+    steps = [Step("no .grad", _signed_zeros, seed=0, expect=MONITOR),
+             Step(".grad present", _signed_zeros, seed=1, expect=MOCK),
+             after(_drop_grad, _signed_zeros, seed=2, expect=MOCK),
+             after(_hold_grad, _signed_zeros, seed=3, expect=MOCK)]
+    check_compiled(build, steps, fullgraph=False, observe=_grads_observed, expect_records=1)
+
+
+def test_accumulation_then_an_eager_step():
+    # The loss read into Python between the backward and the optimizer step: the step's graph
+    # takes the buffer (the first graph's sum) as its input.
+    k = 4
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        opt = OPTIMIZERS["sgd-momentum"](model.parameters())
+        log = []
+
+        def micro_step(i, x, y):
+            loss = nn.functional.mse_loss(model(x), y) / k
+            loss.backward()
+            log.append(loss.item())
+            if (i + 1) % k == 0:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        return micro_step, {"model": model, "opt": opt, "log": log}
+    steps = [Step(f"micro-step {i}", _micro_batch(i), seed=i, expect=ANY if i < 2 * k else MOCK)
+             for i in range(4 * k)]
+    trace = check_compiled(build, steps, fullgraph=False, observe=lambda s: (_observe(s), s["log"]),
+                           expect_records=RECORDS)
+    assert magpy.stats(trace.compiled).eager_runs == 0
+
+
+def test_grad_of_an_argument():
+    # A leaf the caller passes, with or without a .grad; the call returns its .grad.
+    def grad_of(x):
+        (x * x).sum().backward()
+        return x.grad
+
+    def build():
+        return grad_of, None
+
+    def leaf(with_grad):
+        def args(state):
+            x = torch.randn(4, 3).requires_grad_()
+            if with_grad:
+                x.grad = torch.full((4, 3), -0.0)
+            return (x,)
+        return args
+    steps = [Step("no .grad", leaf(False), seed=0, expect=MONITOR),
+             Step("no .grad again", leaf(False), seed=1, expect=MOCK),
+             Step("a .grad", leaf(True), seed=2, expect=MOCK)]
+    check_compiled(build, steps, fullgraph=False, expect_records=1)
+
+
+def test_some_grads_none_some_present():
+    # One parameter's .grad dropped, the other's kept: each buffer as its leaf has it.
+    def build():
+        model = nn.Linear(3, 4)
+
+        def accumulate(x):
+            model(x).square().sum().backward()
+        return accumulate, {"model": model}
+
+    def drop_weight_grad(state):
+        state["model"].weight.grad = None
+
+    def observe(state):
+        return [_bits(p.grad) for p in state["model"].parameters()]
+    steps = [Step("no .grad", lambda s: (torch.randn(2, 3),), seed=0, expect=MONITOR),
+             Step(".grad present", lambda s: (torch.randn(2, 3),), seed=1, expect=MOCK),
+             after(drop_weight_grad, lambda s: (torch.randn(2, 3),), seed=2, expect=MOCK),
+             Step(".grad present again", lambda s: (torch.randn(2, 3),), seed=3, expect=MOCK)]
+    check_compiled(build, steps, fullgraph=False, observe=observe, expect_records=1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from magpy import joint
 from magpy.codegen.guard import NAMESPACE as GUARD_NAMESPACE
 from magpy.codegen.guard import GuardWriter
 from magpy.codegen.mock import MISS, MockCommitError, MockWriter, StepRaised
@@ -64,7 +65,8 @@ def generate(refgraph: RefGraph, recording, result, nargs: int, kwarg_names: tup
     env = [var(sn) for sn in inputs]
     env += [var(refgraph.nodes[i]) for i in sorted(refs) if var(refgraph.nodes[i]) not in env]
     needed = refs | {sn.id for sn in inputs}
-    writer = GuardWriter(refgraph, names, needed, recording.entry_state, recording.lifted)
+    writer = GuardWriter(refgraph, names, needed, recording.entry_state, recording.lifted,
+                         joint.buffered_grads(recording.recorder))
     guard_lines, fast_lines = writer.write(nargs, kwarg_names, env)
     diagnose = "\n".join(writer.write_diagnose(nargs, kwarg_names, params))
     mock_src = None

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch._C._dynamo.guards import TensorGuards
 
+from magpy import joint
 from magpy.codegen.source import is_literal, same_value, value_checks, var
 from magpy.errors import CaptureError
 from magpy.monitor import bytecode
@@ -70,10 +71,29 @@ class GuardWriter:
     """Writes the full guard and, from the same per-node lines, the fast guard (see
     :func:`_fast_plan`)."""
 
-    def __init__(self, g, names, needed, entry_state, shapes=None):
+    def __init__(self, g, names, needed, entry_state, shapes=None, buffered=None):
         self.g, self.names, self.needed = g, names, needed
         self.entry_state = entry_state   # torch's global state (grad mode ...) where the run began
         self.shapes = shapes             # magpy.dynamic.Shapes if the run lifted dimensions, else None
+        # id of the node of a .grad the mock takes as an accumulation buffer -> the tensor the
+        # run had there (joint.buffered_grads): checked by joint.BuffersFit, not the value read.
+        self.buffered = buffered or {}
+        self.buffers_fit = None
+
+    def checked_tensors(self, nodes) -> list:
+        """The tensors whose metadata ``TensorGuards`` checks."""
+        return [n for n in nodes if n.kind is Kind.TENSOR and n.read and n.id not in self.buffered]
+
+    def buffers_check(self) -> str | None:
+        """``BUFFERS_FIT(v1, v2)`` (``joint.BuffersFit``) of the ``.grad`` the mock takes as
+        accumulation buffers: after the checks that tell the records of one program apart
+        (the branch a lifted int takes), which are cheaper."""
+        if not self.buffered:
+            return None
+        if self.buffers_fit is None:
+            fit = joint.BuffersFit(list(self.buffered.values()))
+            self.buffers_fit = self.names.const(fit, "BUFFERS_FIT")
+        return f"{self.buffers_fit}({', '.join(var(self.g.nodes[i]) for i in self.buffered)})"
 
     def tensor_guards(self, tensors, names) -> TensorGuards:
         """One check of the tensors' dtype, device, sizes and strides (not the lifted sizes)."""
@@ -100,7 +120,7 @@ class GuardWriter:
         self.needed = {n.id for n in nodes}
         kw = f" or tuple(kwargs) != {tuple(kwarg_names)!r}" if kwarg_names else " or kwargs"
         head = [f"if len(args) != {nargs}{kw}: return None"]
-        tensors = [n for n in nodes if n.kind is Kind.TENSOR and n.read]
+        tensors = self.checked_tensors(nodes)
         tail = []
         if tensors:
             tg = self.tensor_guards(tensors, [var(n) for n in tensors])
@@ -109,6 +129,9 @@ class GuardWriter:
         shapes = self.shape_check(nodes)
         if shapes is not None:
             tail.append(f"if not {shapes}: return None")
+        buffers = self.buffers_check()
+        if buffers is not None:
+            tail.append(f"if not {buffers}: return None")
         state = self.names.const(self.entry_state, "GLOBAL_STATE")   # grad mode, autocast ...
         tail.append(f"if not {state}.check(): return None")
         ret = f"({', '.join(env)}{',' if len(env) == 1 else ''})"
@@ -157,7 +180,7 @@ class GuardWriter:
         for rel, w in relations:
             why = f"{w}: no longer the same object as another path to it"
             out.append(f"    if not ({rel}): return {why!r}")
-        tensors = [n for n in nodes if n.kind is Kind.TENSOR and n.read]
+        tensors = self.checked_tensors(nodes)
         if tensors:
             tg = self.tensor_guards(tensors, [words[n.id] for n in tensors])
             loaded = ", ".join(var(n) for n in tensors)
@@ -167,6 +190,9 @@ class GuardWriter:
         shapes = self.shape_check(nodes)
         if shapes is not None:
             out.append(f"    if not {shapes}: return 'the lifted sizes break one of: ' + SHAPES.conditions")
+        buffers = self.buffers_check()
+        if buffers is not None:
+            out.append(f"    if not {buffers}: return {_BUFFERS_IN_WORDS!r}")
         state = self.names.const(self.entry_state, "GLOBAL_STATE")
         out.append(f"    if not {state}.check(): return 'torch global state: ' + {state}.reason()")
         out += ["    return None", "  except Exception as e:",
@@ -279,6 +305,8 @@ class GuardWriter:
         raise CaptureError(f"no path step for relation {rel!r}")
 
     def checks(self, node) -> list[str]:
+        if node.id in self.buffered:
+            return []   # (buffers_check)
         return self.read_checks(node) + self.shape_checks(node)
 
     def read_checks(self, node) -> list[str]:
@@ -569,6 +597,10 @@ def path_in_words(node, params) -> str:
     if rel == CELL:
         return f"{base} (closure cell)"
     return f"{base}.{rel}"
+
+
+_BUFFERS_IN_WORDS = ("a parameter's .grad is neither None nor a tensor laid out as the graph adding into it "
+                     "was compiled for, or two parameters have one tensor as their .grad")
 
 
 def _expected_in_words(node) -> str:

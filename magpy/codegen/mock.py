@@ -20,6 +20,7 @@ import types
 import torch
 
 from magpy import annotations as ann
+from magpy import joint
 from magpy.codegen.source import Names, is_literal, value_checks, var
 from magpy.continuations import Reduced, Resume, Shadowed, Variable
 from magpy.dynamic import IntFloat, Scalar, symbolic
@@ -81,7 +82,7 @@ MISS = _Miss()
 NAMESPACE = {"FUNCTION": types.FunctionType, "CELL": types.CellType, "COMMIT_FAILED": MockCommitError,
              "MISS": MISS, "STEP_RAISED": StepRaised, "RESUME": Resume, "SCALAR": scalar_tensor,
              "INT_SCALAR": int_tensor, "SET_GRAD": torch._C._set_grad_enabled, "SET_MODES": set_thread_modes,
-             "SETATTR": _setattr, "DELATTR_IF": _delattr_if}
+             "SETATTR": _setattr, "DELATTR_IF": _delattr_if, "GRAD_BUFFER": joint.grad_buffer}
 
 
 class MockWriter:
@@ -104,6 +105,10 @@ class MockWriter:
         self.used = None       # names of mock variables the code being written uses (continuations)
         self.point = None      # the resume point whose state the code being written writes back
         self.made_then = None  # the makers of the tensors of the step whose call is being written
+        # A leaf's accumulation buffer (magpy.joint): id(the .grad the run had there) -> the
+        # mock's variable, and (the leaf's node, the piece taking it) in order.
+        self.buffers: dict[int, str] = {}
+        self.buffered: list = []
 
     def write(self, result):
         """The mock's body: pieces and steps in program order, then the final state."""
@@ -117,7 +122,7 @@ class MockWriter:
                     self.step(step)
             if piece.op_count:
                 self.switch(piece.start_modes)
-                ins = ", ".join(self.graph_input(source) for source, _ in piece.inputs)
+                ins = ", ".join(self.graph_input(source, ph, piece.index) for source, ph in piece.inputs)
                 self.lines.append(f"    out{piece.index} = GRAPH{piece.index}({ins})")
                 # A graph leaves the modes as the program had them where it ends: at the next
                 # step (where it was cut), or at the end of the call (the last one).
@@ -137,8 +142,11 @@ class MockWriter:
             self.lines.append(f"    SET_MODES({self.names.const(modes)})")
         self.modes = modes
 
-    def graph_input(self, source) -> str:
-        """The mock's expression of a graph input (see ``Piece.inputs``)."""
+    def graph_input(self, source, ph, piece: int) -> str:
+        """The mock's expression of a graph input (see ``Piece.inputs``; ``ph`` its placeholder
+        in piece ``piece``)."""
+        if joint.BUFFER in ph.meta:
+            return self.buffer(source.expr, ph, piece)
         if isinstance(source, InputSource):
             return source.expr
         if isinstance(source, IntFloatInput):
@@ -147,6 +155,16 @@ class MockWriter:
             value = self.load(source.node)
             return f"SCALAR({source.source.format(x=value)})" if type(source.node.value) is float else value
         return self.load(source)
+
+    def buffer(self, name: str, ph, piece: int) -> str:
+        """A leaf's accumulation buffer, taken before piece ``piece``'s graph runs
+        (``joint.grad_buffer``): the mock's variable ``name``, which stands for the ``.grad``
+        of the run from here on."""
+        leaf, _ = ph.meta[joint.BUFFER]
+        self.lines.append(f"    {name} = GRAD_BUFFER({self.load(leaf)})")
+        self.buffers[id(ph.meta["example_value"])] = name
+        self.buffered.append((leaf, piece))
+        return name
 
     def step(self, step) -> None:
         """An eager step: its call on the values at the break, or a check of what it gave."""
@@ -205,6 +223,10 @@ class MockWriter:
         try:
             for node, now in point.changed:
                 self.update(node, now)
+            changed = {node.id for node, _ in point.changed}
+            for leaf, piece in self.buffered:
+                if piece < point.before and leaf.id not in changed:
+                    self.update(leaf, leaf.snapshot)
             frames = []
             values = [v for fs in point.frames for v in (*fs.locals, *fs.stack)]
             rebuilt = tuple(i for i, v in enumerate(values) if type(v) is Reduced)
@@ -236,6 +258,9 @@ class MockWriter:
     def final(self, result):
         for node in self.g.mock_nodes():
             self.update(node)
+        for leaf, _ in self.buffered:
+            if not leaf.changed:   # (a buffer made where the leaf had no .grad goes there)
+                self.update(leaf)
         ret = self.expr(result)
         self.fill_cells()
         self.switch(self.final_modes)
@@ -413,7 +438,7 @@ class MockWriter:
 
     # ------------------------------------------------------------------ values
     def expr(self, v) -> str:
-        name = self.dynamic.get(id(v))
+        name = self.dynamic.get(id(v)) or self.buffers.get(id(v))
         if name is not None:
             return self.use(name)
         if type(v) is Reduced:   # taken at a resume point
