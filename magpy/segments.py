@@ -379,8 +379,8 @@ class Segmenter(Observer):
             return False
         lazies = list(map(self._in_graph, args))
         if not any(lazies) or not all(lz is not None or _plain_number(a) and id(a) not in self.dynamic
-                                      for a, lz in zip(args, lazies)):
-            return False
+                                      and self._lifted_float(a) is None for a, lz in zip(args, lazies)):
+            return False   # (a lifted float would be a constant of the graph: a step takes it)
         if any(fn is f for f in _DIVISIONS) and (lazies[1] is not None or not args[1]):
             return False   # (Python raises for a zero divisor, where the graph gives inf)
         operands = tuple(a if lz is None else lz.standin for a, lz in zip(args, lazies))
@@ -1043,11 +1043,19 @@ class Segmenter(Observer):
         if var is not None:
             return continuations.Variable(var)
         t = type(v)
+        if t is float:   # a lifted float (ReduceLROnPlateau's ``best``): the mock computes it
+            return self._lifted_float(v) or v
         if not depth or t not in _CONTAINERS:
             return v
         if t is dict:
             return {k: self._freeze(x, depth - 1) for k, x in v.items()}
         return t(self._freeze(x, depth - 1) for x in v)
+
+    def _lifted_float(self, v: float) -> Shadowed | None:
+        """``v`` with its shadow where the run lifted it or computed it from lifted values."""
+        shapes = self.recorder.shapes
+        sh = shapes.float_shadow(v) if shapes is not None else None
+        return _shadowed(v, sh) if sh is not None else None
 
     def is_dynamic(self, v, depth: int = _TAINT_DEPTH) -> bool:
         """Is ``v`` a dynamic value, or a container holding one?"""

@@ -238,11 +238,50 @@ def test_reduce_lr_on_plateau_with_a_float_the_program_computes():
 
 
 def test_reduce_lr_on_plateau_with_the_loss():
-    # ``sched.step(loss.item())``: the comparison with ``best`` is on a value an eager step
-    # read from the loss, so ``best`` is guarded by value (a record per improvement, then
-    # eager at the cache limit): exact all along.
-    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(12)]
-    check_compiled(_plateau_build(lambda loss: loss.item()), steps, fullgraph=False, observe=_observe)
+    # ``sched.step(loss.item())``: ``a < best * rel_eps`` compares a value an eager step read
+    # from the loss with the lifted ``best``; the comparison is an eager step given ``best *
+    # rel_eps`` as the mock computes it from each call's ``best``, its outcome checked (a
+    # failed check resumes the monitor there).  Before, ``best`` was guarded by value: a
+    # record per improvement, eager from step 9.  Now 4 records for any number of steps.
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(24)]
+    trace = check_compiled(_plateau_build(lambda loss: loss.item()), steps, fullgraph=False, observe=_observe)
+    st = magpy.stats(trace.compiled)
+    assert st.records <= 4 and st.eager_runs == 0 and st.mock_runs >= 14, st
+
+
+class _Best:
+    def __init__(self):
+        self.best = math.inf
+        self.kept = 0
+
+
+def _keep_if_better(tracker):
+    def f(x):
+        v = (x * x).sum().item()
+        if v < tracker.best * 0.99:   # (an eager step's float against the lifted best)
+            tracker.best = v
+            tracker.kept += 1
+        return x * 2
+    return f
+
+
+def test_eager_value_compared_with_a_lifted_float_held_in_state():
+    def build():
+        tracker = _Best()
+        return _keep_if_better(tracker), {"tracker": tracker}
+
+    def sized(scale):
+        return lambda state: (torch.full((4,), scale),)
+    # improving, not improving, improving again, then the best changed from outside
+    scales = [3.0, 2.0, 1.5, 1.6, 1.7, 1.0, 1.2, 0.5, 0.6, 0.4]
+    steps = [Step(f"call {i + 1}: scale {s}", sized(s), expect=ANY) for i, s in enumerate(scales)]
+
+    def reset_best(state):
+        state["tracker"].best = 100.0
+    steps += [after(reset_best, sized(1.0), expect=ANY), Step("then worse", sized(2.0), expect=ANY)]
+    trace = check_compiled(build, steps, fullgraph=False, observe=lambda s: vars(s["tracker"]))
+    st = magpy.stats(trace.compiled)
+    assert st.records <= 3 and st.eager_runs == 0 and st.mock_runs >= 6, st
 
 
 @pytest.mark.slow

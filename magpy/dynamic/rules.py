@@ -54,6 +54,11 @@ def _binary(sh, f, ins, inputs, outputs, in_sh):
 
 def _compare(sh, f, ins, inputs, outputs, in_sh):
     a, b = inputs
+    if any(map(sh.eager_value, inputs)) and any(type(s) in (Scalar, IntFloat) for s in in_sh):
+        # A value an eager step computed against a lifted float (ReduceLROnPlateau's ``loss <
+        # best * rel_eps``): the comparison is an eager step too, given the float with its
+        # shadow (``Segmenter._freeze``), its outcome checked: nothing to guard here.
+        return True
     if any(type(s) is IntFloat for s in in_sh) or float in (type(a), type(b)):
         # (a float computed from lifted ints, or a lifted int against a float: ``step <= 4.5``)
         return sh.float_condition(in_sh, inputs, operators.COMPARE[ins.arg][0], outputs[0])

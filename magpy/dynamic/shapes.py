@@ -408,9 +408,15 @@ class Shapes(Observer):
             for x in v:
                 self.constant_written(x)
             return
-        sh = self.floats.get(id(v)) if type(v) is float else None
-        if sh is not None and sh.value is v:
+        sh = self.float_shadow(v)
+        if sh is not None:
             specialise(sh)
+
+    def float_shadow(self, v):
+        """The shadow of ``v``, a float the run lifted or computed from lifted values (None
+        for anything else)."""
+        sh = self.floats.get(id(v)) if type(v) is float else None
+        return sh if sh is not None and sh.value is v else None
 
     def on_enter(self, frame) -> None:
         # How many intrinsics deep the frame runs: a frame one deeper than its caller was
