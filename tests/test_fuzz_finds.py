@@ -881,6 +881,28 @@ def test_tensor_an_if_passed_through_at_a_resume_point():
     """, [rows(1, 1), rows(0.2, 0.2), rows(-3, -3), rows(-0.5, -0.5), rows(-3, -3)])
 
 
+def test_lifted_size_appended_to_a_list_in_state():
+    # A silent wrong result (fuzz seed 1301174): ``lst.append`` of a lifted size kept the
+    # item's shadow for the mock, which wrote the list with the recording's size as a
+    # constant (ints are not guarded where written: one object per value); sizes 4, 5, 3
+    # left [4, 5, 5].  Only floats' shadows are followed into an appended list now.
+    like_eager("""
+        class Holder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.hist = []
+
+        M = Holder()
+
+        def f(x):
+            m = M
+            k = x.shape[0]
+            m.hist.append(k)
+            return x * 2
+    """, ["X = torch.randn(4, 4); ARGS = (X,)", "X = torch.randn(5, 4); ARGS = (X,)",
+          "X = torch.randn(3, 4); ARGS = (X,)", "X = torch.randn(7, 4); ARGS = (X,)"])
+
+
 # Programs of the campaign that fell back to eager with "a tensor of unknown origin" (53), one
 # or two per cause above: they compile now.
 CAMPAIGN_UNKNOWN_ORIGIN = [100146, 101219, 102456, 100464, 105716, 107616, 108244]

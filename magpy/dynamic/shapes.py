@@ -647,7 +647,12 @@ class Shapes(Observer):
 
     def _appended(self, f, lst, lst_shadow, added) -> bool:
         """``lst.append(x)`` (a schedule's ``lrs.append(lr)``): the list's item shadows, the
-        slots of this frame that hold it and the :attr:`grown` list registry get ``x``'s."""
+        slots of this frame that hold it and the :attr:`grown` list registry get ``x``'s.  Floats
+        only: where the list reaches the mock without its item shadows, :meth:`constant_written`
+        guards a float it writes as a constant, but cannot find an int (one object per value:
+        ``hist.append(x.shape[0])`` wrote the recording's size on every call)."""
+        if type(added) not in (Scalar, IntFloat):
+            return False
         before = items_of(lst[:-1], lst_shadow)
         if before is None:
             return False
