@@ -12,13 +12,13 @@ background compile waited for and its autopilot trial over), then each round tim
 variant over every input (``--calls`` passes, variants in a rotated order each round), and
 each variant's time is compared with eager's *of the same round*.
 
-Models: ``mlp`` (``benchmarks.gpu``'s 8 x Linear 256 + GELU, batch 1), ``bert`` (the zoo's, at
-``--size``), ``blockdrop`` (``benchmarks.control_flow``'s BlockDrop, 6 blocks, its first 16
-images) and ``lstm`` (its LSTM language model, 3 layers, 16 sequences of lengths 10..40), all
-under ``torch.no_grad()``.  Variants: ``eager``, ``torch.compile`` (default mode), on a GPU
-``torch.compile-ro`` (``mode="reduce-overhead"``), ``magpy`` (defaults) and on a GPU
-``magpy-cudagraphs`` (``magpy.config.cuda_graphs = True``).  Every variant's outputs are
-compared with eager's (rtol = atol = 1e-3) once warmed up.
+Models: ``mlp`` (``benchmarks.gpu``'s 8 x Linear 256 + GELU, batch 1), ``bert`` and
+``resnet50`` (the zoo's, at ``--size``), ``blockdrop`` (``benchmarks.control_flow``'s
+BlockDrop, 6 blocks, its first 16 images) and ``lstm`` (its LSTM language model, 3 layers, 16
+sequences of lengths 10..40), all under ``torch.no_grad()``. Variants: ``eager``,
+``torch.compile`` (default mode), on a GPU ``torch.compile-ro`` (``mode="reduce-overhead"``),
+``magpy`` (defaults) and on a GPU ``magpy-cudagraphs`` (``magpy.config.cuda_graphs = True``).
+Every variant's outputs are compared with eager's (rtol = atol = 1e-3) once warmed up.
 
 Columns: ``ms``: the median over rounds of each round's median call (``benchmarks.device.now``
 around each call: the device's work and the host's dispatch); ``x eager``: the median over
@@ -44,7 +44,7 @@ from benchmarks.gpu import build_mlp, magpy_config
 from benchmarks.models import MODELS
 from benchmarks.run import machine_info
 
-MODEL_NAMES = ("mlp", "bert", "blockdrop", "lstm")
+MODEL_NAMES = ("mlp", "bert", "resnet50", "blockdrop", "lstm")
 INPUTS = 16          # control-flow models: inputs per pass
 TOLERANCE = 1e-3
 
@@ -59,6 +59,11 @@ def _bert(size: str):
     return model.eval(), [(args, kwargs)]
 
 
+def _resnet50(size: str):
+    model, args, kwargs = MODELS["resnet50"](size)
+    return model.eval(), [(args, kwargs)]
+
+
 def _blockdrop(size: str):
     return control_flow.build(6), [((control_flow.image(i),), {}) for i in range(INPUTS)]
 
@@ -69,7 +74,7 @@ def _lstm(size: str):
     return model, [((x,), {}) for x in control_flow.lstm_inputs(INPUTS)]
 
 
-BUILDERS = {"mlp": _mlp, "bert": _bert, "blockdrop": _blockdrop, "lstm": _lstm}
+BUILDERS = {"mlp": _mlp, "bert": _bert, "resnet50": _resnet50, "blockdrop": _blockdrop, "lstm": _lstm}
 
 
 # name -> (makes the variant from the model, magpy.config while it compiles, GPU only)
@@ -188,7 +193,7 @@ def main(argv=None) -> int:
           f"{opts.rounds} rounds; bert size {size}", flush=True)
     rows = []
     for name in names:
-        passes = opts.calls or (20 if name in ("mlp", "bert") else 2)
+        passes = opts.calls or (2 if name in ("blockdrop", "lstm") else 20)
         rows += measure(name, opts.device, size, opts.rounds, passes)
         print_table([r for r in rows if r["model"] == name])
         print(flush=True)
