@@ -20,7 +20,8 @@ nothing written in place, no random draw, no collective; no backward either; mos
 graphs) is therefore tried *paired*: each call on trial runs every version on its inputs, in
 turn first, and returns the first one's result; after :data:`WARMUP_CALLS` such calls,
 :data:`TIMED_CALLS` timed ones decide by the median over calls of each version's time
-relative to the compiled one's.
+relative to the compiled one's.  (Where a second version runs out of memory beside the first
+one's outputs, the call returns the first one's result and the trial starts again unpaired.)
 
 ``magpy.config.autopilot`` (on by default) turns trials off for graphs compiled after it
 is set; the "eager" backend has nothing to try.  On a GPU a compiled graph that qualifies for
@@ -99,7 +100,13 @@ class Trial:
         took, out = {}, None
         for which in [(n + j) % k for j in range(k)]:
             start = _now() if timed else 0.0
-            result = self._version(which)(*args)
+            try:
+                result = self._version(which)(*args)
+            except torch.OutOfMemoryError:
+                if out is None:
+                    raise   # (the call's own: its first version alone did not fit)
+                self._unpair()
+                return out
             took[which] = _now() - start if timed else 0.0
             out = result if out is None else out
         if not timed:
@@ -111,6 +118,14 @@ class Trial:
         if last:
             self.decide()
         return out
+
+    def _unpair(self) -> None:
+        """Another version did not fit in memory beside the first one's outputs: the trial
+        starts again with one version per call."""
+        with self.lock:
+            if self.paired:
+                self.paired, self.calls = False, 0
+                self.times = tuple([] for _ in self.versions)
 
     def _turn(self) -> int:
         with self.lock:

@@ -251,3 +251,25 @@ def test_explain_and_log_show_the_decision(autopilot_on, caplog):
     assert "kept eager (sleepy" in line
     text = str(magpy.explain(compiled, *args))
     assert "autopilot" in text and "record 0 graph 0: 3 operations: kept eager" in text
+
+
+def test_paired_trial_out_of_memory_starts_again_unpaired():
+    """Two versions' memory at once may not fit on a GPU: the call gives the first version's
+    result, and the trial goes on with one version per call (which fits, as calls did before)."""
+    calls = []
+
+    def compiled(x):
+        calls.append("compiled")
+        return [x + 1]
+
+    def eager(x):
+        calls.append("eager")
+        if calls.count("eager") == 1 and "compiled" in calls[:-1]:   # (beside compiled's outputs)
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return [x + 1]
+
+    trial = autopilot.Trial(compiled, eager, "backend", 1, paired=True)
+    for _ in range(2 * (autopilot.WARMUP_CALLS + autopilot.TIMED_CALLS) + 1):
+        assert torch.equal(trial(torch.zeros(2))[0], torch.ones(2))
+    assert not trial.paired and trial.kept is not None
+    assert [len(t) for t in trial.times] == [autopilot.TIMED_CALLS] * 2
