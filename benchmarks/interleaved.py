@@ -40,6 +40,7 @@ from benchmarks import control_flow
 from benchmarks.device import add_argument as add_device_argument
 from benchmarks.device import describe as describe_device
 from benchmarks.device import now, to_device
+from benchmarks.dynamic import main_output
 from benchmarks.gpu import build_mlp, magpy_config
 from benchmarks.models import MODELS
 from benchmarks.run import machine_info
@@ -49,19 +50,13 @@ INPUTS = 16          # control-flow models: inputs per pass
 TOLERANCE = 1e-3
 
 
-def _mlp(size: str):
-    model, args, _ = build_mlp(size)
-    return model, [(args, {})]
-
-
-def _bert(size: str):
-    model, args, kwargs = MODELS["bert"](size)
-    return model.eval(), [(args, kwargs)]
-
-
-def _resnet50(size: str):
-    model, args, kwargs = MODELS["resnet50"](size)
-    return model.eval(), [(args, kwargs)]
+def _one_call(build):
+    """A builder of the zoo's form (``(model, args, kwargs)`` at a size), as a model and its
+    one call."""
+    def make(size: str):
+        model, args, kwargs = build(size)
+        return model.eval(), [(args, kwargs)]
+    return make
 
 
 def _blockdrop(size: str):
@@ -74,7 +69,8 @@ def _lstm(size: str):
     return model, [((x,), {}) for x in control_flow.lstm_inputs(INPUTS)]
 
 
-BUILDERS = {"mlp": _mlp, "bert": _bert, "resnet50": _resnet50, "blockdrop": _blockdrop, "lstm": _lstm}
+BUILDERS = {"mlp": _one_call(build_mlp), "bert": _one_call(MODELS["bert"]),
+            "resnet50": _one_call(MODELS["resnet50"]), "blockdrop": _blockdrop, "lstm": _lstm}
 
 
 # name -> (makes the variant from the model, magpy.config while it compiles, GPU only)
@@ -87,10 +83,6 @@ VARIANTS = {
 }
 
 
-def _main_tensor(out) -> torch.Tensor:
-    return out if isinstance(out, torch.Tensor) else getattr(out, "last_hidden_state", out[0])
-
-
 def warm_up(fn, calls: list, reference: list) -> str:
     """Calls until compiled and decided; '' if its outputs equal eager's, else what differs."""
     for _ in range(3):
@@ -100,7 +92,7 @@ def warm_up(fn, calls: list, reference: list) -> str:
     for _ in range(magpy.autopilot.TRIAL_CALLS):   # (the trials of records that reuse late)
         for args, kwargs in calls:
             fn(*args, **kwargs)
-    worst = max(float((_main_tensor(fn(*a, **k)) - r).abs().max()) for (a, k), r in zip(calls, reference))
+    worst = max(float((main_output(fn(*a, **k)) - r).abs().max()) for (a, k), r in zip(calls, reference))
     return "" if worst <= TOLERANCE else f"max abs diff {worst:.2e}"
 
 
@@ -127,7 +119,7 @@ def measure(model_name: str, device: str, size: str, rounds: int, passes: int) -
     torch._dynamo.reset()
     magpy.reset()
     with torch.no_grad():
-        reference = [_main_tensor(model(*a, **k)) for a, k in calls]
+        reference = [main_output(model(*a, **k)) for a, k in calls]
         made, wrong = {}, {}
         for name, (make, config, cuda_only) in VARIANTS.items():
             if cuda_only and not device.startswith("cuda"):

@@ -1464,16 +1464,13 @@ def repeatable(gm: fx.GraphModule) -> bool:
     operation in it or in its branches and loop bodies writes (:func:`writes`: in place, random
     numbers, grad-mode switches) or talks to other processes."""
     for node in gm.graph.nodes:
-        if node.op in _CALLS and (writes(node) or _communicates(node.target)):
+        if writes(node) or node.op == "call_function" and _communicates(node.target):
             return False
         if node.op == "get_attr":
             sub = getattr(gm, node.target, None)
             if isinstance(sub, fx.GraphModule) and not repeatable(sub):
                 return False
     return True
-
-
-_CALLS = frozenset({"call_function", "call_method", "call_module"})
 
 
 def _communicates(target) -> bool:

@@ -33,7 +33,7 @@ from torch.amp.grad_scaler import GradScaler
 from torch.optim import optimizer as _optimizer
 
 from magpy import annotations as ann
-from magpy import fsdp, joint
+from magpy import fsdp, joint, standins
 from magpy.monitor.policy import CallPolicy
 from magpy.refgraph.graph import ATTR
 
@@ -54,7 +54,7 @@ def add_to(policy: CallPolicy) -> None:
     policy.add_intrinsic(_optimizer._get_value, _step_value)
     if hasattr(_optimizer, "_stack_if_compiling"):
         policy.add_intrinsic(_optimizer._stack_if_compiling, _stacked_if_tensors)
-    policy.reroute(GradScaler._maybe_opt_step, lambda caller, args, kwargs: _maybe_opt_step)
+    policy.reroute(GradScaler._maybe_opt_step, standins.always(_maybe_opt_step))
 
 
 def _maybe_opt_step(self, optimizer, optimizer_state, *args, **kwargs):
