@@ -46,6 +46,7 @@ from typing import Callable
 
 import torch
 import torch.utils._pytree as pytree
+from torch.optim import optimizer as _optimizer
 
 from magpy.monitor import operators
 from magpy.monitor.frame import Frame
@@ -87,6 +88,9 @@ def _inplace(*reads, relation=None):
 # --------------------------------------------------------------------------- functions by identity
 # Natives that look at their arguments' types only (an optimizer's ``torch.is_tensor(group["lr"])``).
 TYPE_READERS = (isinstance, issubclass, callable, type, torch.is_tensor)
+# Functions that give a number argument back as it is (an optimizer's ``_get_value(lr)``, which
+# reads a tensor's value and passes anything else through): a lifted float stays lifted.
+NUMBER_PASS_THROUGH = (_optimizer._get_value,)
 FUNCTIONS: dict[Callable, Annotation] = {
     **{f: TYPE_ONLY for f in TYPE_READERS},
     **{f: STRUCT_READ for f in (len, iter, enumerate, zip, reversed, list, tuple, set, frozenset, dict,

@@ -36,7 +36,7 @@ import warnings
 import weakref
 from collections.abc import Iterator
 
-from magpy import continuations, logs, rng
+from magpy import logs, rng
 from magpy.backends import SYMBOLIC
 from magpy.codegen import MISS, MockCommitError, StepRaised
 from magpy.config import config
@@ -50,10 +50,16 @@ from magpy.errors import (
     GraphBreakWarning,
     MagpyError,
 )
-from magpy.monitor import Monitor
 from magpy.monitor.tracebacks import frame_object, program_entries, user_stacklevel
 from magpy.opgraph import failed_assertion, failed_own_check, set_thread_modes
-from magpy.record import FastGuardMismatch, Record, capture, capture_continuation, machinery_failed
+from magpy.record import (
+    FastGuardMismatch,
+    Record,
+    capture,
+    capture_continuation,
+    machinery_failed,
+    resume_unrecorded,
+)
 from magpy.refgraph.graph import tensor_version
 
 _ALL_CACHES: weakref.WeakSet = weakref.WeakSet()
@@ -212,7 +218,7 @@ class RecordCache:
             # A step raised where the program may handle it: the rest runs monitored, unrecorded
             # (a continuation's guard would not tell one exception from another).
             self.stats.eager_runs += 1
-            return Monitor().resume(continuations.frames(point, None), point.throw)
+            return resume_unrecorded(point, point.throw)
         values = point.values()
         conts = rec.continuations.get(point.index, ())
         for cont in conts:
@@ -231,7 +237,10 @@ class RecordCache:
             if not sole:   # another thread records this callable now
                 return self.finish_unrecorded(point)
             self.stats.monitor_runs += 1
-            result, cont = capture_continuation(point, self.backend, [])
+            lifting = None
+            if self.lifting is not None:
+                lifting = rec.lifting_at.setdefault(point.index, Lifting())
+            result, cont = capture_continuation(point, self.backend, [], lifting)
             if cont is not None:
                 with self._lock:
                     rec.continuations[point.index] = (cont, *rec.continuations.get(point.index, ()))
@@ -255,7 +264,7 @@ class RecordCache:
     def finish_unrecorded(self, point: Resume):
         """The rest of a call from a failed check, run by the monitor without recording."""
         self.stats.eager_runs += 1
-        return Monitor().resume(continuations.frames(point, None))
+        return resume_unrecorded(point)
 
     def promote_continuation(self, rec: Record, index: int, cont: Record) -> None:
         """Most recently matched first, among the continuations from one resume point."""

@@ -38,7 +38,8 @@ import types
 
 import torch
 
-from magpy.monitor import NULL, Frame, bytecode, code_info
+from magpy.monitor import NULL, Frame, bytecode, code_info, generators
+from magpy.monitor.observer import Entries, Items
 from magpy.monitor.protocols import py_method
 from magpy.opgraph import thread_modes
 from magpy.refgraph.graph import RefGraph, held_by_identity, is_immutable
@@ -109,6 +110,17 @@ class Reduced:
     def __init__(self, original, parts: tuple):
         self.original = original
         self.parts = parts
+
+
+class TakenFunction:
+    """A function the call made with a closure (an optimizer's ``_compute_rect``), taken at a
+    resume point: its defaults and closure cells taken (shared with the frames that hold
+    them); the mock makes it again over them (``MockWriter.function``)."""
+
+    __slots__ = ("original", "defaults", "cells")
+
+    def __init__(self, original, defaults, cells: tuple):
+        self.original, self.defaults, self.cells = original, defaults, cells
 
 
 class Shadowed:
@@ -198,11 +210,7 @@ def _slots(taker, values, shadows, shadowed) -> list:
     """A frame's locals or stack, taken: a value with a shadow as ``shadowed`` says."""
     if shadowed is None or shadows is None or len(shadows) != len(values):
         return [taker.take(v) for v in values]
-    out = []
-    for v, sh in zip(values, shadows):
-        got = shadowed(v, sh) if sh is not None else None
-        out.append(got if type(got) is Shadowed else taker.take(v if got is None else got))
-    return out
+    return [taker.take_slot(v, sh, shadowed) for v, sh in zip(values, shadows)]
 
 
 def resumable(monitor, resumed: tuple = ()) -> bool:
@@ -298,6 +306,56 @@ class _Taker:
             return {k: v if k in snap and snap[k] is v else self.take(v) for k, v in now.items()}
         return self.take(now)
 
+    def _take_function(self, v: types.FunctionType, depth: int) -> TakenFunction:
+        got = self.memo[id(v)] = TakenFunction(v, None, ())
+        self._keep.append(v)
+        got.defaults = self.take(v.__defaults__, depth - 1)
+        got.cells = tuple(self.take(c, depth - 1) for c in v.__closure__)
+        return got
+
+    def take_slot(self, v, sh, shadowed):
+        """A value ``v`` whose shadow is ``sh``, as ``shadowed`` (:func:`take`'s) says."""
+        got = shadowed(v, sh) if sh is not None or type(v) is types.CellType else None
+        if type(got) is not Shadowed:
+            return self.take(v if got is None else got)
+        if type(v) is types.CellType:   # (a frame's cell holding the lr a comprehension reads)
+            return self._take_cell(v, got)
+        if type(got.shadow) not in (Items, Entries):
+            return got
+        return self._take_items(v, got.shadow, shadowed)
+
+    def _take_cell(self, v: types.CellType, contents: Shadowed):
+        # (taken before from a frame that holds it without the shadow, a comprehension's: the
+        # same new cell, its contents computed)
+        got = self.memo.get(id(v))
+        if got is None:
+            self._keep.append(v)
+            got = self.memo[id(v)] = types.CellType()
+        got.cell_contents = contents
+        return got
+
+    def _take_items(self, v, sh, shadowed):
+        """A container of values computed from lifted ones (``**kwargs`` holding the lr): a
+        copy whose items are taken with their shadows, so the mock computes them from the
+        call's own.  Taken plainly before, it stays that copy: the mock writes its numbers as
+        constants, which guards them (``Shapes.constant_written``)."""
+        got = self.memo.get(id(v))
+        if got is not None:
+            return got
+        self._keep.append(v)
+        if type(v) is dict:
+            got = self.memo[id(v)] = {}
+            self.originals[id(got)] = v
+            got.update({self.take(k): self.take_slot(x, sh.get(k), shadowed) for k, x in v.items()})
+            return got
+        items = [self.take_slot(x, s, shadowed) for x, s in zip(v, sh)]
+        if type(v) is list:
+            got = self.memo[id(v)] = items
+            self.originals[id(got)] = v
+            return got
+        got = self.memo[id(v)] = tuple(items)
+        return got
+
     def take(self, v, depth: int = _DEPTH):
         name = self.dynamic.get(id(v))
         if name is not None:   # an eager step's value: the mock's variable (the record may
@@ -335,7 +393,7 @@ class _Taker:
             pass   # a builtin method bound to an object (``x.clamp``): reduced below, getattr(obj, name)
         elif isinstance(v, (types.FunctionType, type, types.ModuleType, types.BuiltinFunctionType)):
             if isinstance(v, types.FunctionType) and v.__closure__:
-                raise Unresumable(f"a closure made in the call ({v.__qualname__}) is live")
+                return self._take_function(v, depth)
             return v
         if t is types.CellType:   # a frame's own cell (no closure over it is live): a new one
             got = self.memo[id(v)] = types.CellType()
@@ -343,6 +401,14 @@ class _Taker:
                 got.cell_contents = self.take(v.cell_contents, depth - 1)
             except ValueError:
                 pass   # empty: the variable is not bound yet
+            return got
+        call = generators.native_call(v) if generators.is_monitored(v) else None
+        if call is not None and not call[2]:
+            # Not started: made again by calling its function natively with its arguments as
+            # they are now (``self.parameters()`` taken before the loop over it).
+            got = self.memo[id(v)] = Reduced(v, ())
+            self._keep.append(v)
+            got.parts = (call[0], tuple(self.take(a, depth - 1) for a in call[1]))
             return got
         if isinstance(v, (torch.nn.Module, types.GeneratorType, types.CoroutineType)):
             raise Unresumable(f"a {t.__qualname__} made in the call is live")

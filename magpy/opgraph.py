@@ -530,7 +530,9 @@ class OpRecorder(TorchFunctionMode):
         # it is an operand of floating tensor arithmetic.
         self._operands = _scalar_operands(name, args)
         steps = self.lifted(args, kwargs) if self._operands is not False and self.lifted is not None else ()
-        self._fix_constants(args, kwargs, steps)
+        steps = self._scalar_list_step(name, args, steps)
+        keyword = self._keyword_step(name, args, kwargs)
+        self._fix_constants(args, {k: v for k, v in kwargs.items() if k != keyword[0]}, steps)
         # A tensor an if passed through, reached through a slot the if left it in, is the
         # cond's output there (magpy.controlflow).
         nodes = self.branches.standing_in(args, kwargs) if self.branches is not None else None
@@ -538,9 +540,10 @@ class OpRecorder(TorchFunctionMode):
             args, kwargs = nodes
         try:
             fargs = tuple(self._positional(name, a) if var is None else self._scalar_input(a, var)
+                          if type(var) is not tuple else self._scalar_list_input(a, var)
                           for a, var in zip(args, steps or (None,) * len(args)))
             self._operands = False
-            fkwargs = {k: self._keyword(name, args, k, v) for k, v in kwargs.items()}
+            fkwargs = {k: self._keyword(name, args, k, v, keyword) for k, v in kwargs.items()}
         except _Unsupported:
             if not _made_from_data(args, kwargs, out):
                 raise
@@ -698,23 +701,60 @@ class OpRecorder(TorchFunctionMode):
             return self.graph.call_function(_constant(a), ())
         raise _Unsupported(f"tensor operation argument of type {type(a).__qualname__}")
 
-    def _keyword(self, name: str, args: tuple, key: str, value):
+    def _keyword(self, name: str, args: tuple, key: str, value, step: tuple = (None, None)):
         """The graph argument of keyword argument ``key``.  A lifted float that float tensor
         arithmetic reads as a Python number (:data:`_NUMBER_KEYWORDS`: an optimizer's
         ``param.add_(grad, alpha=-lr)``, ``torch._foreach_add_(params, grads, alpha=-lr)``,
         ``torch._foreach_addcdiv_(params, grads, avg, value=-lr)``, ``torch._fused_adamw_(...,
         lr=lr)``) is an input: a 0-d float64 tensor, which torch reads back as the very float
         (a Scalar or float parameter takes a 0-d tensor through ``.item()``; a fused
-        optimizer's tensor-lr overload reads ``lr.item<double>()``).  Where
+        optimizer's tensor-lr overload reads ``lr.item<double>()``), and so is one an eager
+        step computed (``step``: the keyword and its variable, :meth:`_keyword_step`).  Where
         :func:`_operand_dtype` would not take a number operand as a tensor, it stays a value
         (compiling backends rewrite ``alpha`` into tensor arithmetic: ``training.tensor_alphas``)."""
-        if type(value) in (Scalar, IntFloat) and _NUMBER_KEYWORDS.get(name) == key:
+        if key == step[0] or type(value) in (Scalar, IntFloat) and _NUMBER_KEYWORDS.get(name) == key:
             self._operands = None if _operand_dtype(args) is not False else False
             try:
-                return self._arg(value)
+                return self._scalar_input(value, step[1]) if key == step[0] else self._arg(value)
             finally:
                 self._operands = False
         return pytree.tree_map(self._arg, value)
+
+    def _scalar_list_step(self, name: str, args: tuple, steps: tuple) -> tuple:
+        """``steps`` (:meth:`lifted`'s), with the variables of the scalar list of a foreach
+        operation that takes one as a tensor too (:data:`_SCALAR_LIST_AT`) where eager steps
+        computed every item (Adamax's step sizes ``[lr / bc * -1 for bc in bias_corrections]``,
+        ``bc`` from the step counts' ``.item()``): the graph takes them as one input."""
+        at = _SCALAR_LIST_AT.get(name)
+        if at is None or len(args) <= at or type(args[at]) not in (list, tuple) or self.lifted is None:
+            return steps
+        values = args[at]
+        if not values or not all(type(v) is float for v in values):
+            return steps
+        names = self.lifted(tuple(values), {})
+        if not all(type(n) is str for n in names):
+            return steps
+        steps = list(steps or (None,) * len(args))
+        steps[at] = names
+        return tuple(steps)
+
+    def _scalar_list_input(self, values, names: tuple) -> fx.Node:
+        """Floats eager steps computed (their variables ``names``) as one 1-D float64 tensor
+        input, which the operation's ``.Tensor`` overload reads back as the same floats."""
+        source = InputSource(f"SCALAR(({', '.join(names)},))")
+        return self._placeholder(source, source, scalar_tensor(list(values)))
+
+    def _keyword_step(self, name: str, args: tuple, kwargs: dict) -> tuple:
+        """``(keyword, variable)`` of the number keyword of operation ``name`` whose float an
+        eager step computed (NAdam's ``param.addcdiv_(grad, denom, value=-lr * (1 - mu) / (1 -
+        mu_product))``, ``mu`` from the step count's ``.item()``): a graph input, not a value
+        the mock checks; else ``(None, None)``."""
+        key = _NUMBER_KEYWORDS.get(name)
+        value = kwargs.get(key) if key is not None else None
+        if type(value) is not float or self.lifted is None or _operand_dtype(args) is False:
+            return None, None
+        (var,) = self.lifted((value,), {})
+        return (key, var) if type(var) is str else (None, None)
 
     def _scalar_arg(self, a: Scalar):
         """A lifted float argument: a graph input where it is an operand of float tensor
@@ -1321,6 +1361,10 @@ _NUMBER_KEYWORDS = {
     **dict.fromkeys(("addcdiv", "addcdiv_", "addcmul", "addcmul_", "_foreach_addcdiv", "_foreach_addcdiv_",
                      "_foreach_addcmul", "_foreach_addcmul_"), "value"),
     **dict.fromkeys(("_fused_adam_", "_fused_adamw_", "_fused_sgd_", "_fused_adagrad_"), "lr")}
+# Foreach operations whose list of numbers at that position may be a 1-D tensor (their
+# ``.Tensor`` overload reads it back into doubles): see OpRecorder._scalar_list_step.
+_SCALAR_LIST_AT = dict.fromkeys(("_foreach_addcdiv_", "_foreach_addcdiv", "_foreach_addcmul_",
+                                 "_foreach_addcmul"), 3)
 # Operations whose Python number operands may be 0-d tensors (see _scalar_operands); the
 # foreach ones have a ``.Tensor`` overload taking it (``torch._foreach_mul_(params, t)``).
 _LIFTABLE = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__",

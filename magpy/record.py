@@ -83,6 +83,9 @@ class Record:
     breaks: tuple = ()             # the dynamic operations that became steps (GraphBreak)
     # resume point -> the records of the call's rest from there (magpy.continuations), MRU first
     continuations: dict = dataclasses.field(default_factory=dict)
+    # resume point -> what its continuations' recordings saw of their values, so what the next
+    # one lifts (a float the rest of the call computes from, RAdam's ``rho_t``: a graph input)
+    lifting_at: dict = dataclasses.field(default_factory=dict)
     effects: bool = False          # its mock has effects before it ends (a failure cannot re-run the call)
     lifted: tuple = ()             # its symbolic sizes, in words (magpy.dynamic)
     shape_source: str | None = None   # the guard's SHAPES check (symbolic sizes), if any
@@ -264,6 +267,13 @@ def _variable(monitor, args, kwargs):
     return torch.autograd.Variable(*args, **(kwargs or {}))
 
 
+def resume_unrecorded(point, throw: BaseException | None = None):
+    """The rest of a call from resume point ``point`` (a :class:`continuations.Resume`), run by
+    the monitor without recording, under a recording's call policy: its frames' state was made
+    under it (a profiler range the recording did not open, ``is_compiling()`` true)."""
+    return Monitor(policy=record_policy()).resume(continuations.frames(point, None), throw)
+
+
 def record_policy():
     """The call policy of a recording run: the default one, torch kept native, and the
     annotated Python functions (users' and the table's, e.g. ``copy.deepcopy``) run natively."""
@@ -326,18 +336,20 @@ def _parameter_names(fn) -> list[str]:
     return list(code.co_varnames[skip:code.co_argcount]) if code is not None else []
 
 
-def capture_continuation(resume: Resume, backend, errors: list | None = None) -> tuple[object, Record | None]:
+def capture_continuation(resume: Resume, backend, errors: list | None = None,
+                         lifting: Lifting | None = None) -> tuple[object, Record | None]:
     """Resume the monitor on the frames of a failed check and record the rest of the call: a
-    continuation, whose arguments are the frames' values (``Resume.values``)."""
+    continuation, whose arguments are the frames' values (``Resume.values``).  ``lifting``:
+    the resume point's (numbers that changed between its continuations are lifted)."""
     with collector.full_collections_deferred():
-        return _capture_continuation(resume, backend, errors)
+        return _capture_continuation(resume, backend, errors, lifting)
 
 
-def _capture_continuation(resume, backend, errors):
+def _capture_continuation(resume, backend, errors, lifting):
     values = resume.values()
     try:
         with _stage("setting up the recording"):
-            cap = Capture(_policy)
+            cap = Capture(_policy, lifting)
             cap.recorder.joint_backend = backend[0] in joint.BACKENDS
             for i, v in enumerate(values):
                 # Plain values (a loop counter, a step's small int) are constants of the record;
@@ -346,7 +358,7 @@ def _capture_continuation(resume, backend, errors):
                 cap.refgraph.root(ARG, i, v, read=is_immutable(v) or isinstance(v, torch.Tensor), anew=True)
     except CaptureError as e:
         _capture_failed(e, errors)
-        return Monitor().resume(continuations.frames(resume, None)), None
+        return resume_unrecorded(resume), None
     before = rng.state()
     result = cap.resume(resume)
     try:
@@ -357,6 +369,8 @@ def _capture_continuation(resume, backend, errors):
         rec, result = _make_record(cap, result, values, {}, backend, names, rng.changed(before))
     except CaptureError as e:
         return result, _capture_failed(e, errors)
+    if lifting is not None:
+        lifting.saw(_inputs_seen(cap))
     return result, rec
 
 

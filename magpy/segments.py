@@ -68,7 +68,7 @@ from magpy.controlflow import Branches
 from magpy.dynamic import Lifting, Scalar, Shapes, argument_shadows, specialise, symbolic
 from magpy.errors import GraphBreak
 from magpy.monitor import Monitor, Observer, bytecode, operators
-from magpy.monitor.observer import CALLS, RETURNS, calling, returns_to_caller, tracked
+from magpy.monitor.observer import CALLS, RETURNS, Entries, Items, calling, returns_to_caller, tracked
 from magpy.opgraph import OpRecorder, checks_in_graph, thread_modes
 from magpy.refgraph import Breaker, RefGraph, RefGraphBuilder
 from magpy.refgraph.graph import is_immutable
@@ -656,10 +656,18 @@ class Segmenter(Observer):
     def _taken(self, v, sh):
         """What a resume point takes for a frame's value ``v`` whose shadow is ``sh``
         (``continuations.take``'s ``shadowed``)."""
-        passed = self.branches.passed_as(v, sh) if self.branches is not None else None
+        passed = self.branches.passed_as(v, sh) if self.branches is not None and sh is not None else None
         if passed is not None:
             return passed
-        return _shadowed(v, sh) if self.recorder.shapes is not None else None
+        shapes = self.recorder.shapes
+        if shapes is None:
+            return None
+        if type(v) is types.CellType and sh is None:   # (a cell's own shadow: the contents' then)
+            try:
+                sh = shapes.in_cell(v, v.cell_contents)
+            except ValueError:
+                return None   # (empty)
+        return _shadowed(v, sh)
 
     def _raising_point(self):
         """Where a step after effects raises in a later call's mock and the program may handle
@@ -840,8 +848,11 @@ class Segmenter(Observer):
                 and self.recorder.produced(t) is None and self.recorder.refgraph.node_of(t) is not None)
 
     def _graph_made(self, values) -> bool:
-        """Is this an operation the graph recorded (a tensor op taking an eager float as input)?"""
+        """Is this an operation the graph recorded (a tensor op taking an eager float as input;
+        a foreach one gives a list)?"""
         first = values[0] if values else None
+        if type(first) in (list, tuple) and first:
+            first = first[0]
         return isinstance(first, torch.Tensor) and self.recorder.produced(first) is not None
 
     def _derived_call(self, frame, callee, args, kwargs, result):
@@ -1121,8 +1132,13 @@ def _shadowed(v, sh) -> Shadowed | None:
     guards what it holds (None: ``v`` as it is)."""
     if not symbolic(sh):
         return None
-    if type(sh) in (Scalar, torch.SymInt) and type(v) in (int, float):
-        return Shadowed(v, sh)
+    if type(sh) in (Scalar, torch.SymInt):
+        held = v.cell_contents if type(v) is types.CellType else v   # (a frame's cell: its contents)
+        if type(held) in (int, float):
+            return Shadowed(held, sh)
+    if (type(sh) is Items and type(v) in (tuple, list) and len(v) == len(sh)
+            or type(sh) is Entries and type(v) is dict and sh.keys() <= v.keys()):
+        return Shadowed(v, sh)   # (its items taken with theirs: continuations._Taker.take_slot)
     specialise(sh)
     return None
 
@@ -1343,6 +1359,8 @@ class Capture:
         frames = self.segmenter.resumed = tuple(continuations.frames(resume, self.monitor))
         for f in frames:
             self.builder.resumed(f)
+        if self.shapes is not None:
+            self.shapes.resumed(frames, resume.values())
         return self._recording(self.monitor.resume, frames)
 
     def _recording(self, run, *args, **kwargs):

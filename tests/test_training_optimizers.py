@@ -207,6 +207,39 @@ def test_step_sizes_tensor_under_inductor():
     check_compiled(build, steps, backend="inductor", rtol=1e-5, atol=1e-6)
 
 
+# Numbers an eager step computed (from a step count's ``.item()``, as NAdam's and Adamax's
+# updates are) given to a number keyword or a foreach operation's scalar list: graph inputs,
+# not values the mock checks (a failed check and a continuation on every call).
+
+def _keyword_from_a_read(counts, xs, ys, zs):
+    mu = 0.9 * (1.0 - 0.5 * 0.96 ** (counts[0].item() * 0.004))
+    torch._foreach_add_(counts, 1.0)
+    return xs[0].addcdiv_(ys[0], zs[0], value=-0.01 * (1.0 - mu))
+
+
+def _scalar_list_from_reads(counts, xs, ys, zs):
+    sizes = [-0.01 / (1 - 0.9 ** c.item()) for c in counts]
+    torch._foreach_add_(counts, 1.0)
+    return torch._foreach_addcdiv_(xs, ys, zs, sizes)
+
+
+@pytest.mark.parametrize("op", [_keyword_from_a_read, _scalar_list_from_reads],
+                         ids=["keyword", "scalar-list"])
+def test_numbers_computed_from_reads_are_graph_inputs(op):
+    def build():
+        counts = [torch.tensor(1.0), torch.tensor(1.0)]
+        xs = [torch.randn(5), torch.randn(2, 3)]
+
+        def step(ys, zs):
+            # (the lists' items read as an optimizer reads them: the graph's inputs)
+            return op([c for c in counts], [x for x in xs], [y for y in ys], [z for z in zs])
+        return step, {"counts": counts, "xs": xs}
+    args = _operands([(5,), (2, 3)], torch.float32)
+    steps = [Step("call 1", args, seed=0, expect=MONITOR)]
+    steps += [fresh(args, seed=i, expect=MOCK) for i in range(1, 6)]
+    check_compiled(build, steps, fullgraph=False, expect_records=1)
+
+
 # -- every optimizer torch has, for-loop and foreach: exact, whatever it records --------------
 
 class _WithScale(torch.nn.Module):
@@ -224,9 +257,18 @@ class _WithScale(torch.nn.Module):
 
 EVERY_OPTIMIZER = ("Adam", "AdamW", "NAdam", "Adamax", "RAdam", "ASGD", "Adagrad", "Adadelta", "RMSprop",
                    "Rprop", "SGD")
-# Those whose update takes the step count as data (magpy.training._TENSOR_STEP) or has none:
-# the first step, then one record.  The others read it as eager does, a record per step.
-TWO_RECORDS = ("Adam", "AdamW", "Adagrad", "Adadelta", "RMSprop", "Rprop", "SGD")
+# The first step, then one record: those whose update takes the step count as data
+# (magpy.training._TENSOR_STEP) or has none, and those that read it as eager does (an eager
+# step) where what they compute from it reaches the graph as inputs.  NAdam's and RAdam's
+# foreach steps iterate over lists eager steps made (eager runs); ASGD's for-loop one makes
+# ``torch.as_tensor`` of such a number, which the record checks (a continuation per step).
+TWO_RECORDS = {(name, foreach) for name in ("Adam", "AdamW", "Adagrad", "Adadelta", "RMSprop", "Rprop", "SGD",
+                                             "Adamax") for foreach in (False, True)}
+TWO_RECORDS |= {("NAdam", False), ("ASGD", True)}
+# RAdam's for-loop step turns at ``if rho_t > 5.0`` (at step 6 here), with closures made in
+# the call live there: two continuations from that check (the second lifts ``rho_t`` and
+# the cells that hold it), then mock runs.
+CONTINUED = {("RAdam", False)}
 
 
 @pytest.mark.parametrize("foreach", [False, True], ids=["for-loop", "foreach"])
@@ -243,5 +285,8 @@ def test_every_optimizer_is_exact(name, foreach):
     steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(12)]
     trace = check_compiled(build, steps, fullgraph=False, observe=_observe)
     st = magpy.stats(trace.compiled)
-    if name in TWO_RECORDS:   # (RMSprop's for-loop ``addcdiv_(..., value=-lr)``: opgraph._NUMBER_KEYWORDS)
+    # (RMSprop's for-loop ``addcdiv_(..., value=-lr)``: opgraph._NUMBER_KEYWORDS)
+    if (name, foreach) in TWO_RECORDS:
         assert st.records == 2 and st.mock_runs == 10, st
+    if (name, foreach) in CONTINUED:
+        assert st.records == 2 and st.monitor_runs == 4 and st.mock_runs == 8, st

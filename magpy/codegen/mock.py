@@ -22,7 +22,7 @@ import torch
 from magpy import annotations as ann
 from magpy import joint
 from magpy.codegen.source import Names, is_literal, value_checks, var
-from magpy.continuations import Reduced, Resume, Shadowed, Variable
+from magpy.continuations import Reduced, Resume, Shadowed, TakenFunction, Variable
 from magpy.dynamic import IntFloat, Scalar, symbolic
 from magpy.errors import CaptureError
 from magpy.monitor import NULL, generators
@@ -445,6 +445,8 @@ class MockWriter:
             return self._built.get(id(v)) or self.rebuild(v, v.parts)
         if type(v) is Variable:
             return self.use(v.name)
+        if type(v) is TakenFunction:
+            return self._built.get(id(v)) or self.function(v.original, v)
         if type(v) is Shadowed:
             return self.shadowed(v)
         if v is NULL or ann.is_global_random_state(v):   # (the object itself, never a copy)
@@ -538,14 +540,17 @@ class MockWriter:
             return self.bind(v, f"{self.names.const(t)}([{items}])")
         return self.reduce(v)
 
-    def function(self, fn) -> str:
+    def function(self, fn, taken: TakenFunction | None = None) -> str:
         """A function the call created (a closure, a lambda, a generator expression's body),
-        made anew from its code, over this call's defaults and closure cells."""
-        cells = fn.__closure__
+        made anew from its code, over this call's defaults and closure cells (``taken``:
+        those a resume point took)."""
+        cells = fn.__closure__ if taken is None else taken.cells
+        defaults = fn.__defaults__ if taken is None else taken.defaults
         closure = f"({''.join(self.expr(c) + ', ' for c in cells)})" if cells else "None"
         code = fn.__code__
-        name = self.bind(fn, f"FUNCTION({self.names.const(code)}, {self.names.const(fn.__globals__)}, "
-                             f"{fn.__name__!r}, {self.expr(fn.__defaults__)}, {closure})")
+        name = self.bind(fn if taken is None else taken,
+                         f"FUNCTION({self.names.const(code)}, {self.names.const(fn.__globals__)}, "
+                         f"{fn.__name__!r}, {self.expr(defaults)}, {closure})")
         extras = {"__kwdefaults__": fn.__kwdefaults__, "__annotations__": fn.__annotations__,
                   "__dict__": fn.__dict__,
                   "__qualname__": fn.__qualname__ if fn.__qualname__ != code.co_qualname else None}

@@ -102,7 +102,13 @@ def _float_arithmetic(sh, f, ins, inputs, out, in_sh) -> bool:
     not computed by an eager step) give a float the mock computes, by the same Python
     arithmetic, from each call's lifted value."""
     symbol = operators.BINARY[ins.arg % len(operators.BINARY)][0]
-    if any(type(s) in (IntFloat, SymInt) for s in in_sh) or all(type(s) is Scalar for s in in_sh):
+    if any(map(sh.eager_value, inputs)) and any(type(s) in (Scalar, IntFloat) for s in in_sh):
+        # With a value an eager step computed (NAdam's ``-lr * (1 - mu)``, ``mu`` from the
+        # step count's ``.item()``): an eager step too, given the lifted float with its
+        # shadow (as ``_compare``), its result a graph input where a tensor operation takes it.
+        return True
+    if any(type(s) in (IntFloat, SymInt) for s in in_sh) or all(type(s) is Scalar for s in in_sh) \
+            or symbol == "**":
         return _int_float_arithmetic(sh, f, symbol, inputs, out, in_sh)
     if symbol not in _FLOAT_OPS or sum(type(s) is Scalar for s in in_sh) != 1:
         return False
@@ -146,14 +152,20 @@ def _int_float_arithmetic(sh, f, symbol, inputs, out, in_sh) -> bool:
     lifted floats, constants the record holds) is one the mock computes again from each
     call's ints and floats (``IntFloat``).  Only what cannot raise: a divisor is a nonzero
     constant or one the guard requires nonzero (``Shapes.nonzero``); a power's base a
-    constant of magnitude at most 1 and its exponent an int guarded to be nonnegative."""
+    constant of magnitude at most 1 and its exponent an int guarded to be nonnegative, or its
+    exponent a constant in (0, 1] and its base guarded nonnegative."""
     parts = float_parts(inputs, in_sh, sh.eager_value)
     if parts is None:
         return False
     right = parts[1]
     if symbol == "/" and not (inputs[1] and (type(right) is str or sh.nonzero(right))):
         return False
-    if symbol == "**":
+    if symbol == "**" and type(parts[0]) is not str and type(right) is str:
+        # A root of a lifted float (RAdam's ``bias_correction2 ** 0.5``): an exponent in (0, 1]
+        # cannot overflow, a base guarded nonnegative gives no complex number.
+        if type(inputs[1]) is not float or not 0 < inputs[1] <= 1 or not sh.nonnegative(parts[0]):
+            return False
+    elif symbol == "**":
         if type(parts[0]) is not str or not 0 < abs(inputs[0]) <= 1 or type(right) is not SymInt:
             return False
         bool(right >= 0)   # (guards the outcome: a negative exponent could overflow)

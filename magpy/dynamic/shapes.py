@@ -17,7 +17,7 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
 
 from magpy import logs
-from magpy.annotations import TYPE_READERS
+from magpy.annotations import NUMBER_PASS_THROUGH, TYPE_READERS
 from magpy.dynamic.arms import Conditional, evaluate_arms
 from magpy.dynamic.lifting import Lifting
 from magpy.dynamic.rules import (
@@ -53,10 +53,10 @@ from magpy.dynamic.shadows import (
 )
 from magpy.monitor import Observer, bytecode
 from magpy.monitor.observer import RETURNS
-from magpy.refgraph.graph import ARG, ATTR, ITEM, KWARG
+from magpy.refgraph.graph import ARG, ATTR, CELL, ITEM, KWARG
 
 # Instructions that read a number from outside the call: an attribute, a global.
-_READS = frozenset({"LOAD_ATTR", "LOAD_GLOBAL", "BINARY_SUBSCR"})
+_READS = frozenset({"LOAD_ATTR", "LOAD_GLOBAL", "BINARY_SUBSCR", "LOAD_DEREF"})
 # What such a read may lift: a number, or a tuple's floats (an optimizer's ``group["betas"]``).
 _READ_TYPES = (float, int, tuple)
 
@@ -101,6 +101,8 @@ def _number_holder(f, ins, inputs, value) -> tuple | None:
         return inputs[0], ATTR, ins.argval
     if ins.opname == "LOAD_GLOBAL":
         return f.globals, ITEM, ins.argval
+    if ins.opname == "LOAD_DEREF":   # (a continuation's cell, RAdam's ``rho_t``; a closure's)
+        return f.locals[ins.arg], CELL, None
     obj, key = inputs
     if type(obj) is not dict or type(key) is not str:
         return None
@@ -177,21 +179,31 @@ class Shapes(Observer):
 
     def argument_shadows(self, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         """The shadows of the call's arguments (the RefGraph's roots): its lifted floats and ints."""
-        roots = self.refgraph.sn0.children
-
-        def shadow(rel, key, value):
-            sn = roots.get((rel, key))
-            if type(value) not in (float, int) or sn is None or not self.lifting.scalar(self.mode, sn):
-                return None
-            if type(value) is int:
-                return self._int_symbol(sn)
-            self.scalars[sn.id] = sn
-            scalar = Scalar(sn, self.pinned)
-            self._remember(scalar)
-            return scalar
-        positional = tuple(shadow(ARG, i, a) for i, a in enumerate(args))
-        keywords = {k: shadow(KWARG, k, v) for k, v in kwargs.items()}
+        positional = tuple(self._root_shadow(ARG, i, a) for i, a in enumerate(args))
+        keywords = {k: self._root_shadow(KWARG, k, v) for k, v in kwargs.items()}
         return (positional, keywords) if self.scalars or self.ints else None
+
+    def resumed(self, frames, values: tuple) -> None:
+        """A continuation's frames, resumed on ``values`` (``Resume.values``: their locals
+        and stacks in order, its arguments): the floats and ints lifted among them (their
+        values changed between the point's continuations) get their shadows, and the frames
+        run at the monitor's level (their callees return shadows to them)."""
+        shadows = iter([self._root_shadow(ARG, i, v) for i, v in enumerate(values)])
+        for f in frames:
+            f.shadow_locals = [next(shadows) for _ in f.locals]
+            f.shadow_stack = [next(shadows) for _ in f.stack]
+            self.levels[id(f)] = 0
+
+    def _root_shadow(self, rel, key, value):
+        sn = self.refgraph.sn0.children.get((rel, key))
+        if type(value) not in (float, int) or sn is None or not self.lifting.scalar(self.mode, sn):
+            return None
+        if type(value) is int:
+            return self._int_symbol(sn)
+        self.scalars[sn.id] = sn
+        scalar = Scalar(sn, self.pinned)
+        self._remember(scalar)
+        return scalar
 
     def _int_symbol(self, sn) -> SymInt | None:
         """A lifted int (an argument, or a counter read from program state: a scheduler's
@@ -565,7 +577,9 @@ class Shapes(Observer):
                 return False
             self.cells[id(cell)] = (cell, cell.cell_contents, sh)
             return True
-        self.set_output(f, 0, self._cell_shadow(f, ins, outputs[0]))
+        sh = self._cell_shadow(f, ins, outputs[0])
+        if sh is not None:   # (else a number read from a cell from outside keeps its own)
+            self.set_output(f, 0, sh)
         return True
 
     def _cell_shadow(self, f, ins, value):
@@ -604,6 +618,10 @@ class Shapes(Observer):
         callee, args = bytecode.call_operands(inputs)
         if any(callee is f for f in TYPE_READERS):
             return True   # they look at the type only
+        if len(args) == 1 and outputs and outputs[0] is args[0] and any(
+                callee is f for f in NUMBER_PASS_THROUGH):
+            self.set_output(f, 0, in_sh[-1])
+            return True
         got = dict_get(callee, args, in_sh[bytecode.call_layout(inputs)[0]], in_sh)
         if got is not False:
             self.set_output(f, 0, got)
@@ -719,6 +737,12 @@ class Shapes(Observer):
         if type(divisor) is SymInt:
             return bool(divisor != 0)   # (guards the outcome)
         return divisor.value != 0 and self._outcome(int_float((divisor,), "({} != 0)", True), True)
+
+    def nonnegative(self, base) -> bool:
+        """A power's base computed from lifted values: the guard requires it nonnegative."""
+        if type(base) is SymInt:
+            return bool(base >= 0)   # (guards the outcome)
+        return base.value >= 0 and self._outcome(int_float((base,), "({} >= 0)", True), True)
 
     def _outcome(self, predicate: IntFloat, held: bool) -> bool:
         """The guard requires ``predicate`` to be ``held``: over lifted ints, in the shape
@@ -931,12 +955,11 @@ class _ForkReads(Observer):
 
     def on_instruction(self, f, ins, inputs, outputs) -> None:
         shapes = self.shapes
-        if ins.opname in _READS and type(outputs[-1]) in _READ_TYPES:
+        sh = shapes._cell_shadow(f, ins, outputs[0]) if ins.opname == "LOAD_DEREF" else None
+        if sh is not None:   # (a number the call put in a cell: before one read from outside)
+            f.shadow_stack[-1] = sh
+        elif ins.opname in _READS and type(outputs[-1]) in _READ_TYPES:
             shapes._number_read(f, ins, inputs, outputs[-1])
-        elif ins.opname == "LOAD_DEREF":
-            sh = shapes._cell_shadow(f, ins, outputs[0])
-            if sh is not None:
-                f.shadow_stack[-1] = sh
         shapes.passed.pop(id(f), None)   # (the fork's observers saw the call: see passed_on)
 
 

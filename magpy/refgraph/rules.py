@@ -241,7 +241,7 @@ class RefGraphBuilder(Observer):
         self.g.const(frame.globals)
         fn = frame.fn
         for cell in (fn.__closure__ or ()) if fn is not None else ():
-            if id(cell) not in self.new_cells:
+            if id(cell) not in self.new_cells and self.g.node_of(cell) is None:   # (_cell_node)
                 self.g.const(cell)
 
     def _defaults(self, fn, local):
@@ -736,7 +736,13 @@ def _load_global(b, frame, ins, inputs, outputs):
 def _load_deref(b, frame, ins, inputs, outputs):
     cell = frame.locals[ins.arg]
     if type(cell) is types.CellType and id(cell) not in b.new_cells:
-        b.g.child(b.g.const(cell), CELL, None, outputs[-1])
+        b.g.child(_cell_node(b, cell), CELL, None, outputs[-1])
+
+
+def _cell_node(b, cell):
+    # (a cell the call was given, a continuation's argument: that node, not the recording's
+    # own cell by identity)
+    return b.g.node_of(cell) or b.g.const(cell)
 
 
 def _make_cell(b, frame, ins, inputs, outputs):
@@ -753,7 +759,7 @@ def _make_function(b, frame, ins, inputs, outputs):
 def _store_deref(b, frame, ins, inputs, outputs):
     cell = frame.locals[ins.arg]
     if id(cell) not in b.new_cells:
-        b.write(b.g.const(cell).value, CELL, None, DEL if ins.opname == "DELETE_DEREF" else SET)
+        b.write(_cell_node(b, cell).value, CELL, None, DEL if ins.opname == "DELETE_DEREF" else SET)
 
 
 def _for_iter(b, frame, ins, inputs, outputs):
