@@ -24,11 +24,15 @@ update the object in place), and where a tensor ``if`` passed it through, that `
 as the mock picks it (``controlflow.shadows.Passed``); the tensors a reduced object holds (a ``for``
 loop's rows in its iterator) are the continuation's arguments too, as its RefGraph cannot see
 them there; a number the call computed from its lifted sizes and floats is computed from
-the resumed call's (``Shadowed``), as are the sizes it stored into objects from outside.  A
-continuation's frames are each other's callers while they wait (the monitor resumes them one
-after the other), so its own resume points take them too.  What cannot be taken (a running
-generator, a new closure cell, a new module) makes the point unresumable, and the record
-does not check there (the call runs eagerly, as before).
+the resumed call's (``Shadowed``), as are the sizes it stored into objects from outside, and
+so are such numbers inside a ``**kwargs`` dict, an ``*args`` tuple or a frame's cell.  A
+function the call made with a closure is made again over its cells as taken
+(:class:`TakenFunction`), a generator it made and has not started is made again by calling
+its function.  A local its frame never reads again from where it resumes is left unbound
+(``magpy.monitor.liveness``).  A continuation's frames are each other's callers while they
+wait (the monitor resumes them one after the other), so its own resume points take them too.
+What cannot be taken (a running generator the frame still reads, a new module) makes the
+point unresumable, and the record does not check there (the call runs eagerly, as before).
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ import types
 
 import torch
 
-from magpy.monitor import NULL, Frame, bytecode, code_info, generators
+from magpy.monitor import NULL, Frame, bytecode, code_info, generators, liveness
 from magpy.monitor.observer import Entries, Items
 from magpy.monitor.protocols import py_method
 from magpy.opgraph import thread_modes
@@ -196,7 +200,8 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
         stack = _slots(taker, stack, shadows, shadowed)
         if i == 0 and slot is not None:
             stack[slot[0]] = Variable(slot[1])
-        local = _slots(taker, f.locals, f.shadow_locals, shadowed)
+        local, local_shadows = _live(f, f.lasti if i == 0 else f.pc)
+        local = _slots(taker, local, local_shadows, shadowed)
         frames.append(FrameState(f.code, f.fn, f.globals, f.builtins, local, stack, pc, kwnames))
     changed = [(node, taker.take_state(node.snapshot, now)) for node, now in graph.changes()]
     direct = {id(v) for fs in frames for v in (*fs.locals, *fs.stack)}
@@ -204,6 +209,20 @@ def take(index: int, monitor, graph: RefGraph, dynamic: dict, completed: bool, s
     written = {node.id: (dict(node.written), node.whole) for node, _ in changed}
     return ResumePoint(index, frames, changed, [v for k, v in taker.external.items() if k not in direct],
                        made=made, modes=thread_modes(), written=written, originals=taker.originals)
+
+
+def _live(f, index: int) -> tuple[list, list | None]:
+    """Frame ``f``'s locals and their shadows as it resumes at code unit ``index``: the ones
+    it never reads from there on unbound (a generator ``zip`` left suspended, which could
+    not be taken, is not needed either: ``magpy.monitor.liveness``)."""
+    dead = liveness.dead_locals(f.code, index)
+    if not dead:
+        return f.locals, f.shadow_locals
+    local = [NULL if j in dead else v for j, v in enumerate(f.locals)]
+    shadows = f.shadow_locals
+    if shadows is not None:
+        shadows = [None if j in dead else s for j, s in enumerate(shadows)]
+    return local, shadows
 
 
 def _slots(taker, values, shadows, shadowed) -> list:

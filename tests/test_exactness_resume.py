@@ -481,6 +481,29 @@ def test_a_generator_not_started_at_the_check_is_made_again():
     assert st.records == 1 and st.mock_runs == 2 and st.eager_runs == 2, st
 
 
+def _items(n):
+    for i in range(n):
+        yield float(i + 1)
+
+
+def zip_leaves_a_generator_suspended(x):
+    first, second = _items(2), _items(3)   # (AveragedModel: ``zip(self_param, model_param)``)
+    total = 0.0
+    for a, b in zip(first, second):   # (``second`` is left suspended after its second item)
+        total += a * b
+    print(total, file=LOG)
+    if bool(x.sum() > 0):
+        return x * total
+    return x - total
+
+
+def test_a_suspended_generator_the_frame_never_reads_again_is_dropped():
+    # A dead local at the check (magpy.monitor.liveness): the point takes it unbound, where
+    # a running generator made it unresumable (the call ran eagerly).
+    trace = _check(zip_leaves_a_generator_suspended, _calls([1, 1, -1, 2, -2, -1]))
+    assert magpy.stats(trace.compiled).eager_runs == 0
+
+
 def loop_over_zip(x):
     outs = []
     for i, (a, b) in enumerate(zip([1.0, 2.0, 3.0], [3.0, 4.0, 5.0])):

@@ -27,7 +27,12 @@ from tests.test_training_schedules import _batch, _mlp
 
 def _observe(state):
     model, opt = state["model"], state["opt"]
-    extra = state["scaler"].state_dict() if "scaler" in state else [t.clone() for t in state["ema"]]
+    if "scaler" in state:
+        extra = state["scaler"].state_dict()
+    elif "averaged" in state:
+        extra = state["averaged"].state_dict()
+    else:
+        extra = [t.clone() for t in state["ema"]]
     return [(n, t, _nan_marked(t.grad)) for n, t in model.named_parameters()], opt.state_dict(), extra
 
 
@@ -118,3 +123,31 @@ def test_ema_weights_updated_in_the_step():
     trace = check_compiled(_ema_build(), _steps(8), fullgraph=False, observe=_observe)
     st = magpy.stats(trace.compiled)
     assert st.records == 2 and st.mock_runs == 6 and st.graphs_per_call == 1, st
+
+
+@pytest.mark.parametrize("use_buffers", [False, True], ids=["parameters", "buffers"])
+def test_averaged_model_updated_in_the_step(use_buffers):
+    # ``AveragedModel.update_parameters`` reads its ``n_averaged`` buffer back twice after the
+    # optimizer's effects, each a check with a resume point: at the first, the generators it
+    # made (``self.parameters()``) have not started (the mock makes them again); at the
+    # second, ``zip`` has left one suspended, which the frame never reads again (a dead local:
+    # magpy.monitor.liveness).  Before, "a generator made in the call is live": eager from
+    # step 3.
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    def build():
+        model = _mlp()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9), use_buffers=use_buffers)
+
+        def train_step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            averaged.update_parameters(model)
+            return loss.detach()
+        return train_step, {"model": model, "opt": opt, "averaged": averaged}
+    trace = check_compiled(build, _steps(8), fullgraph=False, observe=_observe)
+    st = magpy.stats(trace.compiled)
+    assert st.records == 2 and st.mock_runs == 6 and st.eager_runs == 0, st
