@@ -528,7 +528,8 @@ class OpRecorder(TorchFunctionMode):
                 args, kwargs = symbolic
         # A number an eager step computed, or a lifted float argument, becomes an input where
         # it is an operand of floating tensor arithmetic.
-        self._operands = _scalar_operands(name, args)
+        self._operands = _scalar_operands(name, args, kwargs)
+        factory = name in _NUMBER_FACTORIES and self._operands is None
         steps = self.lifted(args, kwargs) if self._operands is not False and self.lifted is not None else ()
         steps = self._scalar_list_step(name, args, steps)
         keyword = self._keyword_step(name, args, kwargs)
@@ -558,6 +559,11 @@ class OpRecorder(TorchFunctionMode):
             node = self._row(name, args, kwargs, fargs)
         elif type(owner).__name__ == "getset_descriptor":
             node = self.graph.call_function(getattr, (fargs[0], name))
+        elif factory and isinstance(fargs[0], fx.Node):
+            # (ASGD's ``torch.as_tensor(lr / ...)``: the float64 input rounded as the factory
+            # rounds the float; a copy, never the input itself)
+            node = self.graph.call_method("to", (fargs[0],), {"device": out.device, "dtype": out.dtype,
+                                                               "copy": True})
         elif ann.is_tensor_method(func) and args and isinstance(args[0], torch.Tensor):
             node = self.graph.call_method(name, fargs, fkwargs)
         else:
@@ -1256,9 +1262,14 @@ def int_tensor(value: int) -> torch.Tensor:
     return torch.tensor(value, dtype=torch.int64)
 
 
-def _scalar_operands(name: str, args: tuple):
+def _scalar_operands(name: str, args: tuple, kwargs: dict):
     """May operation ``name`` take its Python number operands as 0-d tensors, and cast to
-    what?  False: no; else see :func:`_operand_dtype`."""
+    what?  False: no; else see :func:`_operand_dtype`.  A tensor made of one float
+    (:data:`_NUMBER_FACTORIES`, given its dtype and device at most) takes it as it is: the
+    graph casts it as the factory would."""
+    if name in _NUMBER_FACTORIES:
+        one = len(args) == 1 and type(args[0]) in (float, Scalar, IntFloat)
+        return None if one and kwargs.keys() <= {"dtype", "device"} else False
     return _operand_dtype(args) if name in _LIFTABLE else False
 
 
@@ -1365,6 +1376,9 @@ _NUMBER_KEYWORDS = {
 # ``.Tensor`` overload reads it back into doubles): see OpRecorder._scalar_list_step.
 _SCALAR_LIST_AT = dict.fromkeys(("_foreach_addcdiv_", "_foreach_addcdiv", "_foreach_addcmul_",
                                  "_foreach_addcmul"), 3)
+# Tensors made of one float (keywords: see OpRecorder._record): a float an eager step computed
+# or a lifted one is a graph input, rounded to the result's dtype in the graph.
+_NUMBER_FACTORIES = frozenset({"as_tensor", "tensor", "scalar_tensor"})
 # Operations whose Python number operands may be 0-d tensors (see _scalar_operands); the
 # foreach ones have a ``.Tensor`` overload taking it (``torch._foreach_mul_(params, t)``).
 _LIFTABLE = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__",

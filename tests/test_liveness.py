@@ -83,7 +83,7 @@ def test_a_local_its_exception_handler_reads_is_live():
 def read_in_a_loop(a, n):
     for _ in range(n):
         _sink(a)
-        b = a
+        b = a   # noqa: F841 - a local never read: dead
 
 
 def test_a_local_read_on_the_next_iteration_is_live():
