@@ -121,6 +121,45 @@ def test_stores_that_found_their_value_are_replayed():
     ], observe=globals_view("o", "L", "N", "G"))
 
 
+def global_counter(x):
+    global N
+    N += 1
+    return x * N
+
+
+def set_counter(value):
+    def mutate(ns):
+        ns["N"] = value
+    mutate.__name__ = f"set_N_{value}"
+    return mutate
+
+
+def test_a_global_counter_is_lifted_and_written_back():
+    # ``N += 1`` of a global: stored from the lifted int as an attribute's or a dict item's
+    # is (was: the int guarded, a record every call, then eager); the caller's own value
+    # taken on the next call.
+    trace = check_compiled(lambda: isolated(global_counter, N=0), [
+        first(x2), again(expect=MONITOR), again(expect=MOCK), again(expect=MOCK),
+        after(set_counter(40), expect=MOCK), fresh(x2, expect=MOCK)], observe=globals_view("N"))
+    assert trace.stats["records"] == 2, trace.stats
+
+
+def class_counter(x):
+    Counted.count += 1   # noqa: F821 - the isolated namespace's (read from the class's dict)
+    return x * Counted.count  # noqa: F821
+
+
+def test_a_class_counter_is_lifted_and_written_back():
+    def reset(ns):
+        ns["Counted"].count = 40
+
+    def build():
+        return isolated(class_counter, Counted=type("Counted", (), {"count": 0}))
+    trace = check_compiled(build, [first(x2), again(expect=MONITOR), again(expect=MOCK), again(expect=MOCK),
+                                   after(reset, expect=MOCK)], observe=lambda ns: ns["Counted"].count)
+    assert trace.stats["records"] == 2, trace.stats
+
+
 def setattr_and_item_stores(x):
     setattr(o, "a", 5)  # noqa: F821
     D.update({"k": 1})  # noqa: F821

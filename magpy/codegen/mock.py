@@ -326,7 +326,8 @@ class MockWriter:
         the monitor followed to these stores)."""
         for key in dict.fromkeys(key for _, key in self.written(node)[0]):
             if key in now:
-                self.commit(f"    SETATTR({v}, {key!r}, {self.expr(now[key])})")
+                value = self.stored_value(node.value, key, now[key]) or self.expr(now[key])
+                self.commit(f"    SETATTR({v}, {key!r}, {value})")
             else:
                 self.commit(f"    DELATTR_IF({v}, {key!r})")
 

@@ -360,6 +360,13 @@ def _store_item(sh, f, ins, inputs, outputs, in_sh):
     return in_sh[1] is None and in_sh[2] is None and _store(sh, obj, key, value, in_sh[0])
 
 
+def _store_global(sh, f, ins, inputs, outputs, in_sh):
+    # ``global N; N += 1``: as an item of the globals dict (read back: Shapes._number_read).
+    if sh.refgraph.node_of(f.globals) is None:
+        return False
+    return _store(sh, f.globals, ins.argval, inputs[0], in_sh[0])
+
+
 def _store(sh, holder, key, value, s) -> bool:
     """Remember that ``holder`` (an object's attribute, a dict's or list's item ``key``) was
     given ``value``, whose shadow is ``s``: the mock writes it from the call's own sizes or
@@ -406,7 +413,8 @@ RULES = {
     "STORE_FAST": _kept, "STORE_FAST_LOAD_FAST": _kept, "STORE_FAST_STORE_FAST": _kept,
     "POP_TOP": _kept, "COPY": _kept, "SWAP": _kept,
     "RETURN_VALUE": _returned, "CALL": _call, "CALL_FUNCTION_EX": _call, "STORE_ATTR": _store_attr,
-    "STORE_SUBSCR": _store_item, "GET_ITER": _iter, "FOR_ITER": _next, "CONTAINS_OP": _contains,
+    "STORE_SUBSCR": _store_item, "STORE_GLOBAL": _store_global, "GET_ITER": _iter, "FOR_ITER": _next,
+    "CONTAINS_OP": _contains,
     "LOAD_METHOD": _method,
 }
 

@@ -53,7 +53,7 @@ from magpy.dynamic.shadows import (
 )
 from magpy.monitor import Observer, bytecode
 from magpy.monitor.observer import RETURNS
-from magpy.refgraph.graph import ARG, ATTR, CELL, ITEM, KWARG
+from magpy.refgraph.graph import ARG, ATTR, CELL, DICT, ITEM, KWARG, is_namespace
 
 # Instructions that read a number from outside the call: an attribute, a global.
 _READS = frozenset({"LOAD_ATTR", "LOAD_GLOBAL", "BINARY_SUBSCR", "LOAD_DEREF"})
@@ -462,6 +462,8 @@ class Shapes(Observer):
             self.stores.pop((id(inputs[-1]), ins.argval), None)   # (the rule may record it again)
         elif ins.opname in ("STORE_SUBSCR", "DELETE_SUBSCR") and self.stores:
             self.stores.pop(_subscript_key(inputs), None)
+        elif ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") and self.stores:
+            self.stores.pop((id(f.globals), ins.argval), None)
         if not self.active:
             return
         self._shadows(f, ins, inputs, outputs)
@@ -515,6 +517,8 @@ class Shapes(Observer):
             return
         parent = self.refgraph.node_of(obj) if self.lifting.values else None
         sn = parent.children.get((rel, name)) if parent is not None else None
+        if sn is None and parent is not None and rel == ATTR and isinstance(obj, type):
+            sn = parent.children.get((DICT, name))   # (a class attribute: read from its dict)
         if sn is None or sn.value is not value or self.mode is not None or not sn.read:
             return   # (dynamic=True lifts the arguments only, as torch.compile does)
         if self.refgraph.overwritten(parent, rel, name):
@@ -843,6 +847,8 @@ class Shapes(Observer):
             snapshot = getattr(holder, "snapshot", None)
             if type(obj) in (list, tuple) and holder is None:
                 continue
+            if holder is not None and is_namespace(obj):
+                continue   # (a function's, class's or module's: MockWriter.attributes_update)
             unchanged = isinstance(snapshot, dict) and snapshot.get(name) is value
             if not isinstance(snapshot, dict) or unchanged and not _read_back(holder, name, s):
                 specialise(s)
