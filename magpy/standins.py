@@ -63,7 +63,10 @@ def count_elements(mapping, iterable):
 def always(stand_in):
     """The ``choose`` of ``CallPolicy.reroute`` for a stand-in fit for any arguments (or a
     Python function the monitor is to enter as it is)."""
-    return lambda caller, args, kwargs: stand_in
+    def choose(caller, args, kwargs):
+        return stand_in
+    choose.stand_in = stand_in   # (CallPolicy.enters: a resume point's frames)
+    return choose
 
 
 def _comparable(x) -> bool:

@@ -64,6 +64,12 @@ class CallPolicy:
         self.reroutes[id(callee)] = choose
         self._keep.append(callee)
 
+    def enters(self, callee, fn) -> bool:
+        """Does a call of ``callee`` (or of a method bound to it) always enter Python function
+        ``fn``, a stand-in it is rerouted to (a ``choose`` that names it as ``stand_in``)?"""
+        choose = self.reroutes.get(id(getattr(callee, "__func__", callee)))
+        return choose is not None and getattr(choose, "stand_in", None) is fn
+
     def reroute_method(self, owner: type, name: str, choose: Callable) -> None:
         """:meth:`reroute` for the builtin method ``owner.name`` bound to any instance
         (``choose`` gets the instance as its first argument)."""
