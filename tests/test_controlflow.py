@@ -234,6 +234,22 @@ def test_choosing_between_tensors_from_before_the_if_is_one_cond(program):
             assert trace.compiled(_positive(sign)[0], a, b) is expected
 
 
+def _transposed_after(x):
+    y = x * 2
+    if x.mean() > 0:
+        y = y.T @ x
+    return y @ y.T   # (``.T`` of the tensor the if passed through: an operation on it)
+
+
+def test_a_property_of_a_passed_through_tensor_is_followed():
+    # (was: "a tensor an if left as it was is used where magpy cannot follow it (LOAD_ATTR)",
+    # then a break at the if: 2 records and a failed check now and then)
+    steps = [Step(f"call {i}", (lambda st, s=s: (torch.randn(8, 8).abs() * s,)), seed=i + 1,
+                  expect=MONITOR if i == 0 else MOCK) for i, s in enumerate(FIRST_FALSE)]
+    trace = check_compiled(lambda: (_transposed_after, None), steps)
+    assert _counts(trace.compiled) == (1, len(FIRST_FALSE) - 1, 0, 1)
+
+
 def _escapes(x, box):
     y = x * 3
     if x.mean() > 0:

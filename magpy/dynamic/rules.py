@@ -494,4 +494,5 @@ def argument_shadows(f, args, kwargs):
 
 
 _ORDERS = {"BINARY_OP": ((0, 1), (1, 0)), "COMPARE_OP": ((0, 1), (1, 0)), "BINARY_SUBSCR": ((0, 1),),
-           "STORE_SUBSCR": ((1, 2, 0),), "UNARY_NEGATIVE": ((0,),)}
+           "STORE_SUBSCR": ((1, 2, 0),), "UNARY_NEGATIVE": ((0,),),
+           "LOAD_ATTR": ((0,),)}   # (a tensor property: ``y.T``)
