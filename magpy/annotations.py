@@ -89,8 +89,10 @@ def _inplace(*reads, relation=None):
 # Natives that look at their arguments' types only (an optimizer's ``torch.is_tensor(group["lr"])``).
 TYPE_READERS = (isinstance, issubclass, callable, type, torch.is_tensor)
 # Functions that give a number argument back as it is (an optimizer's ``_get_value(lr)``, which
-# reads a tensor's value and passes anything else through): a lifted float stays lifted.
-NUMBER_PASS_THROUGH = (_optimizer._get_value,)
+# reads a tensor's value and passes anything else through; ``_stack_if_compiling`` of floats):
+# a lifted float stays lifted, a list of floats eager steps computed is moved.
+NUMBER_PASS_THROUGH = (_optimizer._get_value, *[f for f in (getattr(_optimizer, "_stack_if_compiling", None),)
+                                                 if f is not None])
 FUNCTIONS: dict[Callable, Annotation] = {
     **{f: TYPE_ONLY for f in TYPE_READERS},
     **{f: STRUCT_READ for f in (len, iter, enumerate, zip, reversed, list, tuple, set, frozenset, dict,

@@ -23,6 +23,7 @@ import dataclasses
 import inspect
 import math
 import operator
+import typing
 
 import torch
 import torch.fx as fx
@@ -541,7 +542,7 @@ class OpRecorder(TorchFunctionMode):
             args, kwargs = nodes
         try:
             fargs = tuple(self._positional(name, a) if var is None else self._scalar_input(a, var)
-                          if type(var) is not tuple else self._scalar_list_input(a, var)
+                          if type(var) is not _ScalarList else self._scalar_list_input(a, var)
                           for a, var in zip(args, steps or (None,) * len(args)))
             self._operands = False
             fkwargs = {k: self._keyword(name, args, k, v, keyword) for k, v in kwargs.items()}
@@ -731,24 +732,36 @@ class OpRecorder(TorchFunctionMode):
         operation that takes one as a tensor too (:data:`_SCALAR_LIST_AT`) where eager steps
         computed every item (Adamax's step sizes ``[lr / bc * -1 for bc in bias_corrections]``,
         ``bc`` from the step counts' ``.item()``): the graph takes them as one input."""
-        at = _SCALAR_LIST_AT.get(name)
+        at, each = _SCALAR_LIST_AT.get(name, (None, False))
         if at is None or len(args) <= at or type(args[at]) not in (list, tuple) or self.lifted is None:
             return steps
         values = args[at]
         if not values or not all(type(v) is float for v in values):
             return steps
+        dtypes = None
+        if each:   # (0-d tensors of the list's tensors' dtypes, float32 or float64 only)
+            dtypes = tuple(getattr(t, "dtype", None) for t in args[0])
+            if len(dtypes) != len(values) or not set(dtypes) <= {torch.float32, torch.float64}:
+                return steps
         names = self.lifted(tuple(values), {})
         if not all(type(n) is str for n in names):
             return steps
         steps = list(steps or (None,) * len(args))
-        steps[at] = names
+        steps[at] = _ScalarList(names, dtypes)
         return tuple(steps)
 
-    def _scalar_list_input(self, values, names: tuple) -> fx.Node:
-        """Floats eager steps computed (their variables ``names``) as one 1-D float64 tensor
-        input, which the operation's ``.Tensor`` overload reads back as the same floats."""
-        source = InputSource(f"SCALAR(({', '.join(names)},))")
-        return self._placeholder(source, source, scalar_tensor(list(values)))
+    def _scalar_list_input(self, values, scalars: _ScalarList):
+        """Floats eager steps computed (their variables ``scalars.names``) as one 1-D float64
+        tensor input, which the operation's ``.Tensor`` overload reads back as the same floats;
+        or (``scalars.dtypes``) that input's items as 0-d tensors of the list's tensors' dtypes,
+        with which the operation's ``.List`` overload computes as with the numbers."""
+        source = InputSource(f"SCALAR(({', '.join(scalars.names)},))")
+        node = self._placeholder(source, source, scalar_tensor(list(values)))
+        if scalars.dtypes is None:
+            return node
+        items = self.graph.call_method("unbind", (node,))
+        return [self.graph.call_method("to", (self.graph.call_function(operator.getitem, (items, i)), dtype))
+                for i, dtype in enumerate(scalars.dtypes)]
 
     def _keyword_step(self, name: str, args: tuple, kwargs: dict) -> tuple:
         """``(keyword, variable)`` of the number keyword of operation ``name`` whose float an
@@ -1372,10 +1385,23 @@ _NUMBER_KEYWORDS = {
     **dict.fromkeys(("addcdiv", "addcdiv_", "addcmul", "addcmul_", "_foreach_addcdiv", "_foreach_addcdiv_",
                      "_foreach_addcmul", "_foreach_addcmul_"), "value"),
     **dict.fromkeys(("_fused_adam_", "_fused_adamw_", "_fused_sgd_", "_fused_adagrad_"), "lr")}
-# Foreach operations whose list of numbers at that position may be a 1-D tensor (their
-# ``.Tensor`` overload reads it back into doubles): see OpRecorder._scalar_list_step.
-_SCALAR_LIST_AT = dict.fromkeys(("_foreach_addcdiv_", "_foreach_addcdiv", "_foreach_addcmul_",
-                                 "_foreach_addcmul"), 3)
+# Foreach operations whose list of numbers at that position may be tensors (see
+# OpRecorder._scalar_list_step): one 1-D tensor (``.Tensor``, read back into doubles), or
+# (True) one 0-d tensor per tensor of the first list (``.List``: NAdam's ``_foreach_mul_(
+# mu_products, mus)``).
+_SCALAR_LIST_AT = {
+    **dict.fromkeys(("_foreach_addcdiv_", "_foreach_addcdiv", "_foreach_addcmul_", "_foreach_addcmul"),
+                    (3, False)),
+    **dict.fromkeys(("_foreach_mul_", "_foreach_mul", "_foreach_div_", "_foreach_div", "_foreach_add_",
+                     "_foreach_add", "_foreach_sub_", "_foreach_sub"), (1, True))}
+
+
+class _ScalarList(typing.NamedTuple):
+    """A foreach operation's scalar list that eager steps computed: their variables, and the
+    dtypes of its 0-d tensors (None: one 1-D float64 tensor)."""
+
+    names: tuple
+    dtypes: tuple | None
 # Tensors made of one float (keywords: see OpRecorder._record): a float an eager step computed
 # or a lifted one is a graph input, rounded to the result's dtype in the graph.
 _NUMBER_FACTORIES = frozenset({"as_tensor", "tensor", "scalar_tensor"})

@@ -858,6 +858,8 @@ class Segmenter(Observer):
     def _derived_call(self, frame, callee, args, kwargs, result):
         if self._graph_made((result,)):
             return
+        if len(args) == 1 and result is args[0] and any(callee is f for f in ann.NUMBER_PASS_THROUGH):
+            return   # (a move: an optimizer's ``_stack_if_compiling`` of floats gives the list back)
         a, bound = ann.lookup(callee)
         if a is not None and not self.is_dynamic(callee):
             full = ((callee.__self__,) + tuple(args)) if bound else tuple(args)
@@ -891,9 +893,10 @@ class Segmenter(Observer):
         return not (moves and id(v) not in self.dynamic and self._only_tensors(v))
 
     def _only_tensors(self, v, depth: int = _TAINT_DEPTH) -> bool:
-        """Are the dynamic values inside container ``v`` all tensors?"""
+        """Are the dynamic values inside container ``v`` all tensors or floats (objects of
+        their own, known by identity where they go)?"""
         if id(v) in self.dynamic:
-            return isinstance(v, torch.Tensor)
+            return isinstance(v, (torch.Tensor, float))
         if depth and type(v) in _CONTAINERS:
             items = (x for kv in v.items() for x in kv) if type(v) is dict else v
             return all(self._only_tensors(x, depth - 1) for x in items)

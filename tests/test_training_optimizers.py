@@ -229,8 +229,15 @@ def _tensor_from_a_read(counts, xs, ys, zs):
     return xs[0].sub_(ys[0] * eta)
 
 
-@pytest.mark.parametrize("op", [_keyword_from_a_read, _scalar_list_from_reads, _tensor_from_a_read],
-                         ids=["keyword", "scalar-list", "as-tensor"])
+def _scalars_each_from_reads(counts, xs, ys, zs):
+    mus = [0.9 * (1.0 - 0.5 * 0.96 ** (c.item() * 0.004)) for c in counts]   # (NAdam's foreach)
+    torch._foreach_add_(counts, 1.0)
+    return torch._foreach_mul_(xs, mus)
+
+
+@pytest.mark.parametrize("op", [_keyword_from_a_read, _scalar_list_from_reads, _tensor_from_a_read,
+                                _scalars_each_from_reads],
+                         ids=["keyword", "scalar-list", "as-tensor", "scalar-list-each"])
 def test_numbers_computed_from_reads_are_graph_inputs(op):
     def build():
         counts = [torch.tensor(1.0), torch.tensor(1.0)]
@@ -265,11 +272,10 @@ EVERY_OPTIMIZER = ("Adam", "AdamW", "NAdam", "Adamax", "RAdam", "ASGD", "Adagrad
                    "Rprop", "SGD")
 # The first step, then one record: those whose update takes the step count as data
 # (magpy.training._TENSOR_STEP) or has none, and those that read it as eager does (an eager
-# step) where what they compute from it reaches the graph as inputs.  NAdam's and RAdam's
-# foreach steps iterate over lists eager steps made (eager runs).
+# step) where what they compute from it reaches the graph as inputs.  RAdam's foreach step
+# checks a list comprehension's floats at ``if rho_t > 5`` (a continuation a step, exact).
 TWO_RECORDS = {(name, foreach) for name in ("Adam", "AdamW", "Adagrad", "Adadelta", "RMSprop", "Rprop", "SGD",
-                                             "Adamax", "ASGD") for foreach in (False, True)}
-TWO_RECORDS.add(("NAdam", False))
+                                             "Adamax", "ASGD", "NAdam") for foreach in (False, True)}
 # RAdam's for-loop step turns at ``if rho_t > 5.0`` (at step 6 here), with closures made in
 # the call live there: two continuations from that check (the second lifts ``rho_t`` and
 # the cells that hold it), then mock runs.

@@ -364,11 +364,13 @@ def test_power_of_a_counter():
     assert st.records == 2 and st.mock_runs == 4, st
 
 
-def test_root_of_a_float_computed_from_a_counter():
-    # RAdam's ``bias_correction2 ** 0.5``: an exponent in (0, 1] of a lifted value the guard
-    # requires nonnegative is computed by the mock (was: the counter guarded, a record a call).
+@pytest.mark.parametrize("root", [lambda v: v ** 0.5, math.sqrt], ids=["power", "sqrt"])
+def test_root_of_a_float_computed_from_a_counter(root):
+    # RAdam's ``bias_correction2 ** 0.5`` and ``_dispatch_sqrt``: a root of a lifted value the
+    # guard requires nonnegative is computed by the mock (was: the counter guarded, a record
+    # a call).
     steps = [Step(f"call {i + 1}", _x, seed=i, expect=ANY) for i in range(6)]
-    trace = check_compiled(_counter_build(lambda step: (1 - 0.999 ** step) ** 0.5), steps, fullgraph=False)
+    trace = check_compiled(_counter_build(lambda step: root(1 - 0.999 ** step)), steps, fullgraph=False)
     st = magpy.stats(trace.compiled)
     assert st.records == 2 and st.mock_runs == 4, st
 

@@ -37,6 +37,8 @@ def _binary(sh, f, ins, inputs, outputs, in_sh):
     if type(out) is float:
         return _float_arithmetic(sh, f, ins, inputs, out, in_sh)
     if type(a) is int and type(b) is int:
+        if any(map(sh.eager_value, inputs)):
+            return False   # (``N + int(t.sum())``: an eager step computes it, from N's value)
         op = operators.BINARY[ins.arg % len(operators.BINARY)][3]
         r = int_result(out, op(value_of(a, in_sh[0]), value_of(b, in_sh[1])))
         if r is None:
@@ -430,7 +432,8 @@ NATIVE_INT = ((int, int), (abs, abs), (max, torch.sym_max), (min, torch.sym_min)
 # may have).  ``max`` and ``min`` of floats pick the value the program would: computed
 # again, their choice needs no guard (of an int and a float, the type would depend on it).
 NATIVE_FLOAT = ((float, "float", (int, float)), (max, "max", (float,)), (min, "min", (float,)),
-                (abs, "abs", (float,)), (math.cos, "MATH.cos", (float,)), (math.sin, "MATH.sin", (float,)))
+                (abs, "abs", (float,)), (math.cos, "MATH.cos", (float,)), (math.sin, "MATH.sin", (float,)),
+                (math.sqrt, "MATH.sqrt", (float,)))
 # How many arguments they take (others: one).
 FLOAT_ARITY = {"max": range(2, 8), "min": range(2, 8)}
 # Native callees that rebuild a sequence with the same items.

@@ -53,7 +53,7 @@ from magpy.dynamic.shadows import (
 )
 from magpy.monitor import Observer, bytecode
 from magpy.monitor.observer import RETURNS
-from magpy.refgraph.graph import ARG, ATTR, CELL, DICT, ITEM, KWARG, is_namespace
+from magpy.refgraph.graph import ARG, ATTR, CELL, DICT, ITEM, KWARG, is_namespace, namespace_twin
 
 # Instructions that read a number from outside the call: an attribute, a global.
 _READS = frozenset({"LOAD_ATTR", "LOAD_GLOBAL", "BINARY_SUBSCR", "LOAD_DEREF"})
@@ -508,6 +508,8 @@ class Shapes(Observer):
             return
         obj, rel, name = where
         stored = self.stores.get((id(obj), name))
+        if stored is None and (twin := namespace_twin(obj)) is not None:
+            stored = self.stores.get((id(twin), name))   # (``MOD.N = b`` read as the global N)
         if stored is not None and stored[1] is value:
             f.shadow_stack[-1] = stored[2]
             return
@@ -708,7 +710,9 @@ class Shapes(Observer):
         parts = float_parts(args, shadows, self.eager_value)
         if parts is None:
             return False
-        # (cos and sin of an infinity raise)
+        # (cos and sin of an infinity raise, sqrt of a negative number: RAdam's rectification)
+        if name == "MATH.sqrt" and (type(parts[0]) is str or not self.nonnegative(parts[0])):
+            return False
         if name.startswith("MATH.") and not self._outcome(int_float(parts, "MATH.isfinite({})", True), True):
             return False
         self.set_output(f, 0, int_float(parts, f"{name}({', '.join(['{}'] * len(parts))})", out))
