@@ -2,6 +2,7 @@
 names, missing optional packages and failing backends give clear errors or a warned fallback."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import warnings
@@ -40,15 +41,16 @@ class SmallCNN(nn.Module):
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
-def check_backend(model, args, kwargs, backend):
-    """First call, repeated call, fresh inputs: all match eager, one graph, no fallback."""
+def check_backend(model, args, kwargs, backend, close=_close):
+    """First call, repeated call, fresh inputs: all match eager (``close``), one graph, no
+    fallback."""
     compiled = magpy.compile(model, backend=backend, fullgraph=True)
     fresh_args, fresh_kwargs = _fresh(args, kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)   # a backend fallback warns: fail on it
         with torch.no_grad():
             for a, k in [(args, kwargs), (args, kwargs), (fresh_args, fresh_kwargs)]:
-                assert _close(compiled(*a, **k), model(*a, **k))
+                assert close(compiled(*a, **k), model(*a, **k))
     stats = magpy.stats(compiled)
     assert (stats.monitor_runs, stats.mock_runs, stats.eager_runs, stats.graph_count) == (1, 2, 0, 1)
 
@@ -73,7 +75,10 @@ def test_backend_matches_eager_on_bert(backend):
 def test_backend_matches_eager_on_more_models(name, backend):
     torch.manual_seed(0)
     model, args, kwargs = MODELS[name]("test")
-    check_backend(model, args, kwargs, backend)
+    # (ONNX Runtime's own convolutions: ResNet-50's logits up to 6e-4 from eager's, 1.8e-3
+    # relative, whatever graph magpy hands it; onnxruntime 1.32 on this CPU)
+    loose = functools.partial(_close, atol=2e-3, rtol=2e-3)
+    check_backend(model, args, kwargs, backend, close=loose if backend == "onnxrt" else _close)
 
 
 def test_callable_backend_receives_the_graph():

@@ -9,13 +9,14 @@ from benchmarks.models import MODELS
 FAST = ["resnet50", "densenet121", "bert", "deberta_v2", "align", "resnet101", "monodepth", "tridentnet"]
 
 
-def _close(a, b):
+def _close(a, b, atol=1e-5, rtol=1e-4):
     if isinstance(a, torch.Tensor):
-        return type(a) is type(b) and a.shape == b.shape and torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+        return type(a) is type(b) and a.shape == b.shape and torch.allclose(a, b, atol=atol, rtol=rtol)
     if isinstance(a, (tuple, list)):
-        return type(a) is type(b) and len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+        return (type(a) is type(b) and len(a) == len(b)
+                and all(_close(x, y, atol, rtol) for x, y in zip(a, b)))
     if isinstance(a, dict):
-        return type(a) is type(b) and list(a) == list(b) and all(_close(a[k], b[k]) for k in a)
+        return type(a) is type(b) and list(a) == list(b) and all(_close(a[k], b[k], atol, rtol) for k in a)
     return a == b
 
 
