@@ -91,8 +91,13 @@ TYPE_READERS = (isinstance, issubclass, callable, type, torch.is_tensor)
 # Functions that give a number argument back as it is (an optimizer's ``_get_value(lr)``, which
 # reads a tensor's value and passes anything else through; ``_stack_if_compiling`` of floats):
 # a lifted float stays lifted, a list of floats eager steps computed is moved.
-NUMBER_PASS_THROUGH = (_optimizer._get_value, *[f for f in (getattr(_optimizer, "_stack_if_compiling", None),)
-                                                 if f is not None])
+_NUMBER_PASS_THROUGH = tuple(f for f in (_optimizer._get_value,
+                                         getattr(_optimizer, "_stack_if_compiling", None)) if f is not None)
+
+
+def passes_through(callee, args: tuple, result) -> bool:
+    """Did ``callee(*args)`` give its one argument back, as a number pass-through does?"""
+    return len(args) == 1 and result is args[0] and any(callee is f for f in _NUMBER_PASS_THROUGH)
 FUNCTIONS: dict[Callable, Annotation] = {
     **{f: TYPE_ONLY for f in TYPE_READERS},
     **{f: STRUCT_READ for f in (len, iter, enumerate, zip, reversed, list, tuple, set, frozenset, dict,

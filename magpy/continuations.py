@@ -363,17 +363,24 @@ class _Taker:
         if got is not None:
             return got
         self._keep.append(v)
-        if type(v) is dict:
+        shadow_of = sh.get if type(v) is dict else sh.__getitem__
+        return self._copy(v, _DEPTH, lambda key, x: self.take_slot(x, shadow_of(key), shadowed))
+
+    def _copy(self, v, depth: int, item):
+        """A copy of container ``v`` (one of ``_COPIED``) whose items are ``item(key or
+        position, value)``; a list or dict is memoised before its items (which may hold it)."""
+        t = type(v)
+        if t is dict:
             got = self.memo[id(v)] = {}
             self.originals[id(got)] = v
-            got.update({self.take(k): self.take_slot(x, sh.get(k), shadowed) for k, x in v.items()})
+            got.update({self.take(k, depth - 1): item(k, x) for k, x in v.items()})
             return got
-        items = [self.take_slot(x, s, shadowed) for x, s in zip(v, sh)]
-        if type(v) is list:
-            got = self.memo[id(v)] = items
+        if t is list:
+            got = self.memo[id(v)] = []
             self.originals[id(got)] = v
+            got.extend(item(i, x) for i, x in enumerate(v))
             return got
-        got = self.memo[id(v)] = tuple(items)
+        got = self.memo[id(v)] = t(item(i, x) for i, x in enumerate(v))
         return got
 
     def take(self, v, depth: int = _DEPTH):
@@ -396,18 +403,7 @@ class _Taker:
             return got
         self._keep.append(v)
         if t in _COPIED:   # (a tuple of plain values too: it may hold an eager step's value)
-            if t is dict:
-                got = self.memo[id(v)] = {}
-                self.originals[id(got)] = v
-                got.update({self.take(k, depth - 1): self.take(x, depth - 1) for k, x in v.items()})
-                return got
-            if t is list:
-                got = self.memo[id(v)] = []
-                self.originals[id(got)] = v
-                got.extend(self.take(x, depth - 1) for x in v)
-                return got
-            got = self.memo[id(v)] = t(self.take(x, depth - 1) for x in v)
-            return got
+            return self._copy(v, depth, lambda _, x: self.take(x, depth - 1))
         owner = getattr(v, "__self__", None) if t is types.BuiltinMethodType else None
         if owner is not None and not isinstance(owner, (types.ModuleType, type)):
             pass   # a builtin method bound to an object (``x.clamp``): reduced below, getattr(obj, name)

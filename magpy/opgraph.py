@@ -1385,6 +1385,16 @@ _NUMBER_KEYWORDS = {
     **dict.fromkeys(("addcdiv", "addcdiv_", "addcmul", "addcmul_", "_foreach_addcdiv", "_foreach_addcdiv_",
                      "_foreach_addcmul", "_foreach_addcmul_"), "value"),
     **dict.fromkeys(("_fused_adam_", "_fused_adamw_", "_fused_sgd_", "_fused_adagrad_"), "lr")}
+
+
+class _ScalarList(typing.NamedTuple):
+    """A foreach operation's scalar list that eager steps computed: their variables, and the
+    dtypes of its 0-d tensors (None: one 1-D float64 tensor)."""
+
+    names: tuple
+    dtypes: tuple | None
+
+
 # Foreach operations whose list of numbers at that position may be tensors (see
 # OpRecorder._scalar_list_step): one 1-D tensor (``.Tensor``, read back into doubles), or
 # (True) one 0-d tensor per tensor of the first list (``.List``: NAdam's ``_foreach_mul_(
@@ -1394,14 +1404,6 @@ _SCALAR_LIST_AT = {
                     (3, False)),
     **dict.fromkeys(("_foreach_mul_", "_foreach_mul", "_foreach_div_", "_foreach_div", "_foreach_add_",
                      "_foreach_add", "_foreach_sub_", "_foreach_sub"), (1, True))}
-
-
-class _ScalarList(typing.NamedTuple):
-    """A foreach operation's scalar list that eager steps computed: their variables, and the
-    dtypes of its 0-d tensors (None: one 1-D float64 tensor)."""
-
-    names: tuple
-    dtypes: tuple | None
 # Tensors made of one float (keywords: see OpRecorder._record): a float an eager step computed
 # or a lifted one is a graph input, rounded to the result's dtype in the graph.
 _NUMBER_FACTORIES = frozenset({"as_tensor", "tensor", "scalar_tensor"})

@@ -858,7 +858,7 @@ class Segmenter(Observer):
     def _derived_call(self, frame, callee, args, kwargs, result):
         if self._graph_made((result,)):
             return
-        if len(args) == 1 and result is args[0] and any(callee is f for f in ann.NUMBER_PASS_THROUGH):
+        if ann.passes_through(callee, args, result):
             return   # (a move: an optimizer's ``_stack_if_compiling`` of floats gives the list back)
         a, bound = ann.lookup(callee)
         if a is not None and not self.is_dynamic(callee):

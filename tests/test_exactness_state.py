@@ -127,20 +127,14 @@ def global_counter(x):
     return x * N
 
 
-def set_counter(value):
-    def mutate(ns):
-        ns["N"] = value
-    mutate.__name__ = f"set_N_{value}"
-    return mutate
-
-
 def test_a_global_counter_is_lifted_and_written_back():
     # ``N += 1`` of a global: stored from the lifted int as an attribute's or a dict item's
     # is (was: the int guarded, a record every call, then eager); the caller's own value
     # taken on the next call.
     trace = check_compiled(lambda: isolated(global_counter, N=0), [
         first(x2), again(expect=MONITOR), again(expect=MOCK), again(expect=MOCK),
-        after(set_counter(40), expect=MOCK), fresh(x2, expect=MOCK)], observe=globals_view("N"))
+        after(lambda ns: ns.update(N=40), name="after N = 40", expect=MOCK), fresh(x2, expect=MOCK)],
+        observe=globals_view("N"))
     assert trace.stats["records"] == 2, trace.stats
 
 

@@ -54,13 +54,18 @@ def _binary(sh, f, ins, inputs, outputs, in_sh):
     return False
 
 
+def _meets_eager_value(sh, inputs, in_sh) -> bool:
+    """Does a lifted float (or one computed from lifted values) meet a value an eager step
+    computed (ReduceLROnPlateau's ``loss < best * rel_eps``, NAdam's ``-lr * (1 - mu)``)?
+    The operation is an eager step too, given the float with its shadow
+    (``Segmenter._freeze``): nothing to guard or compute here."""
+    return any(map(sh.eager_value, inputs)) and any(type(s) in (Scalar, IntFloat) for s in in_sh)
+
+
 def _compare(sh, f, ins, inputs, outputs, in_sh):
     a, b = inputs
-    if any(map(sh.eager_value, inputs)) and any(type(s) in (Scalar, IntFloat) for s in in_sh):
-        # A value an eager step computed against a lifted float (ReduceLROnPlateau's ``loss <
-        # best * rel_eps``): the comparison is an eager step too, given the float with its
-        # shadow (``Segmenter._freeze``), its outcome checked: nothing to guard here.
-        return True
+    if _meets_eager_value(sh, inputs, in_sh):
+        return True   # (its outcome checked where the step is)
     if any(type(s) is IntFloat for s in in_sh) or float in (type(a), type(b)):
         # (a float computed from lifted ints, or a lifted int against a float: ``step <= 4.5``)
         return sh.float_condition(in_sh, inputs, operators.COMPARE[ins.arg][0], outputs[0])
@@ -104,11 +109,8 @@ def _float_arithmetic(sh, f, ins, inputs, out, in_sh) -> bool:
     not computed by an eager step) give a float the mock computes, by the same Python
     arithmetic, from each call's lifted value."""
     symbol = operators.BINARY[ins.arg % len(operators.BINARY)][0]
-    if any(map(sh.eager_value, inputs)) and any(type(s) in (Scalar, IntFloat) for s in in_sh):
-        # With a value an eager step computed (NAdam's ``-lr * (1 - mu)``, ``mu`` from the
-        # step count's ``.item()``): an eager step too, given the lifted float with its
-        # shadow (as ``_compare``), its result a graph input where a tensor operation takes it.
-        return True
+    if _meets_eager_value(sh, inputs, in_sh):
+        return True   # (its result a graph input where a tensor operation takes it)
     if any(type(s) in (IntFloat, SymInt) for s in in_sh) or all(type(s) is Scalar for s in in_sh) \
             or symbol == "**":
         return _int_float_arithmetic(sh, f, symbol, inputs, out, in_sh)

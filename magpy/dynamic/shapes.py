@@ -17,7 +17,7 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
 
 from magpy import logs
-from magpy.annotations import NUMBER_PASS_THROUGH, TYPE_READERS
+from magpy.annotations import TYPE_READERS, passes_through
 from magpy.dynamic.arms import Conditional, evaluate_arms
 from magpy.dynamic.lifting import Lifting
 from magpy.dynamic.rules import (
@@ -624,8 +624,7 @@ class Shapes(Observer):
         callee, args = bytecode.call_operands(inputs)
         if any(callee is f for f in TYPE_READERS):
             return True   # they look at the type only
-        if len(args) == 1 and outputs and outputs[0] is args[0] and any(
-                callee is f for f in NUMBER_PASS_THROUGH):
+        if outputs and passes_through(callee, args, outputs[0]):
             self.set_output(f, 0, in_sh[-1])
             return True
         got = dict_get(callee, args, in_sh[bytecode.call_layout(inputs)[0]], in_sh)
@@ -742,15 +741,18 @@ class Shapes(Observer):
     def nonzero(self, divisor) -> bool:
         """A float's divisor computed from lifted ints (CosineAnnealingLR's ``1 + cos(...)``),
         or a lifted int: the guard requires it nonzero (the mock never divides by zero)."""
-        if type(divisor) is SymInt:
-            return bool(divisor != 0)   # (guards the outcome)
-        return divisor.value != 0 and self._outcome(int_float((divisor,), "({} != 0)", True), True)
+        return self._against_zero(divisor, operator.ne, "!=")
 
     def nonnegative(self, base) -> bool:
-        """A power's base computed from lifted values: the guard requires it nonnegative."""
-        if type(base) is SymInt:
-            return bool(base >= 0)   # (guards the outcome)
-        return base.value >= 0 and self._outcome(int_float((base,), "({} >= 0)", True), True)
+        """A root's base computed from lifted values (RAdam's ``bias_correction2 ** 0.5``), or
+        a lifted int: the guard requires it nonnegative (the mock takes no complex root)."""
+        return self._against_zero(base, operator.ge, ">=")
+
+    def _against_zero(self, part, compare, symbol: str) -> bool:
+        """Does ``compare(part, 0)`` hold (``symbol`` its source)?  If so the guard requires it."""
+        if type(part) is SymInt:
+            return bool(compare(part, 0))   # (guards the outcome)
+        return compare(part.value, 0) and self._outcome(int_float((part,), f"({{}} {symbol} 0)", True), True)
 
     def _outcome(self, predicate: IntFloat, held: bool) -> bool:
         """The guard requires ``predicate`` to be ``held``: over lifted ints, in the shape

@@ -20,6 +20,8 @@ import dis
 import functools
 import types
 
+from magpy.monitor.frame import code_info
+
 # Instructions by what they do to the locals they name, in order ("r": read, "w": write).
 _EFFECTS = {
     "LOAD_FAST": "r", "LOAD_FAST_CHECK": "r", "LOAD_FAST_AND_CLEAR": "r", "DELETE_FAST": "r",
@@ -38,33 +40,31 @@ def dead_locals(code: types.CodeType, index: int) -> frozenset[int]:
     table = _live(code)
     if table is None:
         return frozenset()
-    starts, before, within = table
+    plain, starts, before, within = table
     k = bisect.bisect_right(starts, index) - 1
     if k < 0:
         return frozenset()
     # (inside an instruction, a later step of one the monitor runs in steps, 3.13's
     # COMPARE_OP and its bool: what it leaves live, and what it reads)
     live = before[k] if starts[k] == index else within[k]
-    return frozenset(i for i in _plain(code) if not live >> i & 1)
-
-
-def _plain(code: types.CodeType) -> tuple[int, ...]:
-    cells = set(code.co_cellvars)
-    return tuple(i for i, name in enumerate(code.co_varnames) if name not in cells)
+    return frozenset(i for i in plain if not live >> i & 1)
 
 
 @functools.lru_cache(maxsize=512)
-def _live(code: types.CodeType) -> tuple[list, list, list] | None:
-    """``(starts, before, within)``: per instruction (by its first code unit), bit sets of
-    the locals live before it and of those live within it (after it, or read by it); None
-    for code that can see its own locals."""
+def _live(code: types.CodeType) -> tuple[tuple, list, list, list] | None:
+    """``(plain, starts, before, within)``: the slots of the locals that are no cells, and
+    per instruction (by its first code unit) bit sets of the locals live before it and of
+    those live within it (after it, or read by it); None for code that can see its own
+    locals."""
     if _INTROSPECTION.intersection(code.co_names):
         return None
+    cells = set(code.co_cellvars)
+    plain = tuple(i for i, name in enumerate(code.co_varnames) if name not in cells)
     slots = {name: i for i, name in enumerate(code.co_varnames)}
     instructions = list(dis.get_instructions(code))
     at = [ins.offset // 2 for ins in instructions]
     position = {a: k for k, a in enumerate(at)}
-    handlers = _handlers(code)
+    handlers = code_info(code).handlers   # (per code unit: the handler's, its depth, lasti)
     effects, succ = [], []
     for k, ins in enumerate(instructions):
         kinds = _EFFECTS.get(ins.opname, "")
@@ -73,9 +73,9 @@ def _live(code: types.CodeType) -> tuple[list, list, list] | None:
         nxt = {k + 1} if k + 1 < len(instructions) else set()
         if ins.opcode in _JUMPS and type(ins.argval) is int:
             nxt.add(_at_or_after(position, at, ins.argval // 2))
-        handler = handlers.get(at[k])
+        handler = handlers[at[k]]
         if handler is not None:
-            nxt.add(_at_or_after(position, at, handler))
+            nxt.add(_at_or_after(position, at, handler[0]))
         succ.append(nxt)
     live = [0] * len(instructions)
     within = [0] * len(instructions)
@@ -92,16 +92,7 @@ def _live(code: types.CodeType) -> tuple[list, list, list] | None:
                 within[k] |= 1 << slot if kind == "r" else 0
             if out != live[k]:
                 live[k], changed = out, True
-    return at, live, within
-
-
-def _handlers(code: types.CodeType) -> dict[int, int]:
-    """Code unit index -> its exception handler's, for the instructions a ``try`` covers."""
-    out = {}
-    for entry in dis._parse_exception_table(code):
-        for i in range(entry.start // 2, entry.end // 2):
-            out.setdefault(i, entry.target // 2)
-    return out
+    return plain, at, live, within
 
 
 def _at_or_after(position: dict, at: list, index: int) -> int:
