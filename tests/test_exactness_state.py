@@ -17,6 +17,7 @@ thread-local state after each call (:func:`modes_checked`).
 import collections
 import contextlib
 import dataclasses
+import io
 import operator
 import types
 
@@ -405,6 +406,24 @@ def test_grad_mode_back_on_after_a_step_under_no_grad():
     modes_checked(lambda: (read_under_no_grad, None), [
         first(xg), again(), fresh(xg), fresh(zg, expect=MONITOR), again(), fresh(xg),
     ], fullgraph=False)
+
+
+def printed_under_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        print(float(y.sum()) > 0, file=LOG)   # noqa: F821 - the isolated namespace's (a step)
+        z = y + 1   # (the last graph starts under no_grad and ends with grad back on)
+    return z * x
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_grad_mode_back_on_after_a_graph_a_backend_compiled(backend):
+    # A graph that switches grad mode back on leaves it so only when run as recorded: one
+    # AOTAutograd compiled keeps the switch inside (Inductor too), and the call left grad
+    # mode off.  The mock switches to the program's modes after each graph.
+    modes_checked(lambda: isolated(printed_under_no_grad, LOG=io.StringIO()),
+                  [first(xg), again(), fresh(xg), again()], fullgraph=False, backend=backend,
+                  observe=lambda ns: ns["LOG"].getvalue())
 
 
 def read_under_enable_grad(x):

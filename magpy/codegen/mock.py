@@ -124,9 +124,13 @@ class MockWriter:
                 self.switch(piece.start_modes)
                 ins = ", ".join(self.graph_input(source, ph, piece.index) for source, ph in piece.inputs)
                 self.lines.append(f"    out{piece.index} = GRAPH{piece.index}({ins})")
-                # A graph leaves the modes as the program had them where it ends: at the next
-                # step (where it was cut), or at the end of the call (the last one).
-                self.modes = self.final_modes if piece is last else (piece.grad, piece.autocast)
+                # A graph switches modes for its own operations, but one a backend compiled
+                # need not leave them switched (AOTAutograd keeps them inside): the mock puts
+                # those the program had where the graph ends (at the next step, where it was
+                # cut; the last one's at the end of the call, ``final``).
+                self.modes = piece.start_modes
+                if piece is not last:
+                    self.switch((piece.grad, piece.autocast))
             pieces, self.lines = pieces + self.lines, []
         return pieces + self.final(result)
 
