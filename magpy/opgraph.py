@@ -308,6 +308,7 @@ class OpRecorder(TorchFunctionMode):
         # program has instead on some runs (see cond).
         self.passes: dict[int, Passes] = {}
         self.joint_backend = False   # the backend compiles graphs holding a backward (magpy.joint)
+        self.runs_as_recorded = True  # the backend runs the graphs as recorded ("eager")
         self.drew = False            # the operation being recorded drew random numbers (magpy.rng)
 
     @property
@@ -771,6 +772,11 @@ class OpRecorder(TorchFunctionMode):
         key = _NUMBER_KEYWORDS.get(name)
         value = kwargs.get(key) if key is not None else None
         if type(value) is not float or self.lifted is None or _operand_dtype(args) is False:
+            return None, None
+        if not self.runs_as_recorded:
+            # (Inductor miscompiles Adamax's for-loop step given its ``value=-clr`` this way:
+            # a shape error after the step's in-place updates, torch 2.13; the value stays
+            # one the mock checks there)
             return None, None
         (var,) = self.lifted((value,), {})
         return (key, var) if type(var) is str else (None, None)

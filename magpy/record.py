@@ -303,6 +303,7 @@ def _capture(fn, args, kwargs, backend, roots, errors, lifting):
             cap = _recording(fn, args, kwargs, roots, lifting)
             cap.branches.enabled = backend[0] not in backends.NO_CONDS
             cap.recorder.joint_backend = backend[0] in joint.BACKENDS
+            cap.recorder.runs_as_recorded = backend[0] == "eager"
     except CaptureError as e:
         _capture_failed(e, errors)
         return fn(*args, **kwargs), None   # the program has not run yet: run it eagerly
@@ -351,6 +352,7 @@ def _capture_continuation(resume, backend, errors, lifting):
         with _stage("setting up the recording"):
             cap = Capture(_policy, lifting)
             cap.recorder.joint_backend = backend[0] in joint.BACKENDS
+            cap.recorder.runs_as_recorded = backend[0] == "eager"
             for i, v in enumerate(values):
                 # Plain values (a loop counter, a step's small int) are constants of the record;
                 # tensors are checked as arguments are (a parent whose sizes are symbolic hands

@@ -19,6 +19,7 @@ import magpy
 from tests.compile_harness import (
     ANY,
     Step,
+    after,
     check_compiled,
     fresh_magpy,  # noqa: F401 - autouse fixture: magpy.reset() before each test
 )
@@ -151,3 +152,31 @@ def test_averaged_model_updated_in_the_step(use_buffers):
     trace = check_compiled(build, _steps(8), fullgraph=False, observe=_observe)
     st = magpy.stats(trace.compiled)
     assert st.records == 2 and st.mock_runs == 6 and st.eager_runs == 0, st
+
+
+def test_averaged_model_restarted_from_outside():
+    # The program restarts the average (``n_averaged`` zeroed, as after a swap of the averaged
+    # weights): the next step copies the parameters again, as eager does (its check fails
+    # after the optimizer's effects: the rest of the step resumes from there), then steps
+    # average again.
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    def build():
+        model = _mlp()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9))
+
+        def train_step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            averaged.update_parameters(model)
+            return loss.detach()
+        return train_step, {"model": model, "opt": opt, "averaged": averaged}
+
+    def restart(state):
+        state["averaged"].n_averaged.zero_()
+    steps = _steps(4) + [after(restart, _batch, seed=20, expect=ANY)] + _steps(3)
+    trace = check_compiled(build, steps, fullgraph=False, observe=_observe)
+    assert magpy.stats(trace.compiled).eager_runs == 0
