@@ -282,6 +282,7 @@ class OpRecorder(TorchFunctionMode):
         self.pieces: list[Piece] = [Piece(0)]
         self.made: dict[int, Piece] = {}   # id(tensor) -> the piece whose operations made it
         self.eager: dict[int, str] = {}          # id(tensor) -> expression of the eager step that made it
+        self.gradless: set[int] = set()          # ids of eager steps' tensors that never need grad
         # id(nn.Parameter the run made) -> (its data, requires_grad): the mock makes it anew
         self.wrapped: dict[int, tuple] = {}
         # ids of the tensors the graphs made whose shapes follow tensor data (nonzero, x[mask],
@@ -425,10 +426,12 @@ class OpRecorder(TorchFunctionMode):
         """May control flow run forks of the program now?  (Not while it holds an array
         magpy.arrays follows: the forks run unfollowed.)"""
         return self.branches is not None and not (self.arrays is not None and self.arrays.holding())
+
     def _grad_known(self, t) -> bool:
         """Does the record know whether ``t`` needs grad (a tensor from outside, whose
-        ``requires_grad`` the guard checks, or one a graph made)?"""
-        return self.refgraph.node_of(t) is not None or id(t) in self.made
+        ``requires_grad`` the guard checks, one a graph made, or a gradient an eager backward
+        wrote)?"""
+        return self.refgraph.node_of(t) is not None or id(t) in self.made or id(t) in self.gradless
 
     def _assertion(self) -> tuple[bool, str] | None:
         """``(truth that passes, message)`` when the program reads a tensor's truth only to
@@ -1116,9 +1119,12 @@ class OpRecorder(TorchFunctionMode):
         """Can the mock name tensor ``t`` (read from outside, made by a graph or a step)?"""
         return self.refgraph.node_of(t) is not None or id(t) in self.made or id(t) in self.eager
 
-    def eager_tensor(self, t, expr: str) -> None:
-        """``t`` was made by an eager step: later graphs take it as an input, the mock's ``expr``."""
+    def eager_tensor(self, t, expr: str, gradless: bool = False) -> None:
+        """``t`` was made by an eager step: later graphs take it as an input, the mock's ``expr``
+        (``gradless``: on every run, a tensor that needs no grad: a gradient the engine wrote)."""
         self.eager[id(t)] = expr
+        if gradless:
+            self.gradless.add(id(t))
         self._keep.append(t)
 
     def piece_inputs(self) -> list:

@@ -270,7 +270,8 @@ def backward_intrinsic(recorder):
             for i, g in enumerate(grads):
                 # A .grad an earlier step made and this one accumulated into keeps its name.
                 if g is not None and id(g) not in recorder.eager:
-                    recorder.eager_tensor(g, f"{var}[{i}]")
+                    # (create_graph is False: the engine's gradients need no grad)
+                    recorder.eager_tensor(g, f"{var}[{i}]", gradless=not g.requires_grad)
         return None
     return intrinsic
 

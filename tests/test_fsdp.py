@@ -25,7 +25,7 @@ from torch.distributed.tensor import DTensor
 import magpy
 from tests.compile_harness import stats_snapshot
 from tests.differential import same
-from tests.test_ddp import MOCK, RECORD, _kind, _launch
+from tests.test_ddp import MOCK, RECORD, ZERO_GRAD, ZERO_GRAD_STEPS, _kind, _launch, zero_grad_calls
 
 STEPS = 5
 # Recording twice: the first call finds no .grad and no optimizer state (and runs FSDP's lazy
@@ -80,7 +80,7 @@ class _Twin:
     """A model sharded with ``fully_shard`` (each layer, then the root), its optimizer and the
     train step, compiled with magpy or not."""
 
-    def __init__(self, arch: str, optim: str, policy: str, clip: bool, compiled: bool):
+    def __init__(self, arch: str, optim: str, policy: str, clip: bool, compiled: bool, zero_grad: str):
         build, loss_of, _ = ARCHS[arch]
         torch.manual_seed(0)
         self.model, layers = build()
@@ -90,14 +90,16 @@ class _Twin:
         fully_shard(self.model, **kw)
         self.opt = opt = OPTIMS[optim](self.model.parameters())
         model = self.model
+        first, last = zero_grad_calls(zero_grad, opt, model)
 
         def train_step(data):
-            opt.zero_grad()
+            first()
             loss = loss_of(model, data)
             loss.backward()
             if clip:   # (reads the parameters through the model, after the backward resharded them)
                 nn.utils.clip_grad_norm_(model.parameters(), 0.5)
             opt.step()
+            last()
             return loss
 
         self.step = magpy.compile(train_step, backend="eager") if compiled else train_step
@@ -115,11 +117,13 @@ def _local(t):
     return t.detach().clone() if isinstance(t, torch.Tensor) else t
 
 
-def _train(rank: int, backend: str, arch: str, optim: str, policy: str = "fp32", clip: bool = False) -> dict:
-    eager, compiled = _Twin(arch, optim, policy, clip, False), _Twin(arch, optim, policy, clip, True)
+def _train(rank: int, backend: str, arch: str, optim: str, policy: str = "fp32", clip: bool = False,
+           zero_grad: str = "first", n: int = STEPS) -> dict:
+    eager = _Twin(arch, optim, policy, clip, False, zero_grad)
+    compiled = _Twin(arch, optim, policy, clip, True, zero_grad)
     g = torch.Generator().manual_seed(100 + rank)
     steps = []
-    for _ in range(STEPS):
+    for _ in range(n):
         data = ARCHS[arch][2](g)
         loss_e = eager.step(data).detach()
         loss_c = compiled.step(data).detach()
@@ -166,7 +170,9 @@ def _check_graphs(reports: list[dict], most: int) -> None:
 def reports():
     """One launch of the ranks for the fast scenarios (startup is most of a scenario's cost)."""
     return _run([("train[mlp-sgd]", "mlp", "sgd"), ("train[mlp-adamw]", "mlp", "adamw"),
-                 ("train[mlp-bf16]", "mlp", "sgd", "bf16")])
+                 ("train[mlp-bf16]", "mlp", "sgd", "bf16"),
+                 *((f"train[mlp-{where}]", "mlp", "sgd", "fp32", False, where, ZERO_GRAD_STEPS)
+                   for where in ZERO_GRAD[1:])])
 
 
 def _scenario(reports, name) -> list[dict]:
@@ -178,6 +184,14 @@ def test_fsdp_train_step_compiles(reports, name):
     # Graphs: each Linear's compute, the activations between them, the loss, the update.
     rs = _scenario(reports, name)
     _check(rs, KINDS)
+    _check_graphs(rs, most=8)
+
+
+@pytest.mark.parametrize("where", ZERO_GRAD[1:])
+def test_fsdp_zero_grad_at_the_end(reports, where):
+    # Each call finds .grad as the last left it; FSDP's reduce-scatter sets it in between.
+    rs = _scenario(reports, f"train[mlp-{where}]")
+    _check(rs, KINDS + [MOCK] * (ZERO_GRAD_STEPS - STEPS))
     _check_graphs(rs, most=8)
 
 

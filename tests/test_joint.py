@@ -10,6 +10,8 @@ Where the backward must run in the real autograd engine (a hook, a custom ``auto
 ``retain_graph``, a loss computed before a graph break, ``config.joint_backward = False``) it
 stays an eager step between two graphs, as exact, with the reason in ``magpy.stats().breaks``.
 """
+import tempfile
+
 import pytest
 import torch
 from torch import nn
@@ -189,7 +191,8 @@ def test_convnet_step_inductor_channels_last():
     # Inductor lays out convolutions channels-last; the step's images are made channels-last
     # at the graph's start (joint.channels_last_images), so the backward's convolutions read
     # the activations in that layout too.  Results as eager's, one graph per step.
-    steps = [Step(f"train step {i + 1}", _images, seed=i, expect=MONITOR if i < 2 else MOCK) for i in range(4)]
+    steps = [Step(f"train step {i + 1}", _images, seed=i, expect=MONITOR if i < 2 else MOCK)
+             for i in range(4)]
     trace = check_compiled(_build(make_model=_convnet), steps, fullgraph=False, observe=_observe, **INDUCTOR)
     _one_graph_per_step(trace, steps=4)
 
@@ -468,3 +471,55 @@ def test_fullgraph_names_why_the_backward_is_eager():
     why = r"runs eagerly between graphs \(a parameter has a gradient hook"
     with pytest.raises(magpy.GraphBreakError, match=why):
         magpy.compile(fn, backend="eager", fullgraph=True)(*_batch(state))
+
+
+# ----------------------------------------------------------------------------- .grad set after the backward
+def _zero_grad_last(state, zero_grad="optimizer", **backward):
+    """A step that clears the gradients at its end, as many training loops write it: every
+    call finds ``.grad`` as it left it (None, or zeros) and the eager backward sets it between."""
+    model, opt = state["model"], state["opt"]
+    clear = {"optimizer": opt.zero_grad, "module": model.zero_grad,
+             "to zeros": lambda: opt.zero_grad(set_to_none=False)}[zero_grad]
+
+    def train_step(x, y):
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward(**backward)
+        opt.step()
+        clear()
+        return loss.detach()
+    return train_step
+
+
+@pytest.fixture
+def process_group():
+    """A gloo process group of world size 1 in this process (as ``torchrun`` gives a script),
+    taken down after the test."""
+    import torch.distributed as dist
+    with tempfile.TemporaryDirectory() as folder:
+        dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=0, world_size=1)
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("zero_grad", ["optimizer", "module", "to zeros"])
+@OPTIMIZERS
+def test_grad_cleared_after_an_eager_backward(make_opt, zero_grad, process_group):
+    # The backward is the engine's (a process group is up: DDP's reducer may hook it), between
+    # two graphs; the call ends with .grad as it found it.  The mock must still clear the
+    # .grad the engine set: left there, the next backward added into it (issue 41: every
+    # torchrun script trained a wrong model from its fourth step).
+    steps = _steps(12)
+    trace = check_compiled(_build(make_opt, step=_zero_grad_last, zero_grad=zero_grad), steps,
+                           fullgraph=False, observe=_observe)
+    _eager_backward(trace, "a process group is initialized: DDP's reducer hooks the gradients in the engine")
+    assert magpy.stats(trace.compiled).monitor_runs == 2
+
+
+def test_grad_cleared_after_a_hooked_backward():
+    # The same with the engine's backward for another reason: a gradient hook.
+    build = _build(make_model=_hooked(HOOKS["tensor hook"][0]), step=_zero_grad_last)
+    trace = check_compiled(build, _steps(8), fullgraph=False, observe=_observe_hooks)
+    _eager_backward(trace, HOOKS["tensor hook"][1])
+    assert trace.compiled_state["model"].counter.calls == 8

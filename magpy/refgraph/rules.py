@@ -668,7 +668,12 @@ class RefGraphBuilder(Observer):
                     is_namespace(obj) or slot_of(obj, key) is not None):
                 # (a slot's presence is not in a __dict__ for the guard to check)
                 node.stored(ATTR, key, how is not SET, must_exist=how is DEL and is_namespace(obj))
-            elif node.snapshot is not None and node.kind is not Kind.TENSOR:
+            elif node.kind is Kind.TENSOR:
+                if rel == ATTR and key in (node.snapshot or ()):
+                    # A leaf's .grad: replayed even where the call left it as found, since an
+                    # eager step between (backward by the engine) may have set it.
+                    node.stored(ATTR, key, how is not SET)
+            elif node.snapshot is not None:
                 self._stored(node, obj, rel, key, how)
 
     def _stored(self, node, obj, rel, key, how):
