@@ -468,6 +468,17 @@ class OpRecorder(TorchFunctionMode):
                    else f.locals[load.arg] if load.opname == "LOAD_FAST" else None)
         return passing, message if type(message) is str and message else where
 
+    def _record_async_assertion(self, t) -> bool:
+        """``torch._assert_async(t)``: an assertion of the graph (as ``assert c`` is, and with
+        the same condition: only before anything observable happened), else False."""
+        segmenter = self.dynamic.segmenter
+        if not checks_in_graph(t) or t.numel() != 1 or (segmenter is not None and not segmenter.undoable()):
+            return False
+        self._sync_modes()
+        self.graph.call_function(_ASSERT, (self.tensor_node(t), _ASYNC_MESSAGE))
+        self.piece.op_count += 1
+        return True
+
     def _record_assertion(self, func, t, truth) -> None:
         passing, message = self._assertion()
         if truth is not passing or not checks_in_graph(t):   # (the program raises it itself, eagerly)
@@ -499,9 +510,14 @@ class OpRecorder(TorchFunctionMode):
         if name in ann.TORCH_TRUTH:
             self._record_assertion(func, args[0], out)
             return
+        if func is torch._assert_async and len(args) == 1 and not kwargs \
+                and self._record_async_assertion(args[0]):
+            return
         if not any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(out)) \
                 and not _written(func, name, args, kwargs):   # (``x[i] = v`` gives None)
-            if name in ann.TORCH_METADATA_RESULTS:
+            if name in ann.TORCH_METADATA_RESULTS or not _takes_tensors(args, kwargs):
+                # (a function of Python values, which the guard fixes where they come from
+                # tensors' metadata: ``torch._assert(x.ndim == 4, ...)`` under the mode)
                 return
             self.dynamic(f"{_qualname(func)} returns a Python value computed from tensors", step=True)
             return
@@ -1340,6 +1356,10 @@ def storage_id(t: torch.Tensor) -> int | None:
             return None
 
 
+def _takes_tensors(args: tuple, kwargs: dict) -> bool:
+    return any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves((args, kwargs)))
+
+
 def _written(func, name: str, args: tuple, kwargs: dict) -> list:
     """The tensors operation ``func`` (named ``name``) writes in place."""
     if kwargs and kwargs.get("out") is not None:
@@ -1477,6 +1497,8 @@ def _constant(value):
 # ``assert`` on a tensor becomes this operation: it raises RuntimeError(message) when the
 # condition is false, on every run of the graph.
 _ASSERT = torch.ops.aten._assert_async.msg
+# (torch._assert_async's own message, which the graph's assertion raises in its place)
+_ASYNC_MESSAGE = "Expected Tensor with single nonzero value, but got zero"
 _RAISING_PATH = 200   # code units a raising path may take (building an f-string message)
 # Instructions that leave a straight-line path (it might not reach its raise).
 _LEAVES_PATH = ("JUMP", "RETURN", "YIELD", "FOR_ITER", "SEND", "RERAISE")

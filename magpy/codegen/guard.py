@@ -57,7 +57,11 @@ from magpy.refgraph.graph import (
 
 _DICT_GETITEM = dict.__dict__["__getitem__"]
 _DICT_VERSION = bytecode.DICT_VERSION
-_OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
+# object's attribute lookup, and the builtin containers' (their own slot wrappers of the same
+# C function): reading an instance dict through them runs no Python code.
+_GENERIC_GETATTRIBUTES = frozenset(t.__dict__["__getattribute__"] for t in (
+    object, dict, list, tuple, set, collections.OrderedDict, collections.defaultdict)
+    if "__getattribute__" in t.__dict__)
 _TYPE_GETATTRIBUTE = type.__dict__["__getattribute__"]
 # What guard code refers to by name.
 NAMESPACE = {"SAME": same_value, "DICT_VERSION": _DICT_VERSION, "OWN_DICTS": bytecode.OWN_DICTS,
@@ -391,7 +395,7 @@ def _plain_attr(obj, name) -> bool:
         # type.__getattribute__ reads the class's MRO dicts and the metaclass's C getsets
         # (``__name__``, ``__qualname__``); the rules guard Python descriptors of those apart.
         return type_lookup(tp, "__getattribute__") is _TYPE_GETATTRIBUTE
-    if type_lookup(tp, "__getattribute__") is not _OBJECT_GETATTRIBUTE:
+    if type_lookup(tp, "__getattribute__") not in _GENERIC_GETATTRIBUTES:
         return False
     raw = type_lookup(tp, name)
     # C getset/member descriptors (``fn.__defaults__``, slots) run no Python code.

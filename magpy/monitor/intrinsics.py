@@ -286,6 +286,17 @@ def _getattr(mon, args, kwargs):
         return args[2]
 
 
+_ABSENT = object()
+
+
+def _hasattr(mon, args, kwargs):
+    """``hasattr(obj, name)`` as ``getattr(obj, name, absent)``: a Python ``__getattr__`` (a
+    config object that reads its items) is entered, so what it read is seen."""
+    if kwargs or len(args) != 2 or type(args[1]) is not str:
+        return hasattr(*args, **(kwargs or {}))
+    return _getattr(mon, (*args, _ABSENT), None) is not _ABSENT
+
+
 # --------------------------------------------------------------------------- higher-order
 class Callback:
     """A Python callable handed to native code; calling it comes back into the monitor."""
@@ -470,6 +481,7 @@ FRAME_SENSITIVE = [
     (builtins.eval, _source_runner("eval", builtins.eval)),
     (builtins.compile, _compile), (warnings.warn, _warn),
     (builtins.__build_class__, _build_class), (builtins.getattr, _getattr),
+    (builtins.hasattr, _hasattr),
 ]
 if hasattr(sys, "_getframemodulename"):
     FRAME_SENSITIVE.append((sys._getframemodulename, _getframemodulename))

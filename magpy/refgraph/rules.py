@@ -514,9 +514,18 @@ class RefGraphBuilder(Observer):
         if node.kind in (Kind.OBJECT, Kind.STATIC) and type(d) in (dict, types.MappingProxyType) \
                 and name not in (node.snapshot if type(node.snapshot) is dict else {}):
             node.mark_absent(ATTR, name)
+        elif node.kind in _CONTAINERS and type(d) is dict:
+            # A container subclass's instance attributes (a FrozenDict's): not its snapshot.
+            self.g.child(node, ATTR, "__dict__", d).mark_absent(ITEM, name)
         for klass in (obj if isinstance(obj, type) else type(obj)).__mro__:
             if self._mutable_class(klass) and klass is not obj:
                 self.g.const(klass).mark_absent(ATTR, name)
+
+    def natively_made(self, tp) -> bool:
+        """Does an attribute ``tp``'s instances lack come from a ``__getattr__`` that runs
+        natively (reading state the monitor does not see)?"""
+        getattr_fn = py_method(tp, "__getattr__")
+        return getattr_fn is not None and self.dynamic.monitor.policy.runs_natively(getattr_fn)
 
     def native_failed(self, callee, args, kwargs) -> None:
         """A native call raised: what it read decided that (as for a call that returns), and
@@ -1040,8 +1049,8 @@ def _rel_hasattr(b, args, result):
             b.read_attr(obj, name, getattr(obj, name))
         except Exception:  # noqa: BLE001 - the attribute vanished; the guard will miss
             pass
-    elif node.kind in (Kind.OBJECT, Kind.STATIC, Kind.METHOD):
-        b.missing_attr(obj, name)
+    elif node.kind in (Kind.OBJECT, Kind.STATIC, Kind.METHOD) or not b.natively_made(type(obj)):
+        b.missing_attr(obj, name)   # (a Python __getattr__ ran monitored: what it read is seen)
     else:
         b.dynamic(f"hasattr on {type(obj).__qualname__}")
 
