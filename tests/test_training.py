@@ -169,6 +169,36 @@ def test_train_eval_switch():
     check_compiled(build, steps, fullgraph=False, observe=_observe, expect_records=3)
 
 
+@pytest.mark.parametrize("make_opt", [_sgd, _adamw], ids=["sgd-momentum", "adamw"])
+def test_parameters_added_to_the_optimizer_later(make_opt):
+    # A fine-tuning loop that unfreezes a layer: the optimizer starts with the head only, then
+    # add_param_group adds the first layer (with a learning rate of its own).  That step
+    # records (a group more), the next too (the new parameters' state is created), then mocks.
+    # The mock rewrote the optimizer state in its own key order (a dict keyed by parameters,
+    # whose order it compared with ==): magpy failed and ran the rest eagerly (issue 41).
+    def build():
+        model = _mlp()
+        opt = make_opt(model[2].parameters())
+        return _trainer(model, opt), {"model": model, "opt": opt}
+
+    def unfreeze(state):
+        state["opt"].add_param_group({"params": list(state["model"][0].parameters()), "lr": 0.02})
+
+    steps = _steps(4) + [after(unfreeze, _batch, expect=MONITOR), Step("after", _batch, seed=8, expect=MONITOR)]
+    steps += [Step(f"then {i}", _batch, seed=9 + i, expect=MOCK) for i in range(4)]
+    check_compiled(build, steps, fullgraph=False, observe=_observe, expect_records=4)
+
+
+def test_a_frozen_layer():
+    def build():
+        model = _mlp()
+        model[0].requires_grad_(False)
+        opt = _sgd(p for p in model.parameters() if p.requires_grad)
+        return _trainer(model, opt), {"model": model, "opt": opt}
+
+    check_compiled(build, _steps(6), fullgraph=False, observe=_observe, expect_records=2)
+
+
 def test_clip_grad_norm():
     check_compiled(_build(_sgd, clip=0.5), _steps(), fullgraph=False, observe=_observe, expect_records=2)
 

@@ -33,6 +33,7 @@ from magpy.refgraph.graph import (
     RefGraph,
     held_by_identity,
     is_immutable,
+    same_key,
     state_of,
     stored_attributes,
 )
@@ -360,9 +361,11 @@ class MockWriter:
         written, whole = self.written(node)
         slots = _slots(written)
         moved = {key for (_, key), deleted in written.items() if deleted}
-        kept = [key for key in snap if key in now and key not in moved]
-        expected = kept + [key for key in now if key not in kept]
-        if whole or list(now) != expected:
+        # (keys by dict lookup, by hash and identity: a list's ``in`` and ``!=`` would compare
+        # tensor keys, an optimizer state's parameters, with ``==``)
+        kept = dict.fromkeys(key for key in snap if key in now and key not in moved)
+        expected = [*kept, *(key for key in now if key not in kept)]
+        if whole or not all(map(same_key, now, expected)):
             self.g.rewritten(node, now)
             items = ", ".join(f"{self.key(key)}: {self.expr(val)}" for key, val in now.items())
             self.commit(f"    {mapping}.clear(); {mapping}.update({{{items}}})")

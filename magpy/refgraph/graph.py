@@ -269,12 +269,13 @@ def same_state(a, b) -> bool:
     if len(a) != len(b):
         return False
     if type(a) is dict:
-        return all(_same_key(k1, k2) and v1 is v2 for (k1, v1), (k2, v2) in zip(a.items(), b.items()))
+        return all(same_key(k1, k2) and v1 is v2 for (k1, v1), (k2, v2) in zip(a.items(), b.items()))
     return all(x is y for x, y in zip(a, b))
 
 
-def _same_key(a, b) -> bool:
-    # Keys with identity (an optimizer's state is keyed by parameters) are the same object.
+def same_key(a, b) -> bool:
+    """Are ``a`` and ``b`` one dict key?  Keys with identity (an optimizer's state is keyed by
+    parameters) are the same object; never compared with ``==`` (a tensor's is elementwise)."""
     return a is b or (is_immutable(a) and a == b)
 
 
