@@ -111,6 +111,7 @@ FUNCTIONS: dict[Callable, Annotation] = {
                          sorted, str, sum, object, super, property, staticmethod, classmethod,
                          functools.partial, functools.reduce, functools.cmp_to_key, math.prod,
                          math.fsum, math.isclose)},
+    types.MappingProxyType: Annotation(reads=DEEP),
     getattr: Annotation(reads=(NONE, DEEP, NONE), relation="attr"),
     hasattr: Annotation(reads=(NONE, DEEP), relation="hasattr"),
     next: Annotation(reads=NONE),   # (an iterator from outside moving on: magpy.refgraph.rules)
@@ -201,6 +202,11 @@ METHODS: dict[tuple[type, str], Annotation] = {
     **{(frozenset, m): PURE for m in _SET_METHODS if _SET_METHODS[m].pure and not _SET_METHODS[m].inplace},
     **{(collections.deque, m): a for m, a in _DEQUE_METHODS.items()},
     (tuple, "index"): PURE, (tuple, "count"): PURE, (tuple, "__getitem__"): ELEMENT,
+    # A read-only view of a mapping (``inspect.Signature.parameters``): its reads are the
+    # mapping's.  (A view from outside, a class's ``__dict__``, is live: an eager step,
+    # refgraph.rules' mutable opaque objects; one made in the call read its mapping whole.)
+    **{(types.MappingProxyType, m): _DICT_METHODS[m] for m in (
+        "get", "keys", "values", "items", "copy", "__contains__", "__len__", "__getitem__", "__iter__")},
     # A storage's address and size (``a.untyped_storage().data_ptr()``, as libraries test
     # aliasing): reads of the storage object, whose eager steps run again on every call.
     **{(torch._C.StorageBase, m): PURE for m in ("data_ptr", "nbytes", "size")},

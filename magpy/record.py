@@ -41,13 +41,14 @@ from magpy import (
     hostloop,
     joint,
     logs,
+    mode_stack,
     predicates,
     rng,
     scripted,
     standins,
     training,
 )
-from magpy.codegen import compile_source, generate
+from magpy.codegen import compile_source, generate, same_value
 from magpy.codegen.guard import inputs_in_words, path_in_words, write_shape_check
 from magpy.config import config
 from magpy.continuations import Resume
@@ -243,6 +244,8 @@ def _base_policy():
     for fn in annotations.MONITORED_TORCH_FUNCTIONS:
         policy.reroute(fn, standins.always(fn))   # entered as the program's own code
     policy.add_intrinsic(torch.autograd.Variable, _variable)
+    for fn, intrinsic in mode_stack.INTRINSICS:   # (the recorder's mode is not the program's)
+        policy.add_intrinsic(fn, intrinsic)
     # Scripted functions and scripted modules' forwards run their original Python, as under
     # torch.compile for functions: their tensor operations are recorded like any others.
     policy.substitute(torch.jit.ScriptFunction, scripted.original_function)

@@ -14,6 +14,8 @@ input of another rank, a config item added, an attribute set) records again, wit
 result or eager's exception.  ``fullgraph=True`` is one graph for each.
 """
 import collections
+import inspect
+import types
 import warnings
 
 import pytest
@@ -253,3 +255,90 @@ def test_an_identical_call_never_records_again_on_a_checked_block():
     st = magpy.stats(compiled)
     assert (st.monitor_runs, st.mock_runs, st.records) == (1, 23, 1), st
     assert MOCK and st.eager_runs == 0
+
+
+# ----------------------------------------------------------------------------- mappingproxy
+class _Processor:
+    def __call__(self, x, scale=1.0):
+        return x * scale
+
+
+def _signature_keys(state):
+    def program(x):
+        # diffusers' attention processors: which keywords does the processor take?
+        names = set(inspect.signature(state["processor"].__call__).parameters.keys())
+        return x * (2.0 if "scale" in names else 3.0) + len(names)
+    return program
+
+
+def _proxy_from_outside(state):
+    def program(x):
+        return x * state["view"]["a"]
+    return program
+
+
+def _proxy_made_in_the_call(state):
+    def program(x):
+        return x * types.MappingProxyType(state["config"]).get("a")
+    return program
+
+
+def _set_a(state):
+    state["config"]["a"] = 5.0
+
+
+# kind -> (program, mutation, what the calls are: first, again, fresh, after the mutation, fresh)
+PROXIES = {"signature": (_signature_keys, None, [MONITOR, MOCK, MOCK]),
+           "outside view": (_proxy_from_outside, _set_a, [MONITOR] + [EAGER] * 4),
+           "made in the call": (_proxy_made_in_the_call, _set_a, [MONITOR, MOCK, MOCK, MONITOR, MOCK])}
+
+
+@pytest.mark.parametrize("kind", list(PROXIES))
+def test_mappingproxy_reads(kind):
+    # A view made in the call reads its mapping (guarded when it comes from outside); one
+    # from outside is live (a class's __dict__): the record stops at its reads, which run
+    # eagerly.  Its item read was unguarded: a silent wrong result after the mapping changed.
+    program, mutate, kinds = PROXIES[kind]
+
+    def build():
+        config = {"a": 2.0}
+        state = {"processor": _Processor(), "config": config, "view": types.MappingProxyType(config)}
+        return program(state), state
+
+    x = lambda s: (torch.randn(3),)  # noqa: E731
+    steps = standard(x) + ([after(mutate), fresh(x, seed=4)] if mutate else [])
+    for step, expect in zip(steps, kinds):
+        step.expect = expect
+    check_compiled(build, steps, fullgraph=False, observe=lambda s: s["config"])
+
+
+def test_a_signature_read_is_one_graph():
+    fn = _signature_keys({"processor": _Processor()})
+    check_compiled(lambda: (fn, None), standard(lambda s: (torch.randn(3),)), fullgraph=True,
+                   expect_graphs=1, expect_records=1)
+
+
+# ----------------------------------------------------------------------------- torch's mode stack
+class _Doubling(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 2 if func is torch.Tensor.add else out
+
+
+def _asks_for_modes(x):
+    # Libraries ask whether a function mode is active (and which) to pick a path: the answer
+    # is eager's, not one that counts magpy's own recorder (was a silent wrong result: True).
+    modes = torch.overrides._get_current_function_mode_stack()
+    if torch._C._is_torch_function_mode_enabled():
+        return x.add(1), len(modes), torch._C._len_torch_function_stack()
+    return x * 3, len(modes), torch.overrides._get_current_function_mode()
+
+
+def test_the_program_sees_torch_modes_as_eager_does():
+    check_compiled(lambda: (_asks_for_modes, None), standard(lambda s: (torch.randn(3),)), fullgraph=True,
+                   expect_records=1)
+
+
+def test_the_program_sees_its_own_mode():
+    check_compiled(lambda: (_asks_for_modes, None), standard(lambda s: (torch.randn(3),), ctx=_Doubling),
+                   fullgraph=False)

@@ -1171,10 +1171,10 @@ def _python_eq(tp) -> bool:
 
 def _mutable_opaque(v) -> bool:
     """Is ``v`` a mutable C object whose value the guard cannot check: a container (numpy's
-    only if it is loaded), or an iterator (a list's, a generator, ``map``, ``itertools.count``:
-    its position moves on each ``next``)?"""
+    only if it is loaded), a live view of one (a class's ``__dict__``), or an iterator (a
+    list's, a generator, ``map``, ``itertools.count``: its position moves on each ``next``)?"""
     np = sys.modules.get("numpy")
-    opaque = (bytearray, array.array, collections.deque)
+    opaque = (bytearray, array.array, collections.deque, types.MappingProxyType)
     return isinstance(v, opaque if np is None else (*opaque, np.ndarray)) or hasattr(type(v), "__next__")
 
 
