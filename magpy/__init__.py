@@ -15,11 +15,12 @@ from magpy.errors import (
     GraphBreakWarning,
     MagpyError,
     MagpyWarning,
+    UnstableRecordWarning,
 )
 
 __all__ = ["compile", "explain", "stats", "reset", "synchronize", "annotate", "disable", "config",
            "CompiledModule", "Explanation", "GraphBreak", "GraphBreakError", "GraphBreakWarning",
            "CaptureError",
            "BackendError", "MagpyError", "MagpyWarning", "CaptureFailedWarning", "BackendFailedWarning",
-           "CacheLimitWarning", "monitor"]
+           "CacheLimitWarning", "UnstableRecordWarning", "monitor"]
 __version__ = "0.1.0"

@@ -36,6 +36,8 @@ import warnings
 import weakref
 from collections.abc import Iterator
 
+from torch._C._dynamo.guards import GlobalStateGuard
+
 from magpy import logs, rng
 from magpy.backends import SYMBOLIC
 from magpy.codegen import MISS, MockCommitError, StepRaised
@@ -49,6 +51,7 @@ from magpy.errors import (
     GraphBreakError,
     GraphBreakWarning,
     MagpyError,
+    UnstableRecordWarning,
 )
 from magpy.monitor.tracebacks import frame_object, program_entries, user_stacklevel
 from magpy.opgraph import failed_assertion, failed_own_check, set_thread_modes
@@ -125,10 +128,14 @@ class RecordCache:
         self.stats.graphs_per_call = 0
         added = self._added
         result = self.try_records(self.records, args, kwargs)
-        return self.missed(args, kwargs, added) if result is MISS else result
+        if result is MISS or type(result) is MockMisses:
+            return self.missed(args, kwargs, added, result)
+        return result
 
     def try_records(self, records: tuple, args: tuple, kwargs: dict):
-        """The result of the first of ``records`` that covers the call, else MISS."""
+        """The result of the first of ``records`` that covers the call, else MISS, or the
+        :class:`MockMisses` where records' guards passed and their mocks missed it."""
+        missed = MISS
         for rec in records:
             try:
                 env = rec.match(args, kwargs)
@@ -147,7 +154,12 @@ class RecordCache:
                 if result is not MISS:
                     self.promote(rec)
                     return result
-        return MISS
+                missed = MockMisses((*(() if missed is MISS else missed), rec))
+        return missed
+
+    def eager(self, args: tuple, kwargs: dict):
+        self.stats.eager_runs += 1
+        return self.fn(*args, **kwargs)
 
     def promote(self, rec: Record) -> None:
         """Most recently matched first."""
@@ -305,20 +317,24 @@ class RecordCache:
             self.stats.records = len(self.records)
             self._added += 1
 
-    def missed(self, args, kwargs, added: int):
-        """No record covered the call (the records added before ``added`` were tried): record
-        it, unless another thread records now (then it runs eagerly meanwhile)."""
-        if self.eager_reason is None:
+    def missed(self, args, kwargs, added: int, misses=MISS):
+        """No record covered the call (the records added before ``added`` were tried, those
+        of ``misses`` passed their guards): record it, unless another thread records now (then
+        it runs eagerly meanwhile) or an unstable record missed it (settle)."""
+        if self.eager_reason is None and not _unstable(misses):
             with self.sole_recording() as sole:
                 if sole:
                     # A record another thread added since this call tried them may cover it.
                     result = self.try_records(self.records, args, kwargs) if self._added != added else MISS
-                    return self.miss(args, kwargs) if result is MISS else result
-        self.stats.eager_runs += 1
-        return self.fn(*args, **kwargs)
+                    if result is MISS or (type(result) is MockMisses and not _unstable(result)):
+                        return self.miss(args, kwargs, _both(misses, result))
+                    if type(result) is not MockMisses:
+                        return result
+        return self.eager(args, kwargs)
 
-    def miss(self, args, kwargs):
-        """A monitor run of the call that records it (under ``_recording``)."""
+    def miss(self, args, kwargs, misses=MISS):
+        """A monitor run of the call that records it (under ``_recording``; ``misses``: the
+        records whose guards passed and mocks missed it)."""
         if self.eager_reason is None and len(self.records) >= config.cache_size_limit:
             self.give_up(f"{len(self.records)} records (magpy.config.cache_size_limit) did not cover "
                          f"this call; running eagerly from now on. {self.why_missed(args, kwargs)}")
@@ -332,6 +348,7 @@ class RecordCache:
                 self.log_recompile(args, kwargs)
         errors = []
         start = time.perf_counter()
+        entry_state = GlobalStateGuard()   # (grad mode, autocast ...: the call may change them)
         result, rec = capture(self.fn, args, kwargs, self.backend, self.roots, errors, self.lifting)
         if rec is None:
             self.eager_reason = str(errors[0])
@@ -339,6 +356,8 @@ class RecordCache:
             return result
         try:
             self.log_recording(rec, time.perf_counter() - start)
+            if self.settle(rec, args, kwargs, () if misses is MISS else misses, entry_state.check()):
+                return result
             return self.keep(rec, result)
         except (MagpyError, Warning):
             raise   # (GraphBreakError with fullgraph=True; a warning the program made an error)
@@ -348,6 +367,42 @@ class RecordCache:
             self.eager_reason = str(error)
             machinery_failed(error)
             return result
+
+    def settle(self, rec: Record, args: tuple, kwargs: dict, misses: tuple, same_state: bool) -> bool:
+        """Does ``rec``, just recorded from this call, show that an identical call would record
+        again?  Then settle on a plan that holds, warn once and drop ``rec`` (True):
+
+        - it repeats a record whose guard passed and whose mock missed this call (same guard,
+          mock, graphs and constants): a check of that record's mock fails on calls like the
+          one it was made from.  From now on a call that record and the others miss runs
+          eagerly (it is "unstable");
+        - its own guard fails on this very call, which changed nothing the guard reads (no
+          object it reached from outside, nor torch's global state: ``same_state``): every such
+          call would record again.  The callable records no more; its records still serve.
+        """
+        twin = next((r for r in misses if rec.repeats(r)), None)
+        if twin is not None:
+            twin.unstable = ("the guard passed, then a check of the mock failed on a call like the one "
+                             "it was recorded from")
+            self._unstable(twin.unstable, "calls it misses run eagerly")
+            self.stats.break_reasons.append(f"a record: {twin.unstable}; calls it misses run eagerly")
+            return True
+        if rec.changed or not same_state or rec.guard(args, kwargs) is not None:
+            return False
+        reason = f"its guard fails on the call it was recorded from: {_diagnosis(rec, args, kwargs)}"
+        self._unstable(reason, "running eagerly from now on where no record covers a call")
+        self.eager_reason = f"a record {reason}"
+        self.stats.break_reasons.append(self.eager_reason)
+        return True
+
+    def _unstable(self, why: str, plan: str) -> None:
+        """Warn once (per callable and reason) that a record fails its own checks."""
+        logs.logger("recompiles").info("%s: a record %s; %s", self.name(), why, plan)
+        if why in self.warned:
+            return
+        self.warned.add(why)
+        warnings.warn(f"magpy: {self.name()}: a record {why}, so an identical call would record again; {plan}",
+                      UnstableRecordWarning, stacklevel=user_stacklevel())
 
     def keep(self, rec: Record, result):
         """Add the record of a recording run, whose result was ``result``."""
@@ -450,6 +505,21 @@ class RecordCache:
         if self._recording.locked() and self._recorder != threading.get_ident():
             self._recording = threading.Lock()
         self._lock = threading.Lock()
+
+
+class MockMisses(tuple):
+    """try_records' result where records' guards passed and their mocks missed the call."""
+
+
+def _unstable(misses) -> bool:
+    return misses is not MISS and any(r.unstable is not None for r in misses)
+
+
+def _both(a, b):
+    """Two try_records results' misses together."""
+    if a is MISS or b is MISS:
+        return b if a is MISS else a
+    return MockMisses((*a, *b))
 
 
 def _diagnosis(rec: Record, args: tuple, kwargs: dict) -> str:

@@ -19,6 +19,7 @@ HELP = {
     "CaptureFailedWarning": "capture-failed",
     "BackendFailedWarning": "backend-failed",
     "CacheLimitWarning": "cache-size-limit",
+    "UnstableRecordWarning": "unstable-record",
 }
 
 
@@ -99,3 +100,9 @@ class BackendFailedWarning(MagpyWarning, RuntimeWarning):
 class CacheLimitWarning(MagpyWarning):
     """``config.cache_size_limit`` records did not cover a call: the callable runs eagerly
     from then on."""
+
+
+class UnstableRecordWarning(MagpyWarning):
+    """A record fails its own checks on a call like the one it was recorded from: an identical
+    call would record again.  magpy runs such calls eagerly instead (once per callable and
+    reason)."""

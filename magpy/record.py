@@ -95,6 +95,9 @@ class Record:
     deferred: background.Deferred | None = None   # its graphs' compile, until it is taken
     draws: bool = False            # its run drew random numbers (magpy.rng)
     entry_modes: tuple = ()        # torch's modes its guard passed under (a failed mock restores them)
+    # why a check of its mock fails on calls like those it was recorded from: a call that it
+    # and the other records miss runs eagerly instead of recording again (RecordCache.settle)
+    unstable: str | None = None
 
     def match(self, args: tuple, kwargs: dict):
         """The mock's environment if this record covers the call, else None.  A compile
@@ -131,6 +134,39 @@ class Record:
             if config.verify_fast_guard and self.fast is not None:
                 _verify_fast(self, env, self.fast(args, kwargs), "a fresh stamp's fast guard")
         return env
+
+
+    def repeats(self, other: "Record") -> bool:
+        """Is this record ``other`` made again: the same guard, mock and graphs, the mock over
+        the same constants?  (Made from a call whose guard ``other`` passed and whose mock
+        missed it: a check of ``other``'s mock fails on calls like those it was recorded from,
+        RecordCache.settle.)"""
+        if (self.guard_source, self.mock_source, self.shape_source, str(self.graph_break)) != \
+                (other.guard_source, other.mock_source, other.shape_source, str(other.graph_break)):
+            return False
+        if [getattr(g, "code", None) for g in self.graphs] != [getattr(g, "code", None) for g in other.graphs]:
+            return False
+        if self.mock is None or other.mock is None:
+            return self.mock is other.mock
+        mine, theirs = _constants(self.mock, {}), _constants(other.mock, {})
+        return mine.keys() == theirs.keys() and all(
+            a is theirs[k] or (is_immutable(a) and same_value(a, theirs[k])) for k, a in mine.items())
+
+
+def _constants(fn, found: dict) -> dict:
+    """The globals generated function ``fn`` reads, by name, those of the functions it calls
+    that were generated into its namespace too (a mock's continuations) in their place."""
+    ns = fn.__globals__
+    for name in fn.__code__.co_names:
+        v = ns.get(name)
+        if name in found or name.startswith("GRAPH"):   # (the graphs are compared by their code)
+            continue
+        if getattr(v, "__globals__", None) is ns:
+            found[name] = None
+            _constants(v, found)
+        elif name in ns:
+            found[name] = v
+    return found
 
 
 _MAX_FAST_MISSES = 4

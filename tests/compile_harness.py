@@ -370,21 +370,29 @@ class RehitCheck:
         self._miss = None
 
     def __enter__(self) -> "RehitCheck":
-        self._miss = miss = RecordCache.miss
+        self._miss, self._settle = miss, settle = RecordCache.miss, RecordCache.settle
         problems = self.problems
 
-        def checked_miss(cache, args, kwargs):
+        def checked_miss(cache, args, kwargs, *misses):
             before = {id(r) for r in cache.records}
-            result = miss(cache, args, kwargs)
+            result = miss(cache, args, kwargs, *misses)
             for rec in cache.records:
                 if id(rec) not in before and not rec.changed and rec.guard(args, kwargs) is None:
-                    name = getattr(cache.fn, "__qualname__", type(cache.fn).__qualname__)
-                    problems.append(f"{name}: the identical call would record again; its guard:\n"
+                    problems.append(f"{cache.name()}: the identical call would record again; its guard:\n"
                                     f"{rec.guard_source}")
             return result
 
-        RecordCache.miss = checked_miss
+        def checked_settle(cache, rec, *args):
+            # magpy's own check of the invariant (an unstable record, magpy.cache): a problem
+            # here too, though magpy then runs such calls eagerly.
+            settled = settle(cache, rec, *args)
+            if settled:
+                problems.append(f"{cache.name()}: a record fails its own checks on the call it was recorded "
+                                f"from (magpy settled on eager); its guard:\n{rec.guard_source}")
+            return settled
+
+        RecordCache.miss, RecordCache.settle = checked_miss, checked_settle
         return self
 
     def __exit__(self, *exc) -> None:
-        RecordCache.miss = self._miss
+        RecordCache.miss, RecordCache.settle = self._miss, self._settle
