@@ -309,7 +309,6 @@ class OpRecorder(TorchFunctionMode):
         # program has instead on some runs (see cond).
         self.passes: dict[int, Passes] = {}
         self.joint_backend = False   # the backend compiles graphs holding a backward (magpy.joint)
-        self.runs_as_recorded = True  # the backend runs the graphs as recorded ("eager")
         self.drew = False            # the operation being recorded drew random numbers (magpy.rng)
 
     @property
@@ -792,11 +791,6 @@ class OpRecorder(TorchFunctionMode):
         value = kwargs.get(key) if key is not None else None
         if type(value) is not float or self.lifted is None or _operand_dtype(args) is False:
             return None, None
-        if not self.runs_as_recorded:
-            # (Inductor miscompiles Adamax's for-loop step given its ``value=-clr`` this way:
-            # a shape error after the step's in-place updates, torch 2.13; the value stays
-            # one the mock checks there)
-            return None, None
         (var,) = self.lifted((value,), {})
         return (key, var) if type(var) is str else (None, None)
 
@@ -1257,6 +1251,7 @@ def _close(piece: Piece) -> fx.GraphModule:
     # The layout eager gave (backends.EagerLayout keeps it).
     gm.meta[CONTIGUOUS_OUTPUTS] = tuple(i for i, t in enumerate(piece.outputs) if t.is_contiguous())
     gm.meta[GRAD_OUTPUTS] = tuple(i for i, t in enumerate(piece.outputs) if t.requires_grad)
+    gm.meta[START_MODES] = piece.start_modes
     return gm
 
 
@@ -1276,6 +1271,9 @@ _SUBSCRIPTS = frozenset({"__getitem__", "__setitem__"})
 CONTIGUOUS_OUTPUTS = "magpy_contiguous_outputs"
 # GraphModule.meta key: the positions of the outputs that needed grad in the recording run.
 GRAD_OUTPUTS = "magpy_grad_outputs"
+# GraphModule.meta key: the thread modes (thread_modes) the graph starts under, which the
+# mock switches to before it runs and a backend that traces it compiles it under.
+START_MODES = "magpy_start_modes"
 # Node.meta key: the operation drew random numbers in the recording run (magpy.rng).
 DRAWS = "magpy_draws"
 

@@ -57,7 +57,14 @@ from magpy.eager import eager_twin
 from magpy.errors import BackendError, BackendFailedWarning, CaptureError, CaptureFailedWarning, GraphBreak
 from magpy.monitor import Monitor, bytecode, code_info, generators, shared_default_policy
 from magpy.monitor.tracebacks import user_stacklevel
-from magpy.opgraph import CONTIGUOUS_OUTPUTS, repeatable, updated_in_place
+from magpy.opgraph import (
+    CONTIGUOUS_OUTPUTS,
+    START_MODES,
+    repeatable,
+    set_thread_modes,
+    thread_modes,
+    updated_in_place,
+)
 from magpy.refgraph.graph import ARG, KWARG, Kind, is_immutable
 from magpy.segments import Capture
 
@@ -342,7 +349,6 @@ def _capture(fn, args, kwargs, backend, roots, errors, lifting):
             cap = _recording(fn, args, kwargs, roots, lifting)
             cap.branches.enabled = backend[0] not in backends.NO_CONDS
             cap.recorder.joint_backend = backend[0] in joint.BACKENDS
-            cap.recorder.runs_as_recorded = backend[0] == "eager"
     except CaptureError as e:
         _capture_failed(e, errors)
         return fn(*args, **kwargs), None   # the program has not run yet: run it eagerly
@@ -391,7 +397,6 @@ def _capture_continuation(resume, backend, errors, lifting):
         with _stage("setting up the recording"):
             cap = Capture(_policy, lifting)
             cap.recorder.joint_backend = backend[0] in joint.BACKENDS
-            cap.recorder.runs_as_recorded = backend[0] == "eager"
             for i, v in enumerate(values):
                 # Plain values (a loop counter, a step's small int) are constants of the record;
                 # tensors are checked as arguments are (a parent whose sizes are symbolic hands
@@ -660,8 +665,13 @@ def _attempt(backend, gm, loops: list, example):
     """``gm`` (a :func:`_prepared` graph, holding ``loops``) compiled by the backend, or the
     exception it failed with."""
     name, fn = _backend_for(backend, gm)
-    grad = torch.is_grad_enabled()
+    before = thread_modes()
     try:
+        # Traced under the modes it starts under, wherever the compile runs (after the call,
+        # in the background): a graph of an optimizer's update that starts under no_grad,
+        # compiled with grad on, took AOTAutograd's training path (Adamax's for-loop step
+        # then failed in Inductor's code with a shape error, torch 2.13).
+        set_thread_modes(gm.meta.get(START_MODES, before))
         start = time.perf_counter()
         compiled = fn(gm, example)
         if loops:
@@ -676,9 +686,9 @@ def _attempt(backend, gm, loops: list, example):
     except Exception as e:  # noqa: BLE001 - any backend failure
         return e
     finally:
-        # A backend that traces the graph runs its grad-mode nodes; failing midway it would
-        # leave the mode the graph switched to.
-        torch._C._set_grad_enabled(grad)
+        # (a backend that traces the graph runs its mode nodes; failing midway it would leave
+        # the modes the graph switched to)
+        set_thread_modes(before)
 
 
 def _version(backend, gm, example, ops: int, compiled, twin):

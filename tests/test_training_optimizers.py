@@ -305,19 +305,46 @@ def test_every_optimizer_is_exact(name, foreach):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("foreach", [False, True], ids=["for-loop", "foreach"])
-@pytest.mark.parametrize("name", ["NAdam", "Adamax", "RAdam", "ASGD"])
-def test_step_count_read_as_eager_does_under_inductor(name, foreach, monkeypatch):
-    # The default backend on these steps: results, state and grad mode as eager's, within
-    # rounding.  (This harness run does not reproduce the two faults fixed with it -- grad
-    # mode left off after a step's last graph, Adamax's for-loop miscompiled -- which showed
-    # in a plain loop of 16 steps; test_exactness_state covers the first with aot_eager.)
+@pytest.mark.parametrize("name", EVERY_OPTIMIZER)
+def test_every_optimizer_under_inductor(name, foreach, monkeypatch):
+    # The default backend, every graph compiled in the foreground and run compiled (the
+    # autopilot off: no eager twin stands in): results, state and grad mode as eager's within
+    # rounding, and as many records as with backend "eager".  Adamax's for-loop step failed
+    # at its first compiled call (its update graph, which starts under no_grad, was compiled
+    # with grad on: record._attempt compiles under the graph's start modes now).
     monkeypatch.setattr(magpy.config, "background_compile", False)
+    monkeypatch.setattr(magpy.config, "autopilot", False)
 
     def build():
         model = _WithScale()
         opt = getattr(torch.optim, name)(model.parameters(), lr=1e-2, foreach=foreach)
         sched = _lambda_lr(opt)
         return _step_fn(model, opt, sched), {"model": model, "opt": opt, "sched": sched}
-    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(8)]
-    check_compiled(build, steps, fullgraph=False, observe=lambda s: (_observe(s), torch.is_grad_enabled()),
-                   backend="inductor", rtol=1e-4, atol=1e-5)
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(12)]
+    trace = check_compiled(build, steps, fullgraph=False, observe=lambda s: (_observe(s), torch.is_grad_enabled()),
+                           backend="inductor", rtol=1e-4, atol=1e-5)
+    st = magpy.stats(trace.compiled)
+    if (name, foreach) in TWO_RECORDS:
+        assert st.records == 2 and st.mock_runs == 10, st
+    if (name, foreach) in CONTINUED:
+        assert st.records == 2 and st.monitor_runs == 4 and st.mock_runs == 8, st
+
+
+def test_graphs_are_compiled_under_the_modes_they_start_under():
+    # An optimizer's update graph starts under no_grad (its step's decorator); the compile
+    # runs after the call, under the caller's grad mode: the backend must trace it under
+    # no_grad, as it runs (Inductor compiled Adamax's update as a training graph, and failed).
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(torch.is_grad_enabled())
+        return gm.forward
+
+    def build():
+        model = _WithScale()
+        opt = torch.optim.Adamax(model.parameters(), lr=1e-2, foreach=False)
+        sched = _lambda_lr(opt)
+        return _step_fn(model, opt, sched), {"model": model, "opt": opt, "sched": sched}
+    steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(3)]
+    check_compiled(build, steps, fullgraph=False, observe=_observe, backend=backend)
+    assert True in seen and False in seen, seen   # the forward with grad, the updates without
