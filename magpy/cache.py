@@ -401,8 +401,8 @@ class RecordCache:
         if why in self.warned:
             return
         self.warned.add(why)
-        warnings.warn(f"magpy: {self.name()}: a record {why}, so an identical call would record again; {plan}",
-                      UnstableRecordWarning, stacklevel=user_stacklevel())
+        warnings.warn(f"magpy: {self.name()}: a record {why}, so an identical call would record again; "
+                      f"{plan}", UnstableRecordWarning, stacklevel=user_stacklevel())
 
     def keep(self, rec: Record, result):
         """Add the record of a recording run, whose result was ``result``."""

@@ -151,13 +151,17 @@ class Record:
         if (self.guard_source, self.mock_source, self.shape_source, str(self.graph_break)) != \
                 (other.guard_source, other.mock_source, other.shape_source, str(other.graph_break)):
             return False
-        if [getattr(g, "code", None) for g in self.graphs] != [getattr(g, "code", None) for g in other.graphs]:
+        if [_code(g) for g in self.graphs] != [_code(g) for g in other.graphs]:
             return False
         if self.mock is None or other.mock is None:
             return self.mock is other.mock
         mine, theirs = _constants(self.mock, {}), _constants(other.mock, {})
         return mine.keys() == theirs.keys() and all(
             a is theirs[k] or (is_immutable(a) and same_value(a, theirs[k])) for k, a in mine.items())
+
+
+def _code(gm) -> str | None:
+    return getattr(gm, "code", None)
 
 
 def _constants(fn, found: dict) -> dict:
@@ -653,10 +657,10 @@ def _twin(gm, loops: list) -> Callable:
 
 
 def _backend_for(backend, gm) -> tuple:
-    """The backend that compiles ``gm``: "eager" for a loop under autograd where the chosen
-    backend's gradients of ``torch.while_loop`` are not eager's (``backends.LOOP_GRADIENTS``):
-    the loop stays one operator for every length, run as Python."""
-    if backend[0] not in backends.LOOP_GRADIENTS and backends.loops_under_autograd(gm):
+    """The backend that compiles ``gm``: "eager" for a loop or a recurrent layer under autograd
+    where the chosen backend's gradients of them are not eager's (``backends.LOOP_GRADIENTS``):
+    a loop stays one operator for every length, run as Python."""
+    if backend[0] not in backends.LOOP_GRADIENTS and backends.eager_gradients_only(gm):
         return backends.resolve("eager")
     return backend
 

@@ -321,8 +321,8 @@ def test_every_optimizer_under_inductor(name, foreach, monkeypatch):
         sched = _lambda_lr(opt)
         return _step_fn(model, opt, sched), {"model": model, "opt": opt, "sched": sched}
     steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(12)]
-    trace = check_compiled(build, steps, fullgraph=False, observe=lambda s: (_observe(s), torch.is_grad_enabled()),
-                           backend="inductor", rtol=1e-4, atol=1e-5)
+    trace = check_compiled(build, steps, fullgraph=False, backend="inductor", rtol=1e-4, atol=1e-5,
+                           observe=lambda s: (_observe(s), torch.is_grad_enabled()))
     st = magpy.stats(trace.compiled)
     if (name, foreach) in TWO_RECORDS:
         assert st.records == 2 and st.mock_runs == 10, st
