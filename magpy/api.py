@@ -76,7 +76,11 @@ def compiled_module(module: torch.nn.Module, cache: RecordCache) -> CompiledModu
         sub = type(name, (CompiledModule, cls), namespace)
     except TypeError:   # a layout the two bases cannot share (__slots__)
         sub = type(name, (CompiledModule,), namespace)
-    return sub(module, cache)
+    # (made past the module class's own __new__: FSDP2's builds an instance of the class it
+    # wraps from the arguments)
+    compiled = object.__new__(sub)
+    CompiledModule.__init__(compiled, module, cache)
+    return compiled
 
 
 def compile(fn: Callable | None = None, *, backend: str | Callable = "inductor", fullgraph: bool = False):

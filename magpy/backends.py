@@ -326,17 +326,23 @@ SYMBOLIC = frozenset({"eager", "inductor"})
 # Backends that cannot compile torch.cond or torch.while_loop: an if or a while on tensor
 # data stays a break for them.
 NO_CONDS = frozenset({"torchscript", "onnxrt"})
-# Backends whose graphs give torch.while_loop's gradients as eager does.  Inductor's compiled
-# backward of a while_loop over a symbolic trip count gave other gradients for some lengths
-# (torch 2.13, an LSTMCell loop; torch.compile of the same graph did not): a graph with a loop
-# under autograd runs as backend "eager" does (record.py), still one record for every length.
+# Backends whose graphs give the gradients of torch.while_loop and of the recurrent layers as
+# eager does.  A graph with either under autograd runs as backend "eager" does (record.py):
+# Inductor's compiled backward of a while_loop over a symbolic trip count gave other gradients
+# for lengths but the one it was compiled for (torch 2.13, an LSTMCell loop: the loss right,
+# gradients off by 100%); AOTAutograd's backward of nn.LSTM's fused kernel failed ("expected all
+# tensors_saved_with_vc_check to be Tensors", aot_eager; Inductor: "expected Tensor() for op
+# mkldnn_rnn_layer"), found by the training-loop fuzzer.  Still one record for every length.
 LOOP_GRADIENTS = frozenset({"eager"})
+_RECURRENT = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
 
 
-def loops_under_autograd(gm: torch.fx.GraphModule) -> bool:
-    """Does ``gm`` hold a ``while_loop`` and give tensors that need gradients (or a backward)?"""
-    return (bool(gm.meta.get(GRAD_OUTPUTS)) or joint.has_backward(gm)) and any(
-        n.target is torch.ops.higher_order.while_loop for n in gm.graph.nodes)
+def eager_gradients_only(gm: torch.fx.GraphModule) -> bool:
+    """Does ``gm`` hold a ``while_loop`` or a recurrent layer and give tensors that need
+    gradients (or a backward)?"""
+    return (bool(gm.meta.get(GRAD_OUTPUTS)) or joint.has_backward(gm)) and (
+        any(n.target is torch.ops.higher_order.while_loop for n in gm.graph.nodes)
+        or bool(_op_names(gm) & _RECURRENT))
 # Backends that compile on fake tensors only: compiling runs none of the graph's random
 # operations (torch.jit.trace, a user's backend may run them), so it may run in the background
 # beside the program's own draws (magpy.rng).

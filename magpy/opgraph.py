@@ -755,8 +755,8 @@ class OpRecorder(TorchFunctionMode):
         if at is None or len(args) <= at or type(args[at]) not in (list, tuple) or self.lifted is None:
             return steps
         values = args[at]
-        if not values or not all(type(v) is float for v in values):
-            return steps
+        if not values or not all(type(v) is float for v in values) or any(map(ann.is_dtensor, args[0])):
+            return steps   # (FSDP2's DTensor lists take no plain tensor of scalars)
         dtypes = None
         if each:   # (0-d tensors of the list's tensors' dtypes, float32 or float64 only)
             dtypes = tuple(getattr(t, "dtype", None) for t in args[0])

@@ -101,15 +101,20 @@ def _step_value(monitor, args, kwargs):
     bias corrections then compute in float64 as Python's float arithmetic does.  Only in the
     implementations of :data:`_TENSOR_STEP`, and not where the learning rate is a tensor:
     ``lr / bias_correction1`` of two 0-d tensors computes in float64, where eager divides in
-    the learning rate's dtype.  Elsewhere the step count is read as eager reads it (an eager
-    step, whose float the graph takes as an input)."""
+    the learning rate's dtype, nor in a foreach update of FSDP2's DTensor parameters (which
+    takes no plain tensor of step sizes).  Elsewhere the step count is
+    read as eager reads it (an eager step, whose float the graph takes as an input)."""
     (x,) = args
     if not isinstance(x, torch.Tensor):
         return x
     caller = monitor.current
-    if caller is not None and (isinstance(caller.f_locals.get("lr"), torch.Tensor)
-                               or _enclosing(caller) not in _TENSOR_STEP):
-        return x.item()
+    if caller is not None:
+        update = _enclosing(caller)
+        name = update.code.co_name
+        sharded = any(map(ann.is_dtensor, update.f_locals.get("params", ())))
+        if isinstance(caller.f_locals.get("lr"), torch.Tensor) or name not in _TENSOR_STEP \
+                or name.startswith("_multi_tensor") and sharded:
+            return x.item()
     return x.to(torch.float64)
 
 
@@ -133,12 +138,12 @@ def _stacked_if_tensors(monitor, args, kwargs):
     return torch.stack(x) if all(isinstance(v, torch.Tensor) for v in x) else x
 
 
-def _enclosing(frame) -> str:
-    """The name of the function ``frame`` runs in, through comprehensions (their own frames
+def _enclosing(frame):
+    """The frame of the function ``frame`` runs in, through comprehensions (their own frames
     before CPython 3.12)."""
     while frame.back is not None and frame.code.co_name.startswith("<"):
         frame = frame.back
-    return frame.code.co_name
+    return frame
 
 
 def _addcdiv_(self, tensor1, tensor2, *, value):

@@ -72,7 +72,10 @@ def _ids(g):
 # name -> (build, loss, data)
 ARCHS = {"mlp": (_mlp, _mlp_loss, _mlp_data), "llama": (_llama, _causal_lm_loss, _ids)}
 OPTIMS = {"sgd": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
-          "adamw": lambda params: torch.optim.AdamW(params, lr=0.01, weight_decay=0.1)}
+          "adamw": lambda params: torch.optim.AdamW(params, lr=0.01, weight_decay=0.1),
+          # (its step sizes a list of floats the DTensor update takes as floats: magpy had
+          # made them a tensor, "mixed torch.Tensor and DTensor" on the first call)
+          "adam-foreach": lambda params: torch.optim.Adam(params, lr=0.01, foreach=True)}
 POLICIES = {"fp32": None, "bf16": MixedPrecisionPolicy(param_dtype=torch.bfloat16)}
 
 
@@ -80,7 +83,8 @@ class _Twin:
     """A model sharded with ``fully_shard`` (each layer, then the root), its optimizer and the
     train step, compiled with magpy or not."""
 
-    def __init__(self, arch: str, optim: str, policy: str, clip: bool, compiled: bool, zero_grad: str):
+    def __init__(self, arch: str, optim: str, policy: str, clip: bool, compiled: bool, zero_grad: str,
+                 compiled_model: bool = False):
         build, loss_of, _ = ARCHS[arch]
         torch.manual_seed(0)
         self.model, layers = build()
@@ -91,6 +95,8 @@ class _Twin:
         self.opt = opt = OPTIMS[optim](self.model.parameters())
         model = self.model
         first, last = zero_grad_calls(zero_grad, opt, model)
+        if compiled_model:   # magpy.compile of the sharded module itself (the step eager)
+            model = self.compiled = magpy.compile(model, backend="eager")
 
         def train_step(data):
             first()
@@ -102,7 +108,10 @@ class _Twin:
             last()
             return loss
 
-        self.step = magpy.compile(train_step, backend="eager") if compiled else train_step
+        compile_step = compiled and not compiled_model
+        self.step = magpy.compile(train_step, backend="eager") if compile_step else train_step
+        if not compiled_model:
+            self.compiled = self.step
 
     def state(self) -> dict:
         """This rank's part of everything a train step changes, copied."""
@@ -118,9 +127,9 @@ def _local(t):
 
 
 def _train(rank: int, backend: str, arch: str, optim: str, policy: str = "fp32", clip: bool = False,
-           zero_grad: str = "first", n: int = STEPS) -> dict:
+           zero_grad: str = "first", n: int = STEPS, compiled_model: bool = False) -> dict:
     eager = _Twin(arch, optim, policy, clip, False, zero_grad)
-    compiled = _Twin(arch, optim, policy, clip, True, zero_grad)
+    compiled = _Twin(arch, optim, policy, clip, True, zero_grad, compiled_model)
     g = torch.Generator().manual_seed(100 + rank)
     steps = []
     for _ in range(n):
@@ -128,8 +137,8 @@ def _train(rank: int, backend: str, arch: str, optim: str, policy: str = "fp32",
         loss_e = eager.step(data).detach()
         loss_c = compiled.step(data).detach()
         steps.append({"eager": (loss_e, eager.state()), "compiled": (loss_c, compiled.state()),
-                      "stats": stats_snapshot(compiled.step)})
-    stats = magpy.stats(compiled.step)
+                      "stats": stats_snapshot(compiled.compiled)})
+    stats = magpy.stats(compiled.compiled)
     return {"steps": steps, "graphs_per_call": stats.graphs_per_call, "breaks": stats.breaks,
             "break_reasons": stats.break_reasons}
 
@@ -172,7 +181,9 @@ def reports():
     return _run([("train[mlp-sgd]", "mlp", "sgd"), ("train[mlp-adamw]", "mlp", "adamw"),
                  ("train[mlp-bf16]", "mlp", "sgd", "bf16"),
                  *((f"train[mlp-{where}]", "mlp", "sgd", "fp32", False, where, ZERO_GRAD_STEPS)
-                   for where in ZERO_GRAD[1:])])
+                   for where in ZERO_GRAD[1:]),
+                 ("train[mlp-adam-foreach]", "mlp", "adam-foreach", "fp32", False, "first", 8),
+                 ("train[mlp-compiled-model]", "mlp", "sgd", "fp32", False, "first", 5, True)])
 
 
 def _scenario(reports, name) -> list[dict]:
@@ -193,6 +204,22 @@ def test_fsdp_zero_grad_at_the_end(reports, where):
     rs = _scenario(reports, f"train[mlp-{where}]")
     _check(rs, KINDS + [MOCK] * (ZERO_GRAD_STEPS - STEPS))
     _check_graphs(rs, most=8)
+
+
+def test_fsdp_foreach_optimizer(reports):
+    # Exact on both ranks; the step sizes stay floats the mock checks (a continuation a step).
+    rs = _scenario(reports, "train[mlp-adam-foreach]")
+    for r in rs:
+        assert r["rehit"] == [] and r["break_reasons"] == [], r["break_reasons"]
+        for i, step in enumerate(r["steps"]):
+            assert same(step["eager"], step["compiled"]), f"step {i + 1}"
+
+
+def test_fsdp_module_compiled_itself(reports):
+    # magpy.compile(model) of a module sharded with fully_shard (was a TypeError at compile
+    # time from FSDP's __new__): its forward between FSDP's hooks, exact, a mock from call 2.
+    rs = _scenario(reports, "train[mlp-compiled-model]")
+    _check(rs, [RECORD] + [MOCK] * (STEPS - 1))
 
 
 def test_fsdp_mixed_precision_runs_eagerly(reports):

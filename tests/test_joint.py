@@ -235,7 +235,7 @@ def test_resnet_inductor_one_graph_as_two():
 
 
 # ----------------------------------------------------------------------------- .grad semantics
-def _micro_batches(state):
+def _micro_batches(state, clip=None):
     model, opt = state["model"], state["opt"]
 
     def train_step(x, y):
@@ -243,6 +243,8 @@ def _micro_batches(state):
         for xs, ys in zip(x.chunk(2), y.chunk(2)):
             loss = nn.functional.mse_loss(model(xs), ys) / 2
             loss.backward()   # the second adds into the .grad the first made
+        if clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         return loss
     return train_step
@@ -523,3 +525,13 @@ def test_grad_cleared_after_a_hooked_backward():
     trace = check_compiled(build, _steps(8), fullgraph=False, observe=_observe_hooks)
     _eager_backward(trace, HOOKS["tensor hook"][1])
     assert trace.compiled_state["model"].counter.calls == 8
+
+
+def test_micro_batches_and_clipping_with_an_eager_backward(process_group):
+    # Two engine backwards (a process group) and clip_grad_norm_, whose in-place scaling of
+    # each .grad is in the last graph: the second backward's .grad before it is the first's
+    # eager step result, not the last graph's output (the mock read that before it ran:
+    # UnboundLocalError; the training-loop fuzzer found it).
+    trace = check_compiled(_build(step=_micro_batches, clip=0.05), _steps(6), fullgraph=False, observe=_observe)
+    _eager_backward(trace, "a process group is initialized: DDP's reducer hooks the gradients in the engine",
+                    graphs=3)

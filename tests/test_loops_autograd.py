@@ -75,3 +75,46 @@ def test_cell_loop_under_autograd_is_one_operator_with_inductor():
     _train_lengths(eager, compiled, twin, LENGTHS)
     stats = magpy.stats(compiled)
     assert stats.records <= 3, stats.records
+
+
+class _LSTMNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(6, 12, batch_first=True)
+        self.head = torch.nn.Linear(12, 4)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.head(out[:, -1])
+
+
+def test_recurrent_layer_under_autograd_runs_as_eager_runs_it(monkeypatch):
+    # nn.LSTM's fused kernel under AOTAutograd: its backward failed at the first mock run,
+    # after the step's effects (aot_eager: "expected all tensors_saved_with_vc_check to be
+    # Tensors"; Inductor: "expected Tensor() for op mkldnn_rnn_layer"), found by the
+    # training-loop fuzzer: the graph runs as backend "eager" runs it.
+    monkeypatch.setattr(magpy.config, "background_compile", False)
+
+    def build():
+        torch.manual_seed(0)
+        model = _LSTMNet()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return model, step
+
+    (model_e, step_e), (model_c, step_c) = build(), build()
+    compiled = magpy.compile(step_c, backend="aot_eager")
+    for i in range(4):
+        torch.manual_seed(i)
+        x, y = torch.randn(3, 5, 6), torch.randn(3, 4)
+        assert torch.allclose(step_e(x, y), compiled(x, y), rtol=1e-5, atol=1e-6)
+        for p, q in zip(model_e.parameters(), model_c.parameters()):
+            assert torch.allclose(p, q, rtol=1e-5, atol=1e-6)
+    st = magpy.stats(compiled)
+    assert (st.records, st.mock_runs, st.eager_runs) == (2, 2, 0), st

@@ -210,6 +210,16 @@ def test_cosine_annealing_lr(make_opt):
     assert st.records == 3 and st.mock_runs == 27, st
 
 
+def test_cosine_annealing_warm_restarts():
+    # T_mult=2: the restarts' epoch arithmetic (math.log and math.floor of the lifted epoch)
+    # is written by torch's sympy printer as math.floor(...): the mock's namespace lacked
+    # ``math`` (NameError at step 5 after effects; the training-loop fuzzer found it).
+    def restarts(opt):
+        return torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=3, T_mult=2, eta_min=1e-4)
+    st = _run(_build(restarts, _sgd), 12)
+    assert st.records <= 6, st
+
+
 def _plateau_build(metric):
     def build():
         model = _mlp()

@@ -68,7 +68,8 @@ NAMESPACE = {"SAME": same_value, "DICT_VERSION": _DICT_VERSION, "OWN_DICTS": byt
              "LENGTH_HINT": operator.length_hint,
              "GET_DICT": operator.attrgetter("__dict__"),
              "IS": operator.is_, "CLASS_DICT": None, "_short": None,
-             "MATH": math}   # (the shape check's and the mock's floats computed from lifted ints)
+             "MATH": math,   # (the shape check's and the mock's floats computed from lifted ints)
+             "math": math}   # (torch's sympy PythonPrinter writes floor and ceil as math.floor ...)
 
 
 class GuardWriter:

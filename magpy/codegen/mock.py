@@ -505,8 +505,11 @@ class MockWriter:
         # graphs have not run)
         if self.point is not None:
             return self.point.made.get(id(t))
-        if self.made_then is not None and id(t) in self.made_then:
-            return self.made_then[id(t)]
+        if self.made_then is not None:
+            if id(t) in self.made_then:
+                return self.made_then[id(t)]
+            if id(t) in self.rec.eager:   # an eager step gave it (a later graph updates it in place)
+                return None
         return self.rec.produced(t)
 
     def build(self, v) -> str:
