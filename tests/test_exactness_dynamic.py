@@ -582,3 +582,34 @@ def test_changing_float_in_a_checkpointed_function():
         _checkpointed_closure(x, s).sum().backward()
         trace.compiled(y, s).sum().backward()
         assert torch.equal(x.grad, y.grad)
+
+
+class _Sigmas:
+    """A scheduler-like object whose step count is read through a property (diffusers' Euler
+    and DPM-Solver schedulers: ``self.sigmas[self.step_index]``)."""
+
+    def __init__(self):
+        self.sigmas = torch.linspace(1.0, 0.0, 21)
+        self.i = 0
+
+    @property
+    def index(self):
+        return self.i
+
+    def step(self, x):
+        out = x * self.sigmas[self.index] + self.sigmas[self.index + 1]
+        self.i += 1
+        return out
+
+
+def test_a_lifted_int_returned_by_a_property_is_guarded():
+    # The counter is lifted from its second value; the property's return lands on a LOAD_ATTR,
+    # which takes no shadow: the value went on as a constant index the guard did not check,
+    # and from the third call the mock read sigmas[1] and [2] on every step (a silent wrong
+    # result found by the diffusers sweep's denoising loop).  Now it is specialised.
+    def build():
+        s = _Sigmas()
+        return s.step, s
+
+    steps = [Step(f"step {i}", lambda s: (torch.ones(3),), expect=ANY) for i in range(6)]
+    check_compiled(build, steps, fullgraph=False, observe=lambda s: s.i)
