@@ -514,9 +514,11 @@ class OpRecorder(TorchFunctionMode):
             return
         if not any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(out)) \
                 and not _written(func, name, args, kwargs):   # (``x[i] = v`` gives None)
-            if name in ann.TORCH_METADATA_RESULTS or not _takes_tensors(args, kwargs):
-                # (a function of Python values, which the guard fixes where they come from
-                # tensors' metadata: ``torch._assert(x.ndim == 4, ...)`` under the mode)
+            # (a function of Python values, which the guard fixes where they come from tensors'
+            # metadata: ``torch._assert(x.ndim == 4, ...)`` under the mode; an operator that
+            # declined its operands, ``t == "Rep"``, read no data)
+            if name in ann.TORCH_METADATA_RESULTS or out is NotImplemented \
+                    or not _takes_tensors(args, kwargs):
                 return
             self.dynamic(f"{_qualname(func)} returns a Python value computed from tensors", step=True)
             return

@@ -170,6 +170,26 @@ _TENSORTYPE = type(torch.FloatTensor)   # (torch.tensortype, not a name torch ex
 _LEGACY_BY_NAME = {f"{kind.__module__}.{kind.__name__}": kind for kind in _LEGACY_CONSTRUCTORS[1:]}
 
 
+def reversed_modules(seq):
+    """``reversed(seq)`` of a module container without ``__reversed__`` (``nn.ModuleList``,
+    ``nn.Sequential``): CPython's sequence protocol, ``seq[i]`` from ``len(seq) - 1`` down,
+    monitored (run natively, its items are modules of unknown origin to the recording).  (No
+    comprehension: it would be a native frame of magpy's own module.)"""
+    items = []
+    for i in range(len(seq) - 1, -1, -1):
+        items.append(seq[i])
+    return iter(items)
+
+
+def _reversed(caller, args, kwargs):
+    """The ``choose`` of ``reversed``: :func:`reversed_modules` for one module container."""
+    if kwargs or len(args) != 1 or not isinstance(args[0], torch.nn.Module):
+        return None
+    kind = type(args[0])
+    return reversed_modules if getattr(kind, "__reversed__", None) is None and hasattr(kind, "__getitem__") \
+        else None
+
+
 def _tensor_type(caller, args, kwargs):
     """The ``choose`` of ``Tensor.type``: a cast to a legacy tensor type (``torch.FloatTensor``,
     or its name) is a ``Tensor.to``, which the recorder sees; anything else (no type: a read of
@@ -209,7 +229,7 @@ def _distributed_reroutes() -> tuple:
 REROUTES = ((max, extremum(max_)), (min, extremum(min_)),
             (collections._count_elements, always(count_elements)),
             *((kind, _legacy(kind)) for kind in _LEGACY_CONSTRUCTORS),
-            (torch.Tensor.type, _tensor_type), *_distributed_reroutes())
+            (torch.Tensor.type, _tensor_type), (reversed, _reversed), *_distributed_reroutes())
 # (owner, builtin method name, choose), for the method bound to an instance
 METHOD_REROUTES = ((torch.Tensor, "type", _tensor_type),)
 FILE = __file__

@@ -342,3 +342,46 @@ def test_the_program_sees_torch_modes_as_eager_does():
 def test_the_program_sees_its_own_mode():
     check_compiled(lambda: (_asks_for_modes, None), standard(lambda s: (torch.randn(3),), ctx=_Doubling),
                    fullgraph=False)
+
+
+# ----------------------------------------------------------------------------- found by the sweeps
+def _cache_or_add(x, cache):
+    # diffusers' Wan and Qwen-Image VAEs: ``if feat_cache[idx] == "Rep":`` on a tensor (its
+    # __eq__ declines a str: False whatever the data, no read)
+    if cache is not None and cache == "Rep":
+        return x
+    return x + cache
+
+
+def test_a_tensor_compared_with_a_string_reads_no_data():
+    steps = standard(lambda s: (torch.randn(3), torch.randn(3)))
+    check_compiled(lambda: (_cache_or_add, None), steps, fullgraph=True, expect_graphs=1, expect_records=1)
+
+
+class _Decoder(nn.Module):
+    """``for block in reversed(self.blocks)`` (diffusers' AutoencoderDC decoder)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+
+    def forward(self, x):
+        for block in reversed(self.blocks):
+            x = block(x)
+        return x
+
+
+def test_reversed_module_list_is_followed():
+    # reversed() walks the list by its __getitem__ natively: its modules were of unknown origin
+    # to the recording (a break).  A block appended from outside records again.
+    def grow(model):
+        model.blocks.append(nn.Linear(4, 4))
+
+    x = lambda s: (torch.randn(2, 4),)  # noqa: E731
+    steps = standard(x) + [after(grow, x, expect=MONITOR), fresh(x, seed=3)]
+    check_compiled(_decoder_state, steps, fullgraph=True, expect_records=2)
+
+
+def _decoder_state():
+    model = _Decoder()
+    return model, model
