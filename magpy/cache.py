@@ -292,7 +292,7 @@ class RecordCache:
         self.drop(rec)
         error = CaptureError(f"magpy failed {stage}: {type(err).__name__}: {err}")
         error.__cause__ = err
-        machinery_failed(error)
+        machinery_failed(error, self.fullgraph)
         self.eager_reason = str(error)
         self.stats.break_reasons.append(self.eager_reason)
         self.stats.eager_runs += 1
@@ -349,7 +349,8 @@ class RecordCache:
         errors = []
         start = time.perf_counter()
         entry_state = GlobalStateGuard()   # (grad mode, autocast ...: the call may change them)
-        result, rec = capture(self.fn, args, kwargs, self.backend, self.roots, errors, self.lifting)
+        result, rec = capture(self.fn, args, kwargs, self.backend, self.roots, errors, self.lifting,
+                              self.fullgraph)
         if rec is None:
             self.eager_reason = str(errors[0])
             self.stats.break_reasons.append(self.eager_reason)
@@ -365,7 +366,7 @@ class RecordCache:
             error = CaptureError(f"magpy failed keeping a record: {type(e).__name__}: {e}")
             error.__cause__ = e
             self.eager_reason = str(error)
-            machinery_failed(error)
+            machinery_failed(error, self.fullgraph)
             return result
 
     def settle(self, rec: Record, args: tuple, kwargs: dict, misses: tuple, same_state: bool) -> bool:

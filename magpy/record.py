@@ -334,27 +334,28 @@ def record_policy():
 
 
 def capture(fn, args: tuple, kwargs: dict, backend, roots=(), errors: list | None = None,
-            lifting: Lifting | None = None) -> tuple[object, Record | None]:
+            lifting: Lifting | None = None, fullgraph: bool = False) -> tuple[object, Record | None]:
     """Run ``fn(*args, **kwargs)`` under the monitor; return its result and its record.
 
     The result is the real one (the monitor run *is* the eager execution).  The record is
     None when magpy's own machinery failed and ``config.on_capture_error`` is "fallback"
     (a warning names the stage; ``errors``, if given, receives the :class:`CaptureError`).
     ``lifting``: the callable's memory of input sizes, to lift those that keep changing
-    (None: the backend cannot compile symbolic sizes).
+    (None: the backend cannot compile symbolic sizes).  ``fullgraph``: a failure raises,
+    whatever ``on_capture_error`` says (one graph or an exception).
     """
     with collector.full_collections_deferred():
-        return _capture(fn, args, kwargs, backend, roots, errors, lifting)
+        return _capture(fn, args, kwargs, backend, roots, errors, lifting, fullgraph)
 
 
-def _capture(fn, args, kwargs, backend, roots, errors, lifting):
+def _capture(fn, args, kwargs, backend, roots, errors, lifting, fullgraph):
     try:
         with _stage("setting up the recording"):
             cap = _recording(fn, args, kwargs, roots, lifting)
             cap.branches.enabled = backend[0] not in backends.NO_CONDS
             cap.recorder.joint_backend = backend[0] in joint.BACKENDS
     except CaptureError as e:
-        _capture_failed(e, errors)
+        _capture_failed(e, errors, fullgraph)
         return fn(*args, **kwargs), None   # the program has not run yet: run it eagerly
     before = rng.state()
     result = cap.run(fn, args, kwargs)
@@ -365,7 +366,7 @@ def _capture(fn, args, kwargs, backend, roots, errors, lifting):
         draws = rng.changed(before)
         rec, result = _make_record(cap, result, args, kwargs, backend, _parameter_names(fn), draws)
     except CaptureError as e:
-        return result, _capture_failed(e, errors)
+        return result, _capture_failed(e, errors, fullgraph)
     if lifting is not None:
         lifting.saw(_inputs_seen(cap))
     return result, rec
@@ -756,17 +757,18 @@ def _observer_stage(err: BaseException) -> str:
     return f"recording ({where})"
 
 
-def machinery_failed(err: CaptureError) -> None:
+def machinery_failed(err: CaptureError, fullgraph: bool = False) -> None:
     """magpy's own machinery failed on a call: raise ``err`` if ``config.on_capture_error``
-    is "raise", else warn (once per callable: its cache then runs it eagerly)."""
-    if config.on_capture_error == "raise":
+    is "raise" or the callable was compiled with ``fullgraph=True``, else warn (once per
+    callable: its cache then runs it eagerly)."""
+    if fullgraph or config.on_capture_error == "raise":
         raise err
     warnings.warn(f"{err}; running this callable eagerly from now on", CaptureFailedWarning,
                   stacklevel=user_stacklevel())
 
 
-def _capture_failed(err: CaptureError, errors: list | None) -> None:
+def _capture_failed(err: CaptureError, errors: list | None, fullgraph: bool = False) -> None:
     if errors is not None:
         errors.append(err)
-    machinery_failed(err)
+    machinery_failed(err, fullgraph)
     return None

@@ -543,6 +543,22 @@ def test_on_capture_error_round_trip(magpy_config):
     assert magpy.config.on_capture_error == "fallback"
 
 
+def test_fullgraph_raises_where_capture_fails(monkeypatch):
+    # One graph or an exception: a capture failure under fullgraph=True raises whatever
+    # on_capture_error says (three diffusers models ran eagerly there with a warning).
+    from magpy import record
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("boom: code generation failed")
+
+    monkeypatch.setattr(record, "generate", failing)
+    x = torch.randn(4)
+    with pytest.raises(magpy.CaptureError, match="boom"):
+        magpy.compile(affine, backend="eager", fullgraph=True)(x)
+    with pytest.warns(magpy.CaptureFailedWarning, match="boom"):
+        assert same(magpy.compile(affine, backend="eager")(x), affine(x))
+
+
 def test_failing_backend_still_gives_the_eager_result():
     def broken_backend(gm, example_inputs):
         raise RuntimeError("boom: the backend failed")
