@@ -207,6 +207,24 @@ def test_channels_last_images_only_where_convolved():
     assert torch.allclose(out, nn.functional.conv2d(x, w), atol=1e-6) and doubled.is_contiguous()
 
 
+def test_no_channels_last_images_where_the_graph_draws():
+    # A dropout after a convolution fills its mask in memory order: a channels-last activation
+    # got another mask than eager's (a conv net with dropout 7% off eager's loss under
+    # Inductor, found by the training-loop fuzzer).
+    from magpy.opgraph import DRAWS
+
+    def step(x, w):
+        return nn.functional.dropout(nn.functional.conv2d(x, w), 0.25)
+
+    gm = torch.fx.symbolic_trace(step)
+    for n in gm.graph.nodes:
+        if n.target is nn.functional.dropout:
+            n.meta[DRAWS] = True
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 1, 1, requires_grad=True)
+    joint.channels_last_images(gm, [x, w])
+    assert not any(n.kwargs.get("memory_format") is torch.channels_last for n in gm.graph.nodes)
+
+
 @pytest.mark.slow
 def test_resnet_inductor_one_graph_as_two():
     # ResNet-50's gradients at test size are ill-conditioned (BatchNorm over few values in
