@@ -550,6 +550,7 @@ def test_micro_batches_and_clipping_with_an_eager_backward(process_group):
     # each .grad is in the last graph: the second backward's .grad before it is the first's
     # eager step result, not the last graph's output (the mock read that before it ran:
     # UnboundLocalError; the training-loop fuzzer found it).
-    trace = check_compiled(_build(step=_micro_batches, clip=0.05), _steps(6), fullgraph=False, observe=_observe)
+    trace = check_compiled(_build(step=_micro_batches, clip=0.05), _steps(6), fullgraph=False,
+                           observe=_observe)
     _eager_backward(trace, "a process group is initialized: DDP's reducer hooks the gradients in the engine",
                     graphs=3)
