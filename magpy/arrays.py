@@ -29,7 +29,7 @@ import torch
 
 from magpy import annotations as ann
 from magpy.monitor import Observer, bytecode
-from magpy.monitor.observer import CALLS, RETURNS, calling, returns_to_caller
+from magpy.monitor.observer import CALLS, RETURNS, returns_to_caller
 
 # numpy function -> torch function taking the same positional arguments.
 FUNCTIONS = {
@@ -190,7 +190,7 @@ class Arrays(Observer):
         if name in ("LOAD_ATTR", "LOAD_METHOD") and (ins.argval in METADATA or (
                 name == "LOAD_METHOD" and ins.argval in METHODS)):
             return
-        if name in RETURNS and returns_to_caller(frame, self._levels) and calling(frame.back):
+        if name in RETURNS and returns_to_caller(frame, self._levels):
             return
         try:
             if name == "BINARY_OP" and ins.argrepr in OPERATORS:

@@ -68,7 +68,7 @@ from magpy.controlflow import Branches
 from magpy.dynamic import Lifting, Scalar, Shapes, argument_shadows, specialise, symbolic
 from magpy.errors import GraphBreak
 from magpy.monitor import Monitor, Observer, bytecode, operators
-from magpy.monitor.observer import CALLS, RETURNS, Entries, Items, calling, returns_to_caller, tracked
+from magpy.monitor.observer import CALLS, RETURNS, Entries, Items, returns_to_caller, tracked
 from magpy.opgraph import OpRecorder, checks_in_graph, thread_modes
 from magpy.refgraph import Breaker, RefGraph, RefGraphBuilder
 from magpy.refgraph.graph import is_immutable
@@ -786,8 +786,7 @@ class Segmenter(Observer):
         if name in _SHADOW_MOVES:
             return
         marks = tracked(frame.ins_shadows, Deferred, self.deferred)
-        if not marks or (name in RETURNS and returns_to_caller(frame, self._levels)
-                         and calling(frame.back)):
+        if not marks or (name in RETURNS and returns_to_caller(frame, self._levels)):
             return
         for m in marks:
             if id(m) not in lifted and id(m) not in passed:

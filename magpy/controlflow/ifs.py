@@ -29,7 +29,7 @@ from magpy.controlflow.forks import MOVES, Forks, equal, jump_site, meta, place,
 from magpy.controlflow.shadows import Passed
 from magpy.dynamic import argument_shadows
 from magpy.monitor import NULL
-from magpy.monitor.observer import CALLS, RETURNS, Items, calling, returns_to_caller, tracked
+from magpy.monitor.observer import CALLS, RETURNS, Items, returns_to_caller, tracked
 from magpy.opgraph import LOOP_INDEX
 from magpy.refgraph.graph import is_immutable
 
@@ -189,7 +189,7 @@ class Ifs(Forks):
             frame.shadow_stack[-1] = marks[0]   # the bound method: its self is still the slot's
             return
         if name in RETURNS and (frame.back is self.monitor.host_frame and len(marks) == 1
-                                       or returns_to_caller(frame, self._levels) and calling(frame.back)):
+                                or returns_to_caller(frame, self._levels)):
             return   # to the calling instruction, or the call's result (see result)
         for m in marks:
             if id(m) not in consumed and id(m) not in passed:

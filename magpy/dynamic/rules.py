@@ -19,7 +19,7 @@ from magpy.dynamic.shadows import (
     value_of,
 )
 from magpy.monitor import bytecode, operators
-from magpy.monitor.observer import Entries, calling, returns_to_caller
+from magpy.monitor.observer import Entries, returns_to_caller
 
 # rule(shapes, frame, instruction, inputs, outputs, input shadows) -> True if it handled the
 # symbolic shadows among the inputs (setting output shadows), False to specialise them.
@@ -393,10 +393,9 @@ def _kept(sh, f, ins, inputs, outputs, in_sh):
 
 
 def _returned(sh, f, ins, inputs, outputs, in_sh):
-    # To the calling instruction, which the monitor moves the shadow to: a call.  A property's
-    # or a descriptor's return lands on a LOAD_ATTR, which takes no shadow: its lifted value
-    # is specialised (it went on as a constant the guard did not check: a silent wrong result).
-    return returns_to_caller(f, sh.levels) and calling(f.back)
+    # To the calling instruction, which the monitor moves the shadow to; else (a property's
+    # return) its lifted values are specialised: left unchecked, one went on as a constant.
+    return returns_to_caller(f, sh.levels)
 
 
 def _call(sh, f, ins, inputs, outputs, in_sh):

@@ -121,13 +121,15 @@ _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYN
 
 
 def returns_to_caller(f, levels: dict) -> bool:
-    """Does frame ``f``'s return instruction hand its value (and its shadow) to the calling
-    instruction?  Not when it leaves the monitored call, ends a generator, or returns to
-    native code that called back into the program (``sorted(key=...)``, ``map``).
+    """Does frame ``f``'s return instruction hand its value (and its shadow) to a calling
+    instruction of its caller?  Not when it leaves the monitored call, ends a generator,
+    returns to native code that called back into the program (``sorted(key=...)``, ``map``),
+    or to an instruction that is not a call (a property's or descriptor's return lands on a
+    ``LOAD_ATTR``, which takes no shadow).
     ``levels``: id(frame) -> the monitor's ``in_intrinsic`` when the frame was entered."""
     caller = f.back
     return (caller is not f.monitor.host_frame and not f.code.co_flags & _GENERATOR_FLAGS
-            and levels.get(id(f)) == levels.get(id(caller), -1))
+            and levels.get(id(f)) == levels.get(id(caller), -1) and calling(caller))
 
 
 def tracked(shadows, kind: type, live: dict) -> list:
