@@ -453,8 +453,7 @@ class OpRecorder(TorchFunctionMode):
         path, passing = next(((p, truth) for p, truth in ((_raising_path(code, fall), jumps_if),
                                                            (_raising_path(code, target), not jumps_if))
                               if p is not None), (None, None))
-        segmenter = self.dynamic.segmenter
-        if path is None or (segmenter is not None and not segmenter.undoable()):
+        if path is None or not self._undoable():
             return None
         # The graph's message tells a failed check from other errors (failed_assertion).
         where = f"check failed at {f.code.co_filename}:{f.line}"
@@ -467,15 +466,17 @@ class OpRecorder(TorchFunctionMode):
                    else f.locals[load.arg] if load.opname == "LOAD_FAST" else None)
         return passing, message if type(message) is str and message else where
 
+    def _undoable(self) -> bool:
+        """Has nothing observable happened in the call yet (a failed check may run it again)?"""
+        segmenter = self.dynamic.segmenter
+        return segmenter is None or segmenter.undoable()
+
     def _record_async_assertion(self, t) -> bool:
         """``torch._assert_async(t)``: an assertion of the graph (as ``assert c`` is, and with
         the same condition: only before anything observable happened), else False."""
-        segmenter = self.dynamic.segmenter
-        if not checks_in_graph(t) or t.numel() != 1 or (segmenter is not None and not segmenter.undoable()):
+        if not checks_in_graph(t) or t.numel() != 1 or not self._undoable():
             return False
-        self._sync_modes()
-        self.graph.call_function(_ASSERT, (self.tensor_node(t), _ASYNC_MESSAGE))
-        self.piece.op_count += 1
+        self._assert(t, _ASYNC_MESSAGE)
         return True
 
     def _record_assertion(self, func, t, truth) -> None:
@@ -483,19 +484,21 @@ class OpRecorder(TorchFunctionMode):
         if truth is not passing or not checks_in_graph(t):   # (the program raises it itself, eagerly)
             self.dynamic(f"{_qualname(func)} reads tensor data into Python", step=True)
             return
-        self._sync_modes()
-        cond = self.tensor_node(t)
-        if not passing:
-            cond = self.graph.call_function(torch.logical_not, (cond,))
-        self.graph.call_function(_ASSERT, (cond, message))
-        self.piece.op_count += 1
+        self._assert(t, message, negated=not passing)
 
     def check(self, cond: torch.Tensor, what: str) -> None:
         """Record a check of the record's own that ``cond``, a bool tensor the graph has,
         holds (``what`` it means): where it does not, the call misses the record
         (:func:`failed_own_check`).  Only where nothing observable happened before it."""
+        self._assert(cond, OWN_CHECK + what)
+
+    def _assert(self, t, message: str, negated: bool = False) -> None:
+        """The graph raises RuntimeError(``message``) where ``t`` (``not t``) is false."""
         self._sync_modes()
-        self.graph.call_function(_ASSERT, (self.tensor_node(cond), OWN_CHECK + what))
+        cond = self.tensor_node(t)
+        if negated:
+            cond = self.graph.call_function(torch.logical_not, (cond,))
+        self.graph.call_function(_ASSERT, (cond, message))
         self.piece.op_count += 1
 
     def _size_read(self, func, args, out) -> None:
