@@ -343,6 +343,8 @@ TORCH_IMPURE = frozenset({"manual_seed", "seed", "initial_seed", "get_rng_state"
 # they are given, never Python objects: EXTERNAL; the collectives of Python objects fill the
 # lists they are given: IMPURE.
 TORCH_DISTRIBUTED = ("torch.distributed", "torch._C._distributed")
+TORCH_DISTRIBUTED_OBJECTS = frozenset({"broadcast_object_list", "all_gather_object", "gather_object",
+                                       "scatter_object_list", "send_object_list", "recv_object_list"})
 
 
 def is_dtensor(t) -> bool:
@@ -350,8 +352,7 @@ def is_dtensor(t) -> bool:
     operations take no plain tensor beside it ("mixed torch.Tensor and DTensor"): a float
     magpy would give them as a tensor stays a float."""
     return isinstance(t, torch.Tensor) and type(t).__module__.startswith(TORCH_DISTRIBUTED)
-TORCH_DISTRIBUTED_OBJECTS = frozenset({"broadcast_object_list", "all_gather_object", "gather_object",
-                                       "scatter_object_list", "send_object_list", "recv_object_list"})
+
 
 # Grad-mode switches (``no_grad``, ``enable_grad``, ``set_grad_enabled`` as context managers and
 # decorators) that reach ``__torch_function__``: graph state, recorded into the graph as grad-mode

@@ -142,7 +142,6 @@ class Record:
                 _verify_fast(self, env, self.fast(args, kwargs), "a fresh stamp's fast guard")
         return env
 
-
     def repeats(self, other: "Record") -> bool:
         """Is this record ``other`` made again: the same guard, mock and graphs, the mock over
         the same constants?  (Made from a call whose guard ``other`` passed and whose mock

@@ -186,8 +186,8 @@ def _reversed(caller, args, kwargs):
     if kwargs or len(args) != 1 or not isinstance(args[0], torch.nn.Module):
         return None
     kind = type(args[0])
-    return reversed_modules if getattr(kind, "__reversed__", None) is None and hasattr(kind, "__getitem__") \
-        else None
+    sequence = getattr(kind, "__reversed__", None) is None and hasattr(kind, "__getitem__")
+    return reversed_modules if sequence else None
 
 
 def _tensor_type(caller, args, kwargs):

@@ -102,8 +102,8 @@ def _step_value(monitor, args, kwargs):
     implementations of :data:`_TENSOR_STEP`, and not where the learning rate is a tensor:
     ``lr / bias_correction1`` of two 0-d tensors computes in float64, where eager divides in
     the learning rate's dtype, nor in a foreach update of FSDP2's DTensor parameters (which
-    takes no plain tensor of step sizes).  Elsewhere the step count is
-    read as eager reads it (an eager step, whose float the graph takes as an input)."""
+    takes no plain tensor of step sizes).  Elsewhere the step count is read as eager reads it
+    (an eager step, whose float the graph takes as an input)."""
     (x,) = args
     if not isinstance(x, torch.Tensor):
         return x
@@ -111,9 +111,8 @@ def _step_value(monitor, args, kwargs):
     if caller is not None:
         update = _enclosing(caller)
         name = update.code.co_name
-        sharded = any(map(ann.is_dtensor, update.f_locals.get("params", ())))
         if isinstance(caller.f_locals.get("lr"), torch.Tensor) or name not in _TENSOR_STEP \
-                or name.startswith("_multi_tensor") and sharded:
+                or name.startswith("_multi_tensor") and _sharded(update.f_locals.get("params", ())):
             return x.item()
     return x.to(torch.float64)
 
@@ -136,6 +135,10 @@ def _stacked_if_tensors(monitor, args, kwargs):
     leaves a list and ``torch.stack`` refuses."""
     (x,) = args
     return torch.stack(x) if all(isinstance(v, torch.Tensor) for v in x) else x
+
+
+def _sharded(params) -> bool:
+    return any(map(ann.is_dtensor, params))
 
 
 def _enclosing(frame):
