@@ -91,6 +91,16 @@ def _kw(**kwargs):
 # the models
 
 
+# Wan's transformer and SkyReels-V2's (built on it) take the same config and inputs.
+_WAN = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=4, out_channels=4,
+            text_dim=16, freq_dim=256, ffn_dim=32, num_layers=1, rope_max_seq_len=32)
+
+
+def _wan_inputs(b: int):
+    return _kw(hidden_states=rand(b, 4, 2, 8, 8), timestep=torch.tensor([3] * b),
+               encoder_hidden_states=rand(b, 12, 16, seed=1))
+
+
 def unet_cases() -> list[Case]:
     return [
         case(
@@ -1176,48 +1186,8 @@ def transformer_cases() -> list[Case]:
             ),
             "video",
         ),
-        case(
-            "WanTransformer3DModel",
-            lambda: D.WanTransformer3DModel(
-                patch_size=(1, 2, 2),
-                num_attention_heads=2,
-                attention_head_dim=12,
-                in_channels=4,
-                out_channels=4,
-                text_dim=16,
-                freq_dim=256,
-                ffn_dim=32,
-                num_layers=1,
-                rope_max_seq_len=32,
-            ),
-            lambda b: _kw(
-                hidden_states=rand(b, 4, 2, 8, 8),
-                timestep=torch.tensor([3] * b),
-                encoder_hidden_states=rand(b, 12, 16, seed=1),
-            ),
-            "video",
-        ),
-        case(
-            "SkyReelsV2Transformer3DModel",
-            lambda: D.SkyReelsV2Transformer3DModel(
-                patch_size=(1, 2, 2),
-                num_attention_heads=2,
-                attention_head_dim=12,
-                in_channels=4,
-                out_channels=4,
-                text_dim=16,
-                freq_dim=256,
-                ffn_dim=32,
-                num_layers=1,
-                rope_max_seq_len=32,
-            ),
-            lambda b: _kw(
-                hidden_states=rand(b, 4, 2, 8, 8),
-                timestep=torch.tensor([3] * b),
-                encoder_hidden_states=rand(b, 12, 16, seed=1),
-            ),
-            "video",
-        ),
+        *(case(name, lambda name=name: getattr(D, name)(**_WAN), _wan_inputs, "video")
+          for name in ("WanTransformer3DModel", "SkyReelsV2Transformer3DModel")),
         case(
             "HunyuanVideoTransformer3DModel",
             lambda: D.HunyuanVideoTransformer3DModel(
