@@ -154,22 +154,42 @@ class Arm(Piece):
             if not self.made(t) or storage_id(t) in self.storages:
                 self.sandbox.stop(f"{ann.torch_name(func)} updates a tensor from before the branch")
 
-    def module(self, outputs: list, operands: list, numbers=()) -> fx.GraphModule:
+    def checks(self) -> list[Check]:
+        """The assertions this arm's operations recorded (the program's ``assert`` and
+        ``raise`` checks, nested operators' hoisted ones)."""
+        return [(n.args[1], n.meta[CHECK_DEVICE]) for n in self.graph.nodes if n.target is _ASSERT]
+
+    def module(self, outputs: list, operands: list, numbers=(), checks: tuple[list, int] | None = None
+               ) -> fx.GraphModule:
         """This arm as a cond branch: a graph of all the cond's ``operands`` (tensors), then
         the lifted ``numbers`` it or its sibling reads, giving ``outputs`` (tensors it made,
-        or operands it left as they were)."""
+        or operands it left as they were).
+
+        ``checks``: ``(the cond's checks, where this arm's own begin among them)``.  Its
+        assertions are then hoisted, not kept: the branch gives, after ``outputs``, a 0-d bool
+        per check, its own check's condition or true for its sibling's, which the graph around
+        asserts.  An assertion inside a branch does not survive AOTAutograd where the
+        cond's outputs are unused (nor is it told from other errors where it fails)."""
         g = fx.Graph()
         inputs = {id(x): g.placeholder(f"op{i}") for i, x in enumerate(operands)}
         env = {ph: inputs[i] for i, ph in self.captured.items()}
         env.update(self._read(g, numbers))
+        held = []
         for node in self.graph.nodes:
-            if node.op != "placeholder":
+            if checks is not None and node.target is _ASSERT:
+                held.append(g.call_method("bool", (g.call_method("reshape", (env[node.args[0]], ())),)))
+            elif node.op != "placeholder":
                 env[node] = g.node_copy(node, env.__getitem__)
         results = []
         for t in outputs:
             n = env[self.nodes[id(t)]] if self.made(t) else inputs[id(t)]
             # A branch must not give back its input itself (cond's outputs are new tensors).
             results.append(g.call_method("clone", (n,)) if n.op == "placeholder" else n)
+        if checks is not None:
+            every, first = checks
+            true = [g.call_function(torch.ones, ((),), {"dtype": torch.bool, "device": device})
+                    for _, device in every]
+            results += true[:first] + held + true[first + len(held):]
         g.output(tuple(results))
         return self._graph_module(g)
 
@@ -498,7 +518,7 @@ class OpRecorder(TorchFunctionMode):
         cond = self.tensor_node(t)
         if negated:
             cond = self.graph.call_function(torch.logical_not, (cond,))
-        self.graph.call_function(_ASSERT, (cond, message))
+        _append_check(self.graph, cond, (message, t.device))
         self.piece.op_count += 1
 
     def _size_read(self, func, args, out) -> None:
@@ -941,10 +961,12 @@ class OpRecorder(TorchFunctionMode):
                     seen.add(id(x))
                     operands.append(x)
         numbers = {**taken[0].numbers(), **other[0].numbers()}
+        arms = (taken, other) if truth else (other, taken)
+        checks = [arm.checks() for arm, _ in arms]
         branches = []
-        for arm, outs in ((taken, other) if truth else (other, taken)):
+        for (arm, outs), first in zip(arms, (0, len(checks[0]))):
             name = f"_cond_arm{len(piece.submodules)}"
-            piece.submodules[name] = arm.module(outs, operands, numbers)
+            piece.submodules[name] = arm.module(outs, operands, numbers, (checks[0] + checks[1], first))
             branches.append(graph.get_attr(name))
         pred = self.tensor_node(t)
         if t.dtype != torch.bool:
@@ -968,6 +990,8 @@ class OpRecorder(TorchFunctionMode):
                 self.passes[id(out)] = Passes(pred_t, truth, a)
             elif not made[1]:
                 self.passes[id(out)] = Passes(pred_t, not truth, b)
+        for i, check in enumerate(checks[0] + checks[1], len(outputs)):
+            _append_check(graph, graph.call_function(operator.getitem, (node, i)), check)
 
     def _numbers(self, numbers: dict) -> list:
         """The nodes of the current piece holding the lifted ``numbers`` (sources -> values)
@@ -1221,6 +1245,8 @@ class CountedLoop:
 
 COUNTED = "magpy_counted_loop"
 DEVICE = "magpy_device"   # a cond node's meta: the device type of its predicate
+CHECK_DEVICE = "magpy_check_device"   # an assertion's meta: the device of the tensor it checks
+Check = tuple[str, torch.device]   # an assertion of a graph: its message, the device of what it checks
 
 
 def _count_test(n: int, layout: CountedLoop) -> fx.GraphModule:
@@ -1517,6 +1543,13 @@ def checks_in_graph(*values) -> bool:
     for the rest of the process; there the check reads the value back (an eager step), as the
     program's own ``if`` does."""
     return all(v.device.type == "cpu" for v in values if isinstance(v, torch.Tensor))
+
+
+def _append_check(graph: fx.Graph, cond: fx.Node, check: Check) -> None:
+    """Append to ``graph`` the assertion that ``cond`` holds (``check``: its message, and the
+    device it is on, which an operator hoisting it from an arm needs: Arm.module)."""
+    node = graph.call_function(_ASSERT, (cond, check[0]))
+    node.meta[CHECK_DEVICE] = check[1]
 
 
 def failed_own_check(gm: fx.GraphModule | None, exc: BaseException) -> bool:

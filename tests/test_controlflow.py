@@ -16,6 +16,7 @@ from torch import nn
 import magpy
 from tests.compile_harness import (
     ANY,
+    EAGER,
     MOCK,
     MONITOR,
     Step,
@@ -512,3 +513,102 @@ def test_values_computed_eagerly_are_never_constants_of_an_arm(program):
     check_compiled(build, [first(_varying), again(), fresh(_varying, seed=2, expect=None),
                            after(shift, args=_varying, expect=None), fresh(_varying, seed=3, expect=None)],
                    fullgraph=False)
+
+
+# ---------------------------------------------------------------------------- checks in arms and bodies
+
+def _check_in_arm_unused(x):
+    # The arm that checks keeps nothing the program uses after the if.
+    h = x * 1.0
+    if x.sum() > 0:
+        pass
+    else:
+        if h[0, 0] > 0:
+            raise KeyError("q")
+    return torch.tanh(h)
+
+
+def _check_in_arm_output_unused(x):
+    h, g = x * 1.0, x
+    if x.sum() > 0:
+        g = h + 1
+    else:
+        if h[0, 0] > 0:
+            raise KeyError("q")
+        g = h - 1   # noqa: F841 - (the cond's output the program does not use)
+    return torch.tanh(h)
+
+
+def _check_in_arm_output_used(x):
+    h = x * 1.0
+    if x.sum() > 0:
+        h = h + 1
+    else:
+        if h[0, 0] > 0:
+            raise ValueError(f"a positive corner in {tuple(h.shape)}")
+        h = h - 1
+    return torch.tanh(h)
+
+
+def _check_in_unrolled_loop(x):
+    # (the program fuzzer's seed 2103593, shrunk)
+    h = x * 1.0
+    for row in x:
+        if row.sum() > 0:
+            continue
+        if h[0, 0] > 0:
+            raise KeyError("q")
+    return torch.tanh(h)
+
+
+def _check_in_long_loop(x):
+    acc = torch.zeros(())
+    for row in x:
+        acc = acc + row.sum()
+        if acc > 60:
+            raise KeyError("q")
+    return torch.tanh(x)
+
+
+def _corner(sign_sum, sign_corner, rows=4):
+    x = torch.randn(rows, 4).abs() * 0.1
+    x[0, 0] = sign_corner
+    x[1:] *= sign_sum
+    x[1, 1:] = 3.0 * sign_sum * rows   # (the sum's sign, whatever the corner)
+    return (x,)
+
+
+# (sum's sign, corner's sign): the false arm raises where the corner is positive.
+CHECKED_CALLS = [(-1, -1), (1, 1), (-1, 1), (-1, -1), (1, -1), (-1, 1)]
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+@pytest.mark.parametrize("program", [_check_in_arm_unused, _check_in_arm_output_unused,
+                                     _check_in_arm_output_used, _check_in_unrolled_loop],
+                         ids=lambda f: f.__name__[1:])
+def test_a_check_in_an_arm_raises_on_the_calls_it_fails(program, backend):
+    # Checks in an arm are hoisted out of the cond: kept where the cond's outputs are unused
+    # (AOTAutograd drops a cond no output of which is used, checks and all), and a failed one
+    # is the program's own failure: that call runs eagerly, later ones use the record again.
+    raises = [s == -1 and c == 1 for s, c in CHECKED_CALLS]
+    steps = [Step(f"call {i}", (lambda st, s=s, c=c: _corner(s, c)),
+                  expect=MONITOR if i == 0 else EAGER if r else MOCK)
+             for i, ((s, c), r) in enumerate(zip(CHECKED_CALLS, raises))]
+    trace = check_compiled(lambda: (program, None), steps, backend=backend, rtol=1e-5)
+    st = magpy.stats(trace.compiled)
+    assert (st.monitor_runs, st.mock_runs, st.eager_runs, st.graph_count) == (1, 3, 2, 1), st
+
+
+def test_a_check_in_a_long_loop_raises_on_the_calls_it_fails():
+    # A loop operator's body cannot hoist its check: the loop is unrolled instead (the first
+    # recording ends where it finds the check; the next call's makes the record).
+    def rows(big):
+        return (torch.randn(20, 4) + (3.0 if big else 0.0),)
+    bigs = [False, False, True, False, True]
+    expect = [MONITOR, MONITOR, EAGER, MOCK, EAGER]
+    steps = [Step(f"call {i}", (lambda st, b=b: rows(b)), seed=i, expect=e)
+             for i, (b, e) in enumerate(zip(bigs, expect))]
+    trace = check_compiled(lambda: (_check_in_long_loop, None), steps, fullgraph=False)
+    st = magpy.stats(trace.compiled)
+    assert (st.monitor_runs, st.mock_runs, st.eager_runs, st.graph_count) == (2, 1, 2, 1), st
+    assert "an iteration checks a tensor's value" in str(magpy.explain(trace.compiled, *rows(False)))

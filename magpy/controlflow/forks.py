@@ -178,6 +178,16 @@ class Forks:
         frame.pc = join
 
 
+def checks(*bodies) -> str | None:
+    """Why a loop whose iterations' arms are ``bodies`` cannot be an operator if they check
+    a tensor's value (``assert``, ``if ...: raise``), else None.  (A check inside a
+    ``while_loop`` body is lost where the loop's outputs are unused; a cond hoists its arms'
+    checks out instead, see OpRecorder.cond.)"""
+    if any(arm is not None and arm.checks() for arm in bodies):
+        return "an iteration checks a tensor's value (assert or raise)"
+    return None
+
+
 def forget_refusals() -> None:
     """Forget which jumps and loops recordings found cannot be operators (``magpy.reset``)."""
     REFUSED.clear()

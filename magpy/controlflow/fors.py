@@ -53,7 +53,7 @@ import torch
 
 from magpy.config import config
 from magpy.controlflow.carried import Slots, appended, carried_groups, entering
-from magpy.controlflow.forks import MOVES, REFUSED, Forks, jump_site, place, set_shadow
+from magpy.controlflow.forks import MOVES, REFUSED, Forks, checks, jump_site, place, set_shadow
 from magpy.controlflow.jumps import binding_of, for_loop
 from magpy.controlflow.sandbox import Sandbox
 from magpy.controlflow.shadows import Accumulated, LoopLocal
@@ -209,6 +209,9 @@ class ForLoops(Forks):
                 arm2, fork2, why, items2, writes2 = self._step(fork1, walk, 1, binding, found, accs)
         if why is not None or drew:
             return why or "the loop draws random numbers"
+        why = checks(arm1, arm2)
+        if why is not None:
+            return why
         if not (len(frame.stack) == len(fork1.stack) == len(fork2.stack)):
             return "an iteration leaves a different stack"
         slots = Slots(*(self._graph_values(f) for f in (frame, fork1, fork2)))

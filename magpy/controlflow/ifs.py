@@ -82,8 +82,8 @@ class Ifs(Forks):
                 return f"the arms leave different Python values ({type(a).__name__}, {type(b).__name__})"
         if len({k[0] for k in outputs}) != len(outputs):
             return "a tensor of the taken arm pairs with different tensors of the other"
-        if not outputs:
-            return None   # the arms' operations made nothing the program keeps
+        if not (outputs or arm_t.checks() or arm_o.checks()):
+            return None   # the arms' operations made nothing the program keeps or checks
         stand_ins, marks = [], []
         held = fork_t.locals + fork_t.stack
         for a, _, slots in outputs.values():

@@ -22,7 +22,7 @@ import math
 import torch
 
 from magpy.controlflow.carried import carried_groups, zeros_like
-from magpy.controlflow.forks import Forks, arrive, jump_site, meta, place, set_shadow
+from magpy.controlflow.forks import Forks, arrive, checks, jump_site, meta, place, set_shadow
 from magpy.controlflow.shadows import LoopLocal, Passed
 from magpy.monitor import NULL
 
@@ -38,7 +38,7 @@ class WhileLoops(Forks):
         with self._same_random_numbers() as drew:
             first = self._iterate(frame, body, test, back_if)
             second = self._iterate(first[1], body, test, back_if) if first[2] is None else first
-        why = second[2] or ("the loop draws random numbers" if drew else None)
+        why = second[2] or ("the loop draws random numbers" if drew else None) or checks(first[0], second[0])
         if why is None:
             why = self._loop_operator(frame, t, first, second, found)
         if why is None:
