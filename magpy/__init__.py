@@ -13,14 +13,19 @@ from magpy.errors import (
     GraphBreak,
     GraphBreakError,
     GraphBreakWarning,
+    LoadError,
     MagpyError,
     MagpyWarning,
+    NotSavedWarning,
+    SaveError,
     UnstableRecordWarning,
 )
+from magpy.persist import Saved, load, save
 
 __all__ = ["compile", "explain", "stats", "reset", "synchronize", "annotate", "disable", "config",
            "CompiledModule", "Explanation", "GraphBreak", "GraphBreakError", "GraphBreakWarning",
            "CaptureError",
            "BackendError", "MagpyError", "MagpyWarning", "CaptureFailedWarning", "BackendFailedWarning",
-           "CacheLimitWarning", "UnstableRecordWarning", "monitor"]
+           "CacheLimitWarning", "UnstableRecordWarning", "monitor", "save", "load", "Saved", "SaveError",
+           "LoadError", "NotSavedWarning"]
 __version__ = "0.1.0"

@@ -317,6 +317,13 @@ class RecordCache:
             self.stats.records = len(self.records)
             self._added += 1
 
+    def adopt(self, records: list[Record]) -> None:
+        """Take records made in another process (magpy.load), most recently used first."""
+        for rec in reversed(records):
+            if rec.graph_break is None:
+                self.count_record(rec)
+            self.add(rec)
+
     def missed(self, args, kwargs, added: int, misses=MISS):
         """No record covered the call (the records added before ``added`` were tried, those
         of ``misses`` passed their guards): record it, unless another thread records now (then

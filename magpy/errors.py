@@ -20,6 +20,9 @@ HELP = {
     "BackendFailedWarning": "backend-failed",
     "CacheLimitWarning": "cache-size-limit",
     "UnstableRecordWarning": "unstable-record",
+    "SaveError": "save-error",
+    "LoadError": "load-error",
+    "NotSavedWarning": "not-saved",
 }
 
 
@@ -106,3 +109,18 @@ class UnstableRecordWarning(MagpyWarning):
     """A record fails its own checks on a call like the one it was recorded from: an identical
     call would record again.  magpy runs such calls eagerly instead (once per callable and
     reason)."""
+
+
+class SaveError(MagpyError):
+    """``magpy.save`` cannot save the compiled callable (nothing recorded yet, a backend
+    given as a function, no record that can travel)."""
+
+
+class LoadError(MagpyError):
+    """``magpy.load`` refuses a file: not one magpy wrote, damaged or changed on disk, made
+    with another torch, Python, magpy or machine, or from another program than the one given."""
+
+
+class NotSavedWarning(MagpyWarning):
+    """``magpy.save`` left records out (each named with why): the calls they covered record
+    again in the loading process."""

@@ -48,7 +48,7 @@ from magpy import (
     standins,
     training,
 )
-from magpy.codegen import compile_source, generate, same_value
+from magpy.codegen import Generated, compile_source, generate, same_value
 from magpy.codegen.guard import inputs_in_words, path_in_words, write_shape_check
 from magpy.config import config
 from magpy.continuations import Resume
@@ -503,15 +503,8 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names, draws: bool
     with _stage("closing the operator graphs (opgraph)"):
         graphs = cap.graphs()
     examples = [None if gm is None else cap.example_inputs(i) for i, gm in enumerate(graphs)]
-    deferred = None
     with _stage("compiling the graphs (backend)"):
-        if backend[0] != "eager" and config.background_compile and background.can_defer() and \
-                (backend[0] in backends.DRAWS_NOTHING or not draws):
-            deferred, compiled = _defer(backend, graphs, examples, gen, cap.lifted, names)
-        else:
-            compiled = [None if gm is None else _compile_graph(backend, gm, ex)
-                        for gm, ex in zip(graphs, examples)]
-        trials = _link(gen, compiled)
+        deferred, trials = _compiled(backend, graphs, examples, gen, cap.lifted, names, draws)
     shape_source = _link_shape_check(gen, cap.lifted)
     with _stage("compiling the generated mock (compile_source)"):
         mock = compile_source(gen.mock_source, gen.namespace, "mock", f"mock {id(gen):x}")
@@ -528,6 +521,20 @@ def _make_record(cap: Capture, result, args, kwargs, backend, names, draws: bool
         with _stage("handing back a native generator"):
             result = _native_twin(result)
     return rec, result
+
+
+def _compiled(backend, graphs: list, examples: list, gen, lifted, names, draws: bool) -> tuple:
+    """Compile a record's ``graphs`` (None for a piece without operations) and put them in
+    its mock's place: in the background where that is on (their eager twins until then),
+    else now.  ``(the background compile or None, the trials among them)``."""
+    deferred = None
+    if backend[0] != "eager" and config.background_compile and background.can_defer() and \
+            (backend[0] in backends.DRAWS_NOTHING or not draws):
+        deferred, compiled = _defer(backend, graphs, examples, gen, lifted, names)
+    else:
+        compiled = [None if gm is None else _compile_graph(backend, gm, ex)
+                    for gm, ex in zip(graphs, examples)]
+    return deferred, _link(gen, compiled)
 
 
 def _lifted_words(lifted, names) -> tuple[str, ...]:
@@ -555,10 +562,49 @@ def _link_shape_check(gen, lifted) -> str | None:
         return None
     with _stage("compiling the shape check (codegen)"):
         src = write_shape_check(lifted)
-        check = compile_source(src, gen.namespace, "shapes", f"shapes {id(gen):x}")
-        check.conditions = src.split("return ", 1)[1]   # what the diagnosis says it failed
-        gen.namespace["SHAPES"] = check
+        _install_shape_check(gen, src)
     return src
+
+
+def _install_shape_check(gen, src: str) -> None:
+    check = compile_source(src, gen.namespace, "shapes", f"shapes {id(gen):x}")
+    check.conditions = src.split("return ", 1)[1]   # what the diagnosis says it failed
+    gen.namespace["SHAPES"] = check
+
+
+# The fields of a record that are plain data (a saved program holds them as they are).
+SAVED_FIELDS = ("op_count", "mutated", "changed", "graph_pieces", "inputs", "effects", "lifted", "conds",
+                "draws", "entry_modes", "unstable")
+
+
+def restore(sources: dict, fields: dict, namespace: dict, graphs: list, examples: list, backend,
+            breaks: tuple, graph_break, steps: tuple) -> Record:
+    """A record made in another process (magpy.persist): its generated ``sources`` (guard,
+    fast guard, mock, shape check, diagnosis) compiled in ``namespace`` (the constants they
+    name, found in this process), its ``graphs`` compiled now by ``backend`` for ``examples``,
+    as :func:`_make_record` makes a record; ``fields``: the rest (:data:`SAVED_FIELDS`)."""
+    gen = Generated(sources["guard"], sources["mock"], namespace, sources["fast"], sources["diagnose"])
+    tag = f"{id(gen):x}"
+    guard = compile_source(gen.guard_source, namespace, "guard", f"guard {tag}")
+    make_fast = None if gen.fast_source is None else \
+        compile_source(gen.fast_source, namespace, "make_fast", f"fast guard {tag}")
+    fast = {"make_fast": make_fast, "fast_source": gen.fast_source, "diagnose": _diagnosis(gen)}
+    if sources["shapes"] is not None:
+        _install_shape_check(gen, sources["shapes"])
+    if gen.mock_source is None:
+        return Record(guard, None, (), gen.guard_source, None, graph_break, breaks=breaks,
+                      shape_source=sources["shapes"], **fast, **fields)
+    pieces = [None] * (max(fields["graph_pieces"], default=-1) + 1)
+    inputs = list(pieces)
+    for piece, gm, ex in zip(fields["graph_pieces"], graphs, examples):
+        pieces[piece], inputs[piece] = gm, ex
+    deferred, trials = _compiled(backend, pieces, inputs, gen, None, (), fields["draws"])
+    if deferred is not None:
+        deferred.start()   # (now: the program calls it next)
+    mock = compile_source(gen.mock_source, namespace, "mock", f"mock {tag}")
+    return Record(guard, mock, tuple(graphs), gen.guard_source, gen.mock_source, None, steps=steps,
+                  breaks=breaks, shape_source=sources["shapes"], trials=trials, deferred=deferred, **fast,
+                  **fields)
 
 
 def _native_twin(result):
@@ -575,7 +621,8 @@ def _native_twin(result):
 
 def _diagnosis(gen):
     """The record's ``diagnose``, compiled on its first use (only MAGPY_LOGS=recompiles uses
-    it: the recording does not pay for it).  A failure to make it never fails the call."""
+    it: the recording does not pay for it).  A failure to make it never fails the call.  Its
+    ``source`` is the generated source (a saved program holds it)."""
     compiled = []
 
     def diagnose(args, kwargs):
@@ -588,6 +635,7 @@ def _diagnosis(gen):
                 compiled.append(lambda args, kwargs: why)
         return compiled[0](args, kwargs)
 
+    diagnose.source = gen.diagnose_source
     return diagnose
 
 
@@ -628,8 +676,9 @@ def _defer(backend, graphs: list, examples: list, gen, lifted, names) -> tuple[b
         rec.trials = _link(gen, versions)
         for trial in rec.trials:
             trial.report = deferred.report
-        rec.shape_source = _link_shape_check(gen, lifted)
-        rec.lifted = _lifted_words(lifted, names)
+        if lifted is not None:   # (a loaded record: its shape check as saved, record.restore)
+            rec.shape_source = _link_shape_check(gen, lifted)
+            rec.lifted = _lifted_words(lifted, names)
         if deferred.taken is not None:
             deferred.taken(sum(twin is not None for twin in twins))
         if failure is not None:

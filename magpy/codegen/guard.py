@@ -30,10 +30,18 @@ import types
 from dataclasses import dataclass
 
 import torch
-from torch._C._dynamo.guards import TensorGuards
+from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
 
 from magpy import joint
-from magpy.codegen.source import is_literal, same_value, value_checks, var
+from magpy.codegen.source import (
+    MAKERS,
+    empty_like_meta,
+    is_literal,
+    same_value,
+    tensor_meta,
+    value_checks,
+    var,
+)
 from magpy.errors import CaptureError
 from magpy.monitor import bytecode
 from magpy.monitor.protocols import NULL, type_lookup
@@ -96,17 +104,25 @@ class GuardWriter:
         if not self.buffered:
             return None
         if self.buffers_fit is None:
-            fit = joint.BuffersFit(list(self.buffered.values()))
-            self.buffers_fit = self.names.const(fit, "BUFFERS_FIT")
+            examples = list(self.buffered.values())
+            self.buffers_fit = self.names.const(joint.BuffersFit(examples), "BUFFERS_FIT",
+                                                ("buffers_fit", [tensor_meta(t) for t in examples]))
         return f"{self.buffers_fit}({', '.join(var(self.g.nodes[i]) for i in self.buffered)})"
 
-    def tensor_guards(self, tensors, names) -> TensorGuards:
-        """One check of the tensors' dtype, device, sizes and strides (not the lifted sizes)."""
-        meta = [self.shapes.sizes_and_strides(n.value) if self.shapes
+    def global_state(self) -> str:
+        """The name of the check of torch's global state (grad mode, autocast ...)."""
+        state = self.entry_state
+        return self.names.const(state, "GLOBAL_STATE", ("global_state", state.__getstate__()))
+
+    def tensor_guards(self, tensors, names) -> str:
+        """The name of one check of the tensors' dtype, device, sizes and strides (not the
+        lifted sizes)."""
+        dims = [self.shapes.sizes_and_strides(n.value) if self.shapes
                 else (list(n.value.size()), list(n.value.stride())) for n in tensors]
-        return TensorGuards(*[as_found(n) for n in tensors], tensor_check_names=names,
-                            dynamic_dims_sizes=[m[0] for m in meta],
-                            dynamic_dims_strides=[m[1] for m in meta])
+        found = [as_found(n) for n in tensors]
+        recipe = ("tensor_guards", [tensor_meta(t) for t in found], names, [d[0] for d in dims],
+                  [d[1] for d in dims])
+        return self.names.const(_tensor_guards(found, *recipe[2:]), "TENSORS", recipe)
 
     def shape_check(self, nodes) -> str | None:
         """``SHAPES(v1, v2)``: the lifted sizes' check, on the tensors holding them (its source
@@ -130,14 +146,14 @@ class GuardWriter:
         if tensors:
             tg = self.tensor_guards(tensors, [var(n) for n in tensors])
             names = ", ".join(var(n) for n in tensors)
-            tail.append(f"if not {self.names.const(tg, 'TENSORS')}.check({names}): return None")
+            tail.append(f"if not {tg}.check({names}): return None")
         shapes = self.shape_check(nodes)
         if shapes is not None:
             tail.append(f"if not {shapes}: return None")
         buffers = self.buffers_check()
         if buffers is not None:
             tail.append(f"if not {buffers}: return None")
-        state = self.names.const(self.entry_state, "GLOBAL_STATE")   # grad mode, autocast ...
+        state = self.global_state()   # grad mode, autocast ...
         tail.append(f"if not {state}.check(): return None")
         ret = f"({', '.join(env)}{',' if len(env) == 1 else ''})"
 
@@ -189,7 +205,7 @@ class GuardWriter:
         if tensors:
             tg = self.tensor_guards(tensors, [words[n.id] for n in tensors])
             loaded = ", ".join(var(n) for n in tensors)
-            out.append(f"    why = {self.names.const(tg, 'TENSORS')}.check_verbose({loaded}, "
+            out.append(f"    why = {tg}.check_verbose({loaded}, "
                        f"tensor_check_names={[words[n.id] for n in tensors]!r})")
             out.append("    if why is not True: return why")
         shapes = self.shape_check(nodes)
@@ -198,7 +214,7 @@ class GuardWriter:
         buffers = self.buffers_check()
         if buffers is not None:
             out.append(f"    if not {buffers}: return {_BUFFERS_IN_WORDS!r}")
-        state = self.names.const(self.entry_state, "GLOBAL_STATE")
+        state = self.global_state()
         out.append(f"    if not {state}.check(): return 'torch global state: ' + {state}.reason()")
         out += ["    return None", "  except Exception as e:",
                 "    return f'{where}: could not be read ({type(e).__name__}: {e})'"]
@@ -521,6 +537,20 @@ def _short(v) -> str:
     return text if len(text) < 60 else text[:57] + "..."
 
 
+def _global_state(state: str) -> GlobalStateGuard:
+    guard = GlobalStateGuard()
+    guard.__setstate__(state)
+    return guard
+
+
+def _tensor_guards(tensors: list, names: list, sizes: list, strides: list) -> TensorGuards:
+    return TensorGuards(*tensors, tensor_check_names=names, dynamic_dims_sizes=sizes,
+                        dynamic_dims_strides=strides)
+
+
+MAKERS["tensor_guards"] = lambda metas, *rest: _tensor_guards([empty_like_meta(m) for m in metas], *rest)
+MAKERS["global_state"] = lambda state: _global_state(state)
+MAKERS["buffers_fit"] = lambda metas: joint.BuffersFit([empty_like_meta(m) for m in metas])
 NAMESPACE["CLASS_DICT"] = _class_dict
 NAMESPACE["_short"] = _short
 

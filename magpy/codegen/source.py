@@ -16,6 +16,13 @@ _LITERAL = (int, str, bool, type(None), bytes, float)
 _MAX_LITERAL_BITS = 4096   # repr() refuses ints of more than 4300 digits (sys.set_int_max_str_digits)
 
 
+# The namespace entry holding, by constant name, how to make each of magpy's own checking
+# objects again in another process (a saved program, magpy.persist): ``(kind, *data)``, which
+# ``MAKERS[kind](*data)`` turns into the object.
+RECIPES = "__magpy_recipes__"
+MAKERS: dict = {}
+
+
 class Names:
     """Constants referenced by generated code, named K0, K1 ... (identity-unique)."""
 
@@ -23,13 +30,35 @@ class Names:
         self.ns = ns
         self._ids = {}   # the namespace keeps each constant alive, so ids stay unique
 
-    def const(self, value, hint="K") -> str:
+    def const(self, value, hint="K", recipe: tuple | None = None) -> str:
+        """The name of ``value`` in the namespace; ``recipe``: how to make it again
+        (:data:`RECIPES`), for an object of magpy's own that is no reference to the program's."""
         name = self._ids.get(id(value))
         if name is None:
             name = f"{hint}{len(self._ids)}"
             self._ids[id(value)] = name
             self.ns[name] = value
+            if recipe is not None:
+                self.ns.setdefault(RECIPES, {})[name] = recipe
         return name
+
+
+def tensor_meta(t: torch.Tensor) -> list:
+    """What a tensor is, not what it holds, as plain data: the kind :func:`empty_like_meta`
+    makes again (what a tensor guard checks)."""
+    return [list(t.shape), list(t.stride()), str(t.dtype).rsplit(".", 1)[-1], str(t.device),
+            bool(t.requires_grad), type(t) is torch.nn.Parameter, bool(t.is_inference())]
+
+
+def empty_like_meta(meta: list) -> torch.Tensor:
+    """An uninitialised tensor of the metadata :func:`tensor_meta` wrote (a Parameter where
+    the original was one, an inference tensor where it was one)."""
+    shape, stride, dtype, device, requires_grad, parameter, inference = meta
+    with torch.inference_mode(inference):
+        t = torch.empty_strided(shape, stride, dtype=getattr(torch, dtype), device=device)
+    if parameter:
+        return torch.nn.Parameter(t, requires_grad=requires_grad)
+    return t.requires_grad_(requires_grad) if requires_grad else t
 
 
 

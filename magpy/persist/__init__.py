@@ -1,0 +1,127 @@
+"""Saving a compiled program and loading it in another process (``magpy.save``,
+``magpy.load``): its records (guards and mocks as source, operator graphs, the decisions of
+their recordings) and the backend's compiled code, so that a call the saved records cover
+runs compiled code with no monitor run and, the backend's artifacts found in the file, no
+compile (docs/saving.md).
+
+A record travels as data (magpy.persist.records): the objects it names as references found
+again among the loading process's own (magpy.persist.refs), its graphs node by node
+(magpy.persist.graphs); the backend's artifacts as files (magpy.persist.kernels); the whole
+in one checked file (magpy.persist.archive).  Loading runs the generated code the file
+holds, as unpickling does: load only files you trust.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+from magpy import api, background
+from magpy.config import config
+from magpy.errors import LoadError, NotSavedWarning, SaveError
+from magpy.monitor.tracebacks import user_stacklevel
+from magpy.persist import archive, kernels
+from magpy.persist.records import decode_record, encode_record
+from magpy.persist.refs import Mismatch, Referrer, Resolver, fingerprint
+from magpy.persist.values import Unsaveable
+
+
+@dataclasses.dataclass(frozen=True)
+class Saved:
+    """What :func:`save` wrote: the file, how many records, and each record left out with why."""
+
+    path: str
+    records: int
+    left_out: tuple[str, ...]
+
+
+def save(compiled, path) -> Saved:
+    """Write ``compiled`` (a callable ``magpy.compile`` returned) to the file ``path``: every
+    record it holds that can travel, and the backend's compiled code (docs/saving.md)."""
+    cache = _cache(compiled, "magpy.save")
+    name = cache.backend[0]
+    if name not in _SAVED_BACKENDS:
+        raise SaveError(f"magpy.save saves programs compiled with backend 'eager', 'aot_eager' or "
+                        f"'inductor', not {name!r}: compile with one of those")
+    background.synchronize()   # (a graph's compile under way in the background: its code in the caches)
+    referrer = Referrer(cache.roots)
+    records, left_out = [], []
+    for i, rec in enumerate(cache.records):
+        try:
+            records.append(encode_record(rec, referrer, name))
+        except Unsaveable as e:
+            left_out.append(f"record {i}: {e}")
+    if not records:
+        why = "; ".join(left_out) or "it has recorded no call yet (call it first)"
+        raise SaveError(f"magpy.save has no record of {cache.name()} to save: {why}")
+    payload = {"records": records, "artifacts": kernels.collect() if name == "inductor" else None}
+    header = {"made_with": archive.made_with(name, cache.fullgraph, [fingerprint(r) for r in cache.roots])}
+    archive.write(path, header, payload)
+    if left_out:
+        warnings.warn(f"magpy.save left {len(left_out)} of {len(cache.records)} records of {cache.name()} "
+                      "out (the calls they cover record again when loaded): " + "; ".join(left_out),
+                      NotSavedWarning, stacklevel=user_stacklevel())
+    return Saved(str(path), len(records), tuple(left_out))
+
+
+def load(path, fn, *, on_mismatch: str = "raise"):
+    """``fn`` (the function or module the program in ``path`` was saved from, as this process
+    has it) compiled, with the saved records: a call they cover runs their compiled graphs at
+    once.  A file made with another torch, Python, magpy, machine or program raises
+    :class:`~magpy.errors.LoadError`, or with ``on_mismatch="record"`` warns and returns
+    ``fn`` compiled afresh (records as usual); a damaged file always raises."""
+    if on_mismatch not in ("raise", "record"):
+        raise ValueError(f"on_mismatch is 'raise' or 'record', not {on_mismatch!r}")
+    header, body = archive.read(path)
+    made = header["made_with"]
+    compiled = api.compile(fn, backend=made["backend"], fullgraph=made["fullgraph"])
+    cache = _cache(compiled, "magpy.load")
+    here = archive.made_with(made["backend"], made["fullgraph"], [fingerprint(r) for r in cache.roots])
+    why = archive.differences(made, here)
+    if made["program"] != here["program"]:
+        why.append(f"program: saved from {_words(made['program'])}, given {_words(here['program'])}")
+    records = None
+    if not why:
+        payload = archive.payload(body)
+        if payload["artifacts"] is not None:
+            _install(payload["artifacts"])
+        try:
+            find = Resolver(cache.roots)
+            records = [decode_record(d, find, cache.backend) for d in payload["records"]]
+        except Mismatch as e:
+            why.append(str(e))
+    if why:
+        message = f"{path} does not fit this process: " + "; ".join(why)
+        if on_mismatch == "raise":
+            raise LoadError(message)
+        warnings.warn(f"magpy.load: {message}; compiling afresh (on_mismatch='record')", NotSavedWarning,
+                      stacklevel=user_stacklevel())
+        return compiled
+    cache.adopt(records)
+    return compiled
+
+
+_SAVED_BACKENDS = ("eager", "aot_eager", "inductor")
+
+
+def _install(artifacts: dict) -> None:
+    """Put the backend's artifacts in place before the records' graphs compile: in the
+    background worker ahead of them where compiles run there (the calls meanwhile run the
+    graphs' eager twins), else now."""
+    if config.background_compile and background.can_defer():
+        background.submit(lambda: kernels.install(artifacts))
+    else:
+        kernels.install(artifacts)
+
+
+def _cache(compiled, who: str):
+    cache = getattr(compiled, "_magpy_cache", None)
+    if cache is None:
+        raise TypeError(f"{who} needs a callable returned by magpy.compile")
+    return cache
+
+
+def _words(program: list) -> str:
+    return ", ".join(fp.split(" ")[1] if fp.startswith("a ") else fp for fp in program)
+
+
+__all__ = ["Saved", "load", "save"]
