@@ -20,12 +20,12 @@ from magpy.errors import (
     SaveError,
     UnstableRecordWarning,
 )
-from magpy.persist import Saved, load, save
+from magpy.persist import Saved, export, load, save
 
 __all__ = ["compile", "explain", "stats", "reset", "synchronize", "annotate", "disable", "config",
            "CompiledModule", "Explanation", "GraphBreak", "GraphBreakError", "GraphBreakWarning",
            "CaptureError",
            "BackendError", "MagpyError", "MagpyWarning", "CaptureFailedWarning", "BackendFailedWarning",
-           "CacheLimitWarning", "UnstableRecordWarning", "monitor", "save", "load", "Saved", "SaveError",
-           "LoadError", "NotSavedWarning"]
+           "CacheLimitWarning", "UnstableRecordWarning", "monitor", "save", "load", "export", "Saved",
+           "SaveError", "LoadError", "NotSavedWarning"]
 __version__ = "0.1.0"

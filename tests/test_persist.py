@@ -242,12 +242,42 @@ def test_another_process_with_an_empty_cache_loads_instead_of_compiling(tmp_path
     assert "monitor_runs 0 equal True first close True fxgraph misses 0 C++ builds 0" in out, out
 
 
+def test_a_one_graph_call_exports_as_an_aot_inductor_package(tmp_path):
+    torch.manual_seed(0)
+    net = Net().eval()
+    compiled = magpy.compile(net, backend="eager")
+    with torch.no_grad():
+        compiled(_inputs(0))
+        path = magpy.export(compiled, (_inputs(0),), tmp_path / "net.pt2")
+        runner = torch._inductor.aoti_load_package(path)   # (no magpy in what runs)
+        for seed in (0, 1):
+            assert torch.allclose(runner(_inputs(seed)), net(_inputs(seed)), atol=1e-6)
+    compiled = magpy.compile(_prints_between, backend="eager")
+    compiled(torch.randn(3, 4))
+    with pytest.raises(magpy.SaveError, match="one graph .* 2 graph"):
+        magpy.export(compiled, (torch.randn(3, 4),), tmp_path / "f.pt2")
+    with pytest.raises(magpy.SaveError, match="covers the example call"):
+        magpy.export(compiled, (torch.randn(5, 2),), tmp_path / "f.pt2")
+
+
 # ---------------------------------------------------------------------------- refusals
 
 def test_another_program_is_refused(tmp_path):
     net, path = _saved_net(tmp_path)
     with pytest.raises(magpy.LoadError, match="program: saved from .*Net.* given .*OtherNet"):
         magpy.load(path, OtherNet())
+
+
+def test_another_submodule_in_the_same_place_is_refused(tmp_path):
+    # The same class at the root, another layer inside: the reference to the submodule the
+    # guard compares by identity finds an object of another type.
+    net, path = _saved_net(tmp_path)
+    twin = copy.deepcopy(net)
+    twin.body[2] = nn.GELU()
+    with pytest.raises(magpy.LoadError, match=r"the compiled object\._modules\['body'\]\._modules\['2'\] is not what the program "
+                                              r"was saved with \(a torch.nn.modules.activation.ReLU; here: a "
+                                              r"torch.nn.modules.activation.GELU\)"):
+        magpy.load(path, twin)
 
 
 def test_a_function_whose_code_changed_is_refused(tmp_path):

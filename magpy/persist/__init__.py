@@ -100,6 +100,17 @@ def load(path, fn, *, on_mismatch: str = "raise"):
     return compiled
 
 
+def export(compiled, example_args: tuple, path, example_kwargs: dict | None = None) -> str:
+    """Write an AOTInductor package (``.pt2``) of the call ``compiled(*example_args,
+    **example_kwargs)``, whose record must be one graph that changes nothing: it runs without
+    magpy (``torch._inductor.aoti_load_package`` from Python, ``AOTIModelPackageLoader`` from
+    C++), for inputs of the example's sizes, with the program's parameters and buffers as
+    they are now.  Returns the package's path (docs/saving.md)."""
+    from magpy.persist.export import export as export_record
+    cache = _cache(compiled, "magpy.export")
+    return export_record(cache, tuple(example_args), dict(example_kwargs or {}), path)
+
+
 _SAVED_BACKENDS = ("eager", "aot_eager", "inductor")
 
 
@@ -124,4 +135,4 @@ def _words(program: list) -> str:
     return ", ".join(fp.split(" ")[1] if fp.startswith("a ") else fp for fp in program)
 
 
-__all__ = ["Saved", "load", "save"]
+__all__ = ["Saved", "export", "load", "save"]

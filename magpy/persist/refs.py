@@ -98,7 +98,6 @@ class Referrer:
     def __init__(self, roots: tuple):
         self.roots = roots
         self._found: dict[int, tuple] | None = None   # id -> (anchor ref, steps), by walking
-        self._anchors: list = []   # (ref, object) to walk from, beyond the roots
 
     def refer(self, obj) -> Ref:
         """The reference of ``obj``; :class:`Unsaveable` if there is none."""
@@ -117,11 +116,6 @@ class Referrer:
                              "callable holds")
         anchor, steps = hit
         return ["path", anchor, steps, fingerprint(obj)]
-
-    def anchor(self, obj, ref: Ref) -> None:
-        """Walk from ``obj`` (found by ``ref``) too, for objects reachable from it."""
-        self._anchors.append((ref, obj))
-        self._found = None
 
     def _direct(self, obj) -> Ref | None:
         for i, r in enumerate(self.roots):
@@ -148,10 +142,10 @@ class Referrer:
         found: dict[int, tuple] = {}
         queue = collections.deque()
         anchors = [(["root", i, fingerprint(r)], r) for i, r in enumerate(self.roots)]
-        for i, r in enumerate(self.roots):
+        for r in self.roots:
             if isinstance(r, types.FunctionType):
                 anchors.append((["globals", r.__module__], r.__globals__))
-        for ref, obj in anchors + self._anchors:
+        for ref, obj in anchors:
             queue.append((obj, ref, [], 0))
         budget = _WALK_BUDGET
         while queue and budget:
@@ -165,7 +159,7 @@ class Referrer:
                 path = steps + [step]
                 found[id(child)] = (ref, path)
                 queue.append((child, ref, path, depth + 1))
-        for ref, obj in anchors + self._anchors:
+        for ref, obj in anchors:
             found.pop(id(obj), None)
         self._found = found
 
