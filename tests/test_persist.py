@@ -9,6 +9,7 @@ that calls they do not cover record as usual.  The refusals (another program, an
 torch, a damaged file, nothing to save) are checked for their errors.
 """
 import copy
+import functools
 import os
 import re
 import subprocess
@@ -21,6 +22,8 @@ from torch import nn
 
 import magpy
 from magpy.persist import archive
+from magpy.persist.refs import Referrer
+from magpy.persist.values import Unsaveable
 from tests.compile_harness import fresh_magpy  # noqa: F401 - autouse fixture: magpy.reset(), magpy.config restored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -122,6 +125,49 @@ def test_a_graph_break_travels(tmp_path, capsys):
     assert capsys.readouterr().out == "between the graphs\n" * 2
     assert _counts(loaded) == (0, 1, 0)
     assert magpy.stats(loaded).graph_count == 2
+
+
+def _thrice(fn):
+    @functools.wraps(fn)
+    def wrapper(x):
+        return fn(x) * 3
+    return wrapper
+
+
+@_thrice
+def _decorated(x):
+    return torch.tanh(x)
+
+
+def _calls_decorated(x):
+    return _decorated(x) + 1
+
+
+_HELD = {}   # (a script's globals hold its compiled callables)
+
+
+def test_a_decorated_function_is_found_by_its_import_path_not_through_magpy(tmp_path):
+    compiled = _HELD["f"] = magpy.compile(_calls_decorated, backend="eager")
+    compiled(torch.randn(3))
+    magpy.save(compiled, tmp_path / "f.magpy")
+    header, body = archive.read(tmp_path / "f.magpy")
+    # (the function inside the decorator's closure, by the import path of the decorated name;
+    # never a path through the compiled callable's own records, which no other process has)
+    saved = str(archive.payload(body)["records"])
+    assert "tests.test_persist" in saved and "namespace" not in saved and "records" not in saved
+    magpy.reset()
+    loaded = magpy.load(tmp_path / "f.magpy", _calls_decorated)
+    x = torch.randn(3)
+    assert torch.equal(loaded(x), _calls_decorated(x))
+    assert _counts(loaded) == (0, 1, 0)
+
+
+def test_references_never_go_through_magpy_s_own_objects():
+    compiled = _HELD["f"] = magpy.compile(_calls_decorated, backend="eager")
+    compiled(torch.randn(3))
+    only_there = compiled._magpy_cache.records[0].guard.__globals__["ONLY_THERE"] = [1.5]
+    with pytest.raises(Unsaveable, match="reachable neither"):
+        Referrer((_calls_decorated,)).refer(only_there)   # (its globals hold _HELD, the cache, ...)
 
 
 def test_a_cond_travels_with_both_arms(tmp_path):
@@ -274,9 +320,9 @@ def test_another_submodule_in_the_same_place_is_refused(tmp_path):
     net, path = _saved_net(tmp_path)
     twin = copy.deepcopy(net)
     twin.body[2] = nn.GELU()
-    with pytest.raises(magpy.LoadError, match=r"the compiled object\._modules\['body'\]\._modules\['2'\] is not what the program "
-                                              r"was saved with \(a torch.nn.modules.activation.ReLU; here: a "
-                                              r"torch.nn.modules.activation.GELU\)"):
+    words = (r"the compiled object\._modules\['body'\]\._modules\['2'\] is not what the program was saved "
+             r"with \(a torch.nn.modules.activation.ReLU; here: a torch.nn.modules.activation.GELU\)")
+    with pytest.raises(magpy.LoadError, match=words):
         magpy.load(path, twin)
 
 
@@ -293,7 +339,8 @@ def test_made_with_another_torch_is_refused_or_records_afresh(tmp_path, monkeypa
     monkeypatch.setattr(archive, "made_with", lambda *a: {**made_with(*a), "torch": "1.0.0"})
     net, path = _saved_net(tmp_path)
     monkeypatch.setattr(archive, "made_with", made_with)
-    with pytest.raises(magpy.LoadError, match="torch: saved with '1.0.0', here '" + re.escape(torch.__version__)):
+    here = re.escape(torch.__version__)
+    with pytest.raises(magpy.LoadError, match=f"torch: saved with '1.0.0', here '{here}"):
         magpy.load(path, net)
     with pytest.warns(magpy.NotSavedWarning, match="compiling afresh"):
         loaded = magpy.load(path, net, on_mismatch="record")
@@ -304,7 +351,7 @@ def test_made_with_another_torch_is_refused_or_records_afresh(tmp_path, monkeypa
 
 @pytest.mark.parametrize("damage,words", [
     (lambda b: b[:-100], "changed after magpy.save wrote it, or is cut short"),
-    (lambda b: b[:len(b) // 2] + bytes([b[len(b) // 2] ^ 1]) + b[len(b) // 2 + 1:], "changed after magpy.save"),
+    (lambda b: b[:len(b) // 2] + bytes([b[len(b) // 2] ^ 1]) + b[len(b) // 2 + 1:], "changed after magpy"),
     (lambda b: b"PK\x03\x04" + b[4:], "not a program magpy.save wrote"),
 ], ids=["truncated", "one byte changed", "another kind of file"])
 def test_a_damaged_file_is_refused(tmp_path, damage, words):

@@ -104,11 +104,11 @@ class Referrer:
         ref = self._direct(obj)
         if ref is not None:
             return ref
-        if self._found is None:
-            self._walk()
-        hit = self._found.get(id(obj))
+        hit = self._near_import(obj)
         if hit is None:
-            hit = self._near_import(obj)
+            if self._found is None:
+                self._walk()
+            hit = self._found.get(id(obj))
         if hit is None and type(obj) is types.CellType:
             hit = self._in_closure(obj)
         if hit is None:
@@ -215,8 +215,11 @@ def _op_name(obj) -> tuple | None:
 
 def _children(obj):
     """The (step, object) pairs one step from ``obj``: attributes of its ``__dict__``, items of
-    dicts, lists and tuples, a function's closure cells and wrapped function, a cell's content."""
+    dicts, lists and tuples, a function's closure cells and wrapped function, a cell's content.
+    Not into magpy's own objects (a compiled callable's records: this process's only)."""
     t = type(obj)
+    if _magpy_own(obj):
+        return
     if t is types.CellType:
         try:
             yield ["contents"], obj.cell_contents
@@ -246,6 +249,11 @@ def _children(obj):
         for k, v in list(d.items()):
             if type(k) is str:
                 yield ["attr", k], v
+
+
+def _magpy_own(obj) -> bool:
+    module = obj.__module__ if type(obj) is types.FunctionType else type(obj).__module__
+    return isinstance(module, str) and (module == "magpy" or module.startswith("magpy."))
 
 
 def _leaf(v) -> bool:
