@@ -1270,6 +1270,16 @@ def _rearranged(name: str, d: int):
     return rearrange
 
 
+def copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of ``gm`` whose graph can be rewritten without changing ``gm``'s (it shares its
+    constants and the graph modules of its operators' arms)."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    copy = fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    copy.meta.update(gm.meta)
+    return copy
+
+
 def _close(piece: Piece) -> fx.GraphModule:
     piece.graph.output(tuple(piece.nodes[id(t)] for t in piece.outputs))
     piece.graph.eliminate_dead_code(_is_impure)

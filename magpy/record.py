@@ -60,6 +60,7 @@ from magpy.monitor.tracebacks import user_stacklevel
 from magpy.opgraph import (
     CONTIGUOUS_OUTPUTS,
     START_MODES,
+    copy_graph_module,
     repeatable,
     set_thread_modes,
     thread_modes,
@@ -716,7 +717,10 @@ def _backend_for(backend, gm) -> tuple:
 
 def _attempt(backend, gm, loops: list, example):
     """``gm`` (a :func:`_prepared` graph, holding ``loops``) compiled by the backend, or the
-    exception it failed with."""
+    exception it failed with.  A compiling backend rewrites a copy (its passes fold constants,
+    rewrite ``alpha``s ... in place): the record keeps its graph as recorded, which its eager
+    twin may be running meanwhile and which ``magpy.save`` writes (compiled again in another
+    process, it must give the same graph, and so the same cache key, as here)."""
     name, fn = _backend_for(backend, gm)
     before = thread_modes()
     try:
@@ -726,7 +730,7 @@ def _attempt(backend, gm, loops: list, example):
         # then failed in Inductor's code with a shape error, torch 2.13).
         set_thread_modes(gm.meta.get(START_MODES, before))
         start = time.perf_counter()
-        compiled = fn(gm, example)
+        compiled = fn(gm if name == "eager" else copy_graph_module(gm), example)
         if loops:
             compiled = hostloop.Holding(compiled, loops)
         if name != "eager" and gm.meta[CONTIGUOUS_OUTPUTS]:

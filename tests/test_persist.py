@@ -25,6 +25,7 @@ from magpy.persist import archive
 from magpy.persist.refs import Referrer
 from magpy.persist.values import Unsaveable
 from tests.compile_harness import fresh_magpy  # noqa: F401 - autouse fixture: magpy.reset(), magpy.config restored
+from tests.test_controlflow import _if_else as _branches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -102,14 +103,6 @@ def _prints_between(x):
     y = torch.relu(x) * 2
     print("between the graphs")
     return y.sum(0) + 1
-
-
-def _branches(x):
-    if x.sum() > 0:
-        y = torch.relu(x) * 2
-    else:
-        y = x - 1
-    return y + 1
 
 
 def test_a_graph_break_travels(tmp_path, capsys):

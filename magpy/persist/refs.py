@@ -129,9 +129,9 @@ class Referrer:
         if isinstance(obj, types.ModuleType) and sys.modules.get(obj.__name__) is obj:
             return ["module", obj.__name__]
         if type(obj) is dict and isinstance(obj.get("__name__"), str):
-            module = sys.modules.get(obj["__name__"])
-            if module is not None and vars(module) is obj:
-                return ["globals", obj["__name__"]]
+            key = _module_key(obj)
+            if key is not None:
+                return ["globals", key]
         path = _import_path(obj)
         if path is not None:
             return ["import", *path, fingerprint(obj)]
@@ -198,6 +198,15 @@ class Referrer:
                     seen.add(id(child))
                     queue.append((child, steps + [step], depth + 1))
         return None
+
+
+def _module_key(d: dict) -> str | None:
+    """The name in ``sys.modules`` of the module whose globals are ``d``: its ``__name__``, or
+    another (``_collections_abc`` names itself ``collections.abc``)."""
+    module = sys.modules.get(d["__name__"])
+    if module is not None and getattr(module, "__dict__", None) is d:
+        return d["__name__"]
+    return next((k for k, m in list(sys.modules.items()) if getattr(m, "__dict__", None) is d), None)
 
 
 def _op_name(obj) -> tuple | None:
@@ -274,7 +283,8 @@ def _import_path(obj) -> tuple[str, str] | None:
     for name in (qualname, getattr(obj, "__name__", None)):
         if _resolve_import(module, name) is obj:
             return module, name
-    return None
+    # (the interpreter's own types, ``method`` or ``cell``: importable from ``types`` only)
+    return next((("types", k) for k, v in vars(types).items() if v is obj and isinstance(obj, type)), None)
 
 
 def _resolve_import(module, qualname):
