@@ -163,6 +163,18 @@ def test_references_never_go_through_magpy_s_own_objects():
         Referrer((_calls_decorated,)).refer(only_there)   # (its globals hold _HELD, the cache, ...)
 
 
+def test_objects_found_by_their_module_or_import_path():
+    # (found in BERT's and ALIGN's guards: the globals of _collections_abc, which names itself
+    # collections.abc, and the type of bound methods)
+    import _collections_abc
+    import types
+
+    from magpy.persist.refs import resolve
+    for obj in (vars(_collections_abc), types.MethodType, torch.nn.functional, torch.conv2d):
+        ref = Referrer(()).refer(obj)
+        assert ref[0] in ("globals", "import", "module") and resolve(ref, ()) is obj, ref
+
+
 def test_a_cond_travels_with_both_arms(tmp_path):
     compiled = magpy.compile(_branches, backend="eager")
     compiled(torch.rand(4, 4))

@@ -104,7 +104,7 @@ class Referrer:
         ref = self._direct(obj)
         if ref is not None:
             return ref
-        hit = self._near_import(obj)
+        hit = self._near_import(obj) or _in_class(obj)
         if hit is None:
             if self._found is None:
                 self._walk()
@@ -112,8 +112,8 @@ class Referrer:
         if hit is None and type(obj) is types.CellType:
             hit = self._in_closure(obj)
         if hit is None:
-            raise Unsaveable(f"{_words(obj)} is reachable neither by import nor from what the compiled "
-                             "callable holds")
+            raise Unsaveable(f"{_words(obj)}{_holders(obj)} is reachable neither by import nor from what "
+                             "the compiled callable holds")
         anchor, steps = hit
         return ["path", anchor, steps, fingerprint(obj)]
 
@@ -194,7 +194,7 @@ class Referrer:
             for step, child in _children(o):
                 if child is obj:
                     return ref, steps + [step]
-                if id(child) not in seen and depth < 3 and not _leaf(child):
+                if id(child) not in seen and depth < 5 and not _leaf(child):
                     seen.add(id(child))
                     queue.append((child, steps + [step], depth + 1))
         return None
@@ -222,9 +222,24 @@ def _op_name(obj) -> tuple | None:
     return None
 
 
+def _in_class(obj) -> tuple | None:
+    """A function set on a class other than the one its name says (Dynamo puts its disabled
+    ``Adam._init_group`` on ``AdamW``): found as that class's attribute."""
+    if type(obj) is not types.FunctionType:
+        return None
+    for d in gc.get_referrers(obj):
+        name = next((k for k, v in d.items() if v is obj), None) if type(d) is dict else None
+        for cls in gc.get_referrers(d) if name is not None else ():
+            path = _import_path(cls) if isinstance(cls, type) and vars(cls).get(name) is obj else None
+            if path is not None:
+                return ["import", *path, fingerprint(cls)], [["attr", name]]
+    return None
+
+
 def _children(obj):
     """The (step, object) pairs one step from ``obj``: attributes of its ``__dict__``, items of
-    dicts, lists and tuples, a function's closure cells and wrapped function, a cell's content.
+    dicts, lists and tuples, a function's closure cells and attributes (the function a decorator
+    wrapped), a cell's content.
     Not into magpy's own objects (a compiled callable's records: this process's only)."""
     t = type(obj)
     if _magpy_own(obj):
@@ -238,9 +253,8 @@ def _children(obj):
     if t is types.FunctionType:
         for i, cell in enumerate(obj.__closure__ or ()):
             yield ["closure", i], cell
-        wrapped = getattr(obj, "__wrapped__", None)
-        if wrapped is not None:
-            yield ["attr", "__wrapped__"], wrapped
+        for k, v in list(vars(obj).items()):   # (__wrapped__; torch's __dynamo_disable)
+            yield ["attr", k], v
         return
     if isinstance(obj, dict):
         for k, v in list(obj.items()):
@@ -396,6 +410,16 @@ def path_words(ref: Ref) -> str:
         text += {"attr": f".{step[-1]}", "item": f"[{step[-1]!r}]", "closure": f".__closure__[{step[-1]}]",
                  "contents": ".cell_contents"}[step[0]]
     return text
+
+
+def _holders(obj) -> str:
+    """For a closure cell: the functions that hold it, in words (what the message names)."""
+    if type(obj) is not types.CellType:
+        return ""
+    names = {f"{fn.__module__}.{fn.__qualname__}" for holder in gc.get_referrers(obj)
+             if type(holder) is tuple for fn in gc.get_referrers(holder)
+             if type(fn) is types.FunctionType and fn.__closure__ is holder}
+    return f" (in the closure of {', '.join(sorted(names))})" if names else ""
 
 
 def _words(obj) -> str:
