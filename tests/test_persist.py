@@ -293,6 +293,7 @@ def test_another_process_with_an_empty_cache_loads_instead_of_compiling(tmp_path
     assert "monitor_runs 0 equal True first close True fxgraph misses 0 C++ builds 0" in out, out
 
 
+@pytest.mark.slow   # (AOTInductor compiles the package's C++ wrapper and kernels: ~30 s here)
 def test_a_one_graph_call_exports_as_an_aot_inductor_package(tmp_path):
     torch.manual_seed(0)
     net = Net().eval()
@@ -303,6 +304,9 @@ def test_a_one_graph_call_exports_as_an_aot_inductor_package(tmp_path):
         runner = torch._inductor.aoti_load_package(path)   # (no magpy in what runs)
         for seed in (0, 1):
             assert torch.allclose(runner(_inputs(seed)), net(_inputs(seed)), atol=1e-6)
+
+
+def test_export_needs_a_one_graph_record_of_the_call(tmp_path):
     compiled = magpy.compile(_prints_between, backend="eager")
     compiled(torch.randn(3, 4))
     with pytest.raises(magpy.SaveError, match="one graph .* 2 graph"):
