@@ -147,10 +147,16 @@ def _roots(fn) -> tuple:
 
 def stats(compiled) -> Stats:
     """Counters of a compiled callable: monitor runs, mock runs, eager runs, graphs, records."""
+    return cache_of(compiled, "magpy.stats").stats
+
+
+def cache_of(compiled, who: str) -> RecordCache:
+    """The records of ``compiled``, a callable ``magpy.compile`` returned; ``who`` (the API
+    asking) names it in the TypeError raised for any other object."""
     cache = getattr(compiled, "_magpy_cache", None)
     if cache is None:
-        raise TypeError("magpy.stats needs a callable returned by magpy.compile")
-    return cache.stats
+        raise TypeError(f"{who} needs a callable returned by magpy.compile")
+    return cache
 
 
 def synchronize(timeout: float | None = None) -> bool:

@@ -549,7 +549,7 @@ def _tensor_guards(tensors: list, names: list, sizes: list, strides: list) -> Te
 
 
 MAKERS["tensor_guards"] = lambda metas, *rest: _tensor_guards([empty_like_meta(m) for m in metas], *rest)
-MAKERS["global_state"] = lambda state: _global_state(state)
+MAKERS["global_state"] = _global_state
 MAKERS["buffers_fit"] = lambda metas: joint.BuffersFit([empty_like_meta(m) for m in metas])
 NAMESPACE["CLASS_DICT"] = _class_dict
 NAMESPACE["_short"] = _short

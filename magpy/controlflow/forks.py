@@ -183,7 +183,7 @@ def checks(*bodies) -> str | None:
     a tensor's value (``assert``, ``if ...: raise``), else None.  (A check inside a
     ``while_loop`` body is lost where the loop's outputs are unused; a cond hoists its arms'
     checks out instead, see OpRecorder.cond.)"""
-    if any(arm is not None and arm.checks() for arm in bodies):
+    if any(arm.checks() for arm in bodies):
         return "an iteration checks a tensor's value (assert or raise)"
     return None
 

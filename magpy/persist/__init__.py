@@ -37,7 +37,7 @@ class Saved:
 def save(compiled, path) -> Saved:
     """Write ``compiled`` (a callable ``magpy.compile`` returned) to the file ``path``: every
     record it holds that can travel, and the backend's compiled code (docs/saving.md)."""
-    cache = _cache(compiled, "magpy.save")
+    cache = api.cache_of(compiled, "magpy.save")
     name = cache.backend[0]
     if name not in _SAVED_BACKENDS:
         raise SaveError(f"magpy.save saves programs compiled with backend 'eager', 'aot_eager' or "
@@ -74,7 +74,7 @@ def load(path, fn, *, on_mismatch: str = "raise"):
     header, body = archive.read(path)
     made = header["made_with"]
     compiled = api.compile(fn, backend=made["backend"], fullgraph=made["fullgraph"])
-    cache = _cache(compiled, "magpy.load")
+    cache = api.cache_of(compiled, "magpy.load")
     here = archive.made_with(made["backend"], made["fullgraph"], [fingerprint(r) for r in cache.roots])
     why = archive.differences(made, here)
     if made["program"] != here["program"]:
@@ -107,7 +107,7 @@ def export(compiled, example_args: tuple, path, example_kwargs: dict | None = No
     C++), for inputs of the example's sizes, with the program's parameters and buffers as
     they are now.  Returns the package's path (docs/saving.md)."""
     from magpy.persist.export import export as export_record
-    cache = _cache(compiled, "magpy.export")
+    cache = api.cache_of(compiled, "magpy.export")
     return export_record(cache, tuple(example_args), dict(example_kwargs or {}), path)
 
 
@@ -122,13 +122,6 @@ def _install(artifacts: dict) -> None:
         background.submit(lambda: kernels.install(artifacts))
     else:
         kernels.install(artifacts)
-
-
-def _cache(compiled, who: str):
-    cache = getattr(compiled, "_magpy_cache", None)
-    if cache is None:
-        raise TypeError(f"{who} needs a callable returned by magpy.compile")
-    return cache
 
 
 def _words(program: list) -> str:

@@ -53,9 +53,7 @@ def decode_graph(data: dict, find: Resolver) -> fx.GraphModule:
     for op, name, target, args, kwargs, meta in data["nodes"]:
         node = graph.create_node(op, _decode_target(op, target, find), _decode_args(args, env, find),
                                  _decode_args(kwargs, env, find), name=name)
-        for k, v in meta:
-            node.meta[k] = empty_like_meta(v[1]) if k == _EXAMPLE and v[0] == "tensor" else \
-                decode(v[1]) if k == _EXAMPLE else decode(v)
+        node.meta.update((k, _decode_node_meta(k, v)) for k, v in meta)
         env[name] = node
     gm = fx.GraphModule(root, graph)
     for k, v in data["meta"]:
@@ -69,7 +67,7 @@ def example_inputs(gm: fx.GraphModule) -> list:
 
 
 def _target(node: fx.Node, referrer: Referrer):
-    if node.op in ("call_function",):
+    if node.op == "call_function":
         return referrer.refer(node.target)
     return node.target   # a method's or attribute's name
 
@@ -117,6 +115,13 @@ def _node_meta(node: fx.Node) -> list:
         else:
             meta.append([_EXAMPLE, ["value", encode(v)]])
     return meta
+
+
+def _decode_node_meta(key: str, d):
+    """A node's meta value :func:`_node_meta` wrote (an example tensor: one of its kind)."""
+    if key != _EXAMPLE:
+        return decode(d)
+    return empty_like_meta(d[1]) if d[0] == "tensor" else decode(d[1])
 
 
 def _meta_value(v):

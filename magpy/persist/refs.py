@@ -27,7 +27,7 @@ import types
 
 import torch
 
-from magpy.persist.values import Unsaveable, decode, encode, is_plain
+from magpy.persist.values import Unsaveable, decode, encode
 
 Ref = list   # a reference: its kind first ("root", "value", "module", "globals", "import", "path")
 
@@ -38,6 +38,7 @@ _VALUE_TYPES = frozenset({type(None), bool, int, float, str, bytes, complex, tup
                           torch.memory_format})
 _WALK_DEPTH = 16         # steps from an anchor to an object found by a path (nested submodules: 2 each)
 _WALK_BUDGET = 500_000   # objects visited looking for paths (a program's globals may hold a lot)
+_NEAR_DEPTH = 6          # steps from the object at an import path to the function a decorator wrapped
 
 
 class Mismatch(Exception):
@@ -121,8 +122,11 @@ class Referrer:
         for i, r in enumerate(self.roots):
             if obj is r:
                 return ["root", i, fingerprint(obj)]
-        if type(obj) in _VALUE_TYPES and is_plain(obj):
-            return ["value", encode(obj)]
+        if type(obj) in _VALUE_TYPES:
+            try:
+                return ["value", encode(obj)]
+            except Unsaveable:   # (a tuple holding an object)
+                pass
         op = _op_name(obj)
         if op is not None:
             return ["op", *op]
@@ -138,66 +142,56 @@ class Referrer:
         return None
 
     def _walk(self) -> None:
-        """Index the objects reachable from the anchors by their shortest path (BFS)."""
-        found: dict[int, tuple] = {}
-        queue = collections.deque()
+        """Index the objects reachable from the roots (and a root function's globals) by
+        their shortest path."""
         anchors = [(["root", i, fingerprint(r)], r) for i, r in enumerate(self.roots)]
-        for r in self.roots:
-            if isinstance(r, types.FunctionType):
-                anchors.append((["globals", r.__module__], r.__globals__))
-        for ref, obj in anchors:
-            queue.append((obj, ref, [], 0))
-        budget = _WALK_BUDGET
-        while queue and budget:
-            obj, ref, steps, depth = queue.popleft()
-            budget -= 1
-            if depth >= _WALK_DEPTH:
-                continue
-            for step, child in _children(obj):
-                if id(child) in found or _leaf(child):
-                    continue
-                path = steps + [step]
-                found[id(child)] = (ref, path)
-                queue.append((child, ref, path, depth + 1))
-        for ref, obj in anchors:
-            found.pop(id(obj), None)
-        self._found = found
+        anchors += [(["globals", r.__module__], r.__globals__) for r in self.roots
+                    if isinstance(r, types.FunctionType)]
+        reached = _reach(anchors, _WALK_DEPTH, _WALK_BUDGET)
+        self._found = {id(child): (ref, steps) for child, ref, steps in reached}
 
     def _in_closure(self, cell) -> tuple | None:
         """A closure cell of a function that has a reference (a decorator's flag), found
         through the function that holds it."""
-        for holder in gc.get_referrers(cell):
-            if type(holder) is not tuple:
+        for fn, i in _closure_holders(cell):
+            try:
+                ref = self.refer(fn)
+            except Unsaveable:
                 continue
-            for fn in gc.get_referrers(holder):
-                if type(fn) is types.FunctionType and fn.__closure__ is holder:
-                    try:
-                        ref = self.refer(fn)
-                    except Unsaveable:
-                        continue
-                    return (ref[1], ref[2] + [["closure", holder.index(cell)]]) if ref[0] == "path" else \
-                        (ref, [["closure", holder.index(cell)]])
+            return (ref[1], ref[2] + [["closure", i]]) if ref[0] == "path" else (ref, [["closure", i]])
         return None
 
     def _near_import(self, obj) -> tuple | None:
         """A function a decorator wrapped (``SGD.step``'s own, in the closure of the one its
         import path gives), or a cell of one: found from the object at its import path."""
         target = getattr(obj, "cell_contents", obj) if type(obj) is types.CellType else obj
-        owner = _resolve_import(getattr(target, "__module__", None), getattr(target, "__qualname__", None))
+        module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", None)
+        owner = _resolve_import(module, qualname)
         if owner is None or owner is obj:
             return None
-        ref = ["import", owner.__module__, owner.__qualname__, fingerprint(owner)]
-        queue = collections.deque([(owner, [], 0)])
-        seen = {id(owner)}
-        while queue:
-            o, steps, depth = queue.popleft()
-            for step, child in _children(o):
-                if child is obj:
-                    return ref, steps + [step]
-                if id(child) not in seen and depth < 5 and not _leaf(child):
-                    seen.add(id(child))
-                    queue.append((child, steps + [step], depth + 1))
-        return None
+        anchor = ["import", module, qualname, fingerprint(owner)]
+        return next(((anchor, steps) for child, _, steps in _reach([(anchor, owner)], _NEAR_DEPTH)
+                     if child is obj), None)
+
+
+def _reach(anchors: list, depth: int, budget: int | None = None):
+    """``(object, anchor's reference, steps)`` for each object reachable from the ``anchors``
+    (``(reference, object)`` pairs) within ``depth`` steps, nearest first, each once (not
+    values, modules, the anchors themselves); ``budget``: at most that many objects looked into."""
+    seen = {id(obj) for _, obj in anchors}
+    queue = collections.deque((obj, ref, [], 0) for ref, obj in anchors)
+    while queue and budget != 0:
+        obj, ref, steps, level = queue.popleft()
+        budget = None if budget is None else budget - 1
+        if level >= depth:
+            continue
+        for step, child in _children(obj):
+            if id(child) in seen or _leaf(child):
+                continue
+            seen.add(id(child))
+            path = steps + [step]
+            yield child, ref, path
+            queue.append((child, ref, path, level + 1))
 
 
 def _module_key(d: dict) -> str | None:
@@ -416,10 +410,17 @@ def _holders(obj) -> str:
     """For a closure cell: the functions that hold it, in words (what the message names)."""
     if type(obj) is not types.CellType:
         return ""
-    names = {f"{fn.__module__}.{fn.__qualname__}" for holder in gc.get_referrers(obj)
-             if type(holder) is tuple for fn in gc.get_referrers(holder)
-             if type(fn) is types.FunctionType and fn.__closure__ is holder}
-    return f" (in the closure of {', '.join(sorted(names))})" if names else ""
+    names = sorted({f"{fn.__module__}.{fn.__qualname__}" for fn, _ in _closure_holders(obj)})
+    return f" (in the closure of {', '.join(names)})" if names else ""
+
+
+def _closure_holders(cell):
+    """``(function, index)`` for each function whose closure holds ``cell`` there."""
+    for holder in gc.get_referrers(cell):
+        if type(holder) is tuple:
+            for fn in gc.get_referrers(holder):
+                if type(fn) is types.FunctionType and fn.__closure__ is holder:
+                    yield fn, holder.index(cell)
 
 
 def _words(obj) -> str:
