@@ -8,7 +8,7 @@ language model written as Python loops (paper §8.4).
 **BlockDrop.** A policy network looks at the input and switches residual blocks on or off, so
 different inputs run different block subsets through the Python ``if gates[i] > 0.5: x = x +
 block(x)``. magpy records each such ``if`` on a tensor as one ``torch.cond``
-(``magpy/controlflow/ifs.py``): one recording, one graph for every subset. The model (``BlockDrop``
+(``magpy/graphs/controlflow/ifs.py``): one recording, one graph for every subset. The model (``BlockDrop``
 below, random weights): a conv stem, ``--blocks`` residual blocks (conv-BN-ReLU-conv-BN, 32
 channels, default 6) and a linear head, on 32x32 images at batch 8; the policy (conv, ReLU,
 global pool, linear, sigmoid, mean over the batch) gives one 0-d gate per block. Its last layer
@@ -29,7 +29,7 @@ seed ``i``; every variant gets the same inputs: ``eager`` (the model), ``torch.c
 (``torch.compile(model)``, default settings, after ``torch._dynamo.reset()``), ``magpy``
 (``magpy.compile(model)``, default settings: backend inductor, graphs compiled in the
 background from a record's first reuse while calls run their eager twins,
-``magpy.background``) and ``magpy-foreground`` (the same with
+``magpy.backends.background``) and ``magpy-foreground`` (the same with
 ``magpy.config.background_compile = False``: compiled while recording, as torch.compile
 does), each after ``magpy.reset()`` / in a fresh inductor cache
 (``torch._inductor.utils.fresh_cache()``); a background compile still running after the
@@ -83,7 +83,7 @@ from benchmarks.device import now
 from benchmarks.dynamic import _fmt, compile_cache, make, reset_compilers
 from benchmarks.models._utils import example_image, init_resnet_style
 from benchmarks.run import machine_info
-from magpy import autopilot
+from magpy.backends import autopilot
 
 VARIANTS = ("eager", "torch.compile", "magpy-foreground", "magpy")
 CUDA_VARIANTS = ("eager", "torch.compile", "torch.compile-ro", "magpy-foreground", "magpy")

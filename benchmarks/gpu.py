@@ -29,7 +29,7 @@ Variants (``--variants`` picks some; eager always runs): ``eager``; ``torch.comp
 ``magpy-foreground`` (``magpy.config.background_compile = False``: graphs compiled while
 recording, as torch.compile does); ``magpy`` (defaults: background compile, autopilot);
 ``magpy-cudagraphs`` (``magpy.config.cuda_graphs = True``: compiled graphs replayed as CUDA
-graphs, ``magpy.cudagraphs``; GPU only; compiled in the foreground, as magpy-foreground, to
+graphs, ``magpy.backends.gpu.cuda_graphs``; GPU only; compiled in the foreground, as magpy-foreground, to
 keep the run short: its figure is the steady state).  The train section runs eager, torch.compile and magpy.
 
 Columns: ``steady ms``: the median call once compiled (magpy after ``magpy.synchronize()`` and

@@ -89,7 +89,7 @@ def warm_up(fn, calls: list, reference: list) -> str:
         for args, kwargs in calls:
             fn(*args, **kwargs)
         magpy.synchronize()
-    for _ in range(magpy.autopilot.TRIAL_CALLS):   # (the trials of records that reuse late)
+    for _ in range(magpy.backends.autopilot.TRIAL_CALLS):   # (the trials of records that reuse late)
         for args, kwargs in calls:
             fn(*args, **kwargs)
     worst = max(float((main_output(fn(*a, **k)) - r).abs().max()) for (a, k), r in zip(calls, reference))

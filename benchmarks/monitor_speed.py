@@ -16,7 +16,7 @@ import time
 
 import torch
 
-import magpy.monitor as monitor
+import magpy.capture.monitor as monitor
 from benchmarks.models import MODELS
 
 

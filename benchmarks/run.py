@@ -31,7 +31,7 @@ Per variant:
 * ``compile s``: wall time until the compiled graphs run: torch.compile's first call (it
   records and compiles; for ``eager`` it is just the first call); magpy's first call (it
   records and runs the graphs eagerly), a second call (which starts the compile in the
-  background, ``magpy.background``) and the wait for that compile (``magpy.synchronize()``).
+  background, ``magpy.backends.background``) and the wait for that compile (``magpy.synchronize()``).
   The JSON has the first call alone as ``first_call_s``.  Inductor variants compile in a
   fresh, empty inductor cache (``torch._inductor.utils.fresh_cache``: a new cache directory
   and cleared in-memory code caches), so neither compiler reuses the other's (or an earlier run's) kernels;
@@ -41,7 +41,7 @@ Per variant:
   ``min`` and at most ``max`` calls (default 5 s, 10..200 calls; ``--quick``: 1 s, 5..50).
   Variants of a model are timed one after the other, not interleaved: on a shared machine,
   expect a few percent of noise.
-  magpy variants warm up for at least ``magpy.autopilot.TRIAL_CALLS`` calls: the autopilot's
+  magpy variants warm up for at least ``magpy.backends.autopilot.TRIAL_CALLS`` calls: the autopilot's
   trial (compiled graph vs the same graph run eagerly) is over before the timed calls.
 * ``speedup``: eager median / variant median.
 * ``kept``: magpy's autopilot decisions (``magpy.stats(compiled).kept``): how many graphs
@@ -117,7 +117,7 @@ from benchmarks.device import add_argument as add_device_argument  # noqa: E402
 from benchmarks.device import describe as describe_device  # noqa: E402
 from benchmarks.device import now, to_device  # noqa: E402
 from benchmarks.models import MODELS, hf_zoo  # noqa: E402
-from magpy import autopilot  # noqa: E402
+from magpy.backends import autopilot  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = REPO / "benchmarks" / "results" / "run.json"
@@ -309,7 +309,7 @@ def graph_info(variant: Variant, compiled) -> dict:
                                 "eager_runs": s.eager_runs, "graph_count": s.graph_count,
                                 "records": s.records},
                 "break_reasons": [str(r) for r in s.break_reasons]}
-        kept = getattr(s, "kept", None)   # magpy.autopilot: version -> graphs that kept it
+        kept = getattr(s, "kept", None)   # magpy.backends.autopilot: version -> graphs that kept it
         if kept is not None:
             info["kept"] = dict(kept)
         if per_call is not None:

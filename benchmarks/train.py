@@ -64,7 +64,7 @@ variant                what is called
                        set while the variant runs; ``--ddp``: with ``optimize_ddp="python_reducer"``,
                        which compiled autograd needs): the backward pass is one more graph
 ``magpy``              ``magpy.compile(step)`` (Inductor; the whole step, ``backward()`` included, is one
-                       graph (``magpy.joint``); ``--ddp``: ``backward()`` is an eager step between
+                       graph (``magpy.training.backward``); ``--ddp``: ``backward()`` is an eager step between
                        graphs, so that DDP's reducer hooks run)
 =====================  ===============================================================================
 
@@ -76,7 +76,7 @@ Every variant runs the same steps on the same batches: step 1 and step 2, timed 
 (both compilers record on step 1 and again on step 2, the first to find ``.grad`` and the
 optimizer's state; torch.compile compiles each time, magpy compiles in the background from a
 record's first reuse, step 3), ``--warmup`` untimed steps (default ``1 +
-magpy.autopilot.TRIAL_CALLS``: magpy's compile, waited for after the first of them, then its
+magpy.backends.autopilot.TRIAL_CALLS``: magpy's compile, waited for after the first of them, then its
 autopilot trial of each graph against eager, so that the timed steps run the version it
 kept), then ``--steps`` timed steps (default 10, ``--quick`` 3), one by one with
 ``benchmarks.device.now`` (``time.perf_counter``, after ``torch.cuda.synchronize()`` on a GPU)
@@ -129,7 +129,7 @@ all-reduce, so both ranks run in step) and its losses and state against eager DD
 the ResNet that holds parameters (the stem's convolution and BatchNorm, the four stages, the
 classifier), then on the root.  magpy runs FSDP's forward hooks (all-gathers, parameter swaps,
 reshards) as eager steps between the graphs and ``backward()`` eagerly (FSDP's reduce-scatters
-run in its hooks) (magpy.fsdp); the state compared is rank 0's shards.
+run in its hooks) (magpy.training.fsdp); the state compared is rank 0's shards.
 
 The exit status is 1 if a variant is incorrect or raised.  Results and machine information
 are written as JSON to ``benchmarks/results/train.json`` (``--ddp``: ``train_ddp.json``,
@@ -176,7 +176,7 @@ from benchmarks.device import describe as describe_device  # noqa: E402
 from benchmarks.device import now, to_device  # noqa: E402
 from benchmarks.models import MODELS  # noqa: E402
 from benchmarks.models._utils import example_image  # noqa: E402
-from magpy import autopilot  # noqa: E402
+from magpy.backends import autopilot  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = REPO / "benchmarks" / "results" / "train.json"
@@ -766,7 +766,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, help=f"timed steps (default {STEPS}; --quick {QUICK_STEPS})")
     parser.add_argument("--warmup", type=int, default=WARMUP,
                         help=f"untimed steps after step 2, every variant (default {WARMUP}: "
-                             "magpy.autopilot.TRIAL_CALLS)")
+                             "magpy.backends.autopilot.TRIAL_CALLS)")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} timed steps")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's; --ddp: 1 "
                                                     "per process)")

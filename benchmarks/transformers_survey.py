@@ -22,7 +22,7 @@ through ``torch.compile(model, fullgraph=True, backend="eager")``) and ``reason`
 other exception, magpy's warning when a capture failed, or what the statistics or the
 comparison got wrong.  The full reasons follow the table, then a summary grouping the models
 by reason.  A model that fails in any way is reported and the survey goes on; the exit status
-is 0 unless the arguments are wrong.  The test module ``tests/test_transformers_models.py``
+is 0 unless the arguments are wrong.  The test module ``tests/models/test_transformers_models.py``
 asserts the same checks through ``check_magpy``.
 """
 from __future__ import annotations

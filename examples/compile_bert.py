@@ -62,7 +62,7 @@ def main() -> None:
         tc = torch.compile(model, backend=opts.backend)
         tc(input_ids=ids, attention_mask=mask)
         for name, fn in [("eager", model), ("torch.compile", tc), ("magpy", compiled)]:
-            for _ in range(magpy.autopilot.TRIAL_CALLS):   # (magpy's trial of compiled vs eager)
+            for _ in range(magpy.backends.autopilot.TRIAL_CALLS):   # (magpy's trial of compiled vs eager)
                 fn(input_ids=ids, attention_mask=mask)
             print(f"{name:14s} {median_ms(fn, input_ids=ids, attention_mask=mask):7.2f} ms per call")
 

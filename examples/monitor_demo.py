@@ -11,7 +11,7 @@ import collections
 import torch
 from transformers import BertConfig, BertModel
 
-import magpy.monitor as monitor
+import magpy.capture.monitor as monitor
 
 
 class Summary(monitor.Observer):

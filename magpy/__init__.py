@@ -1,8 +1,10 @@
 """magpy: a JIT compiler for eager-mode PyTorch programs that finds full operator graphs by
 monitoring execution states (see docs/index.md and docs/concepts.md)."""
-from magpy import monitor
-from magpy.annotations import annotate, disable
-from magpy.api import CompiledModule, Explanation, compile, explain, reset, stats, synchronize
+from magpy.api.compiled import CompiledModule, compile, reset, stats, synchronize
+from magpy.api.explanation import Explanation, explain
+from magpy.api.persist import Saved, export, load, save
+from magpy.capture import monitor
+from magpy.capture.annotations import annotate, disable
 from magpy.config import config
 from magpy.errors import (
     BackendError,
@@ -20,7 +22,6 @@ from magpy.errors import (
     SaveError,
     UnstableRecordWarning,
 )
-from magpy.persist import Saved, export, load, save
 
 __all__ = ["compile", "explain", "stats", "reset", "synchronize", "annotate", "disable", "config",
            "CompiledModule", "Explanation", "GraphBreak", "GraphBreakError", "GraphBreakWarning",

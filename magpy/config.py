@@ -14,7 +14,7 @@ class Config:
     ``on_capture_error``: ``"fallback"`` runs a call eagerly when magpy's own capture
     machinery fails on it (and remembers why); ``"raise"`` raises :class:`CaptureError`.
     ``on_backend_error``: the same choice when a backend fails to compile a graph.
-    ``dynamic``: which tensor sizes and Python numbers become symbolic (``magpy.dynamic``),
+    ``dynamic``: which tensor sizes and Python numbers become symbolic (``magpy.graphs.dynamic``),
     as ``torch.compile(dynamic=...)``: None (automatic: a dimension, int or float that a guard
     miss shows to have changed is lifted in the next record), True (every dimension of the
     tensor arguments, and the int and float arguments, from the first call; parameters and
@@ -23,7 +23,7 @@ class Config:
     dimension of one input, or values of one int or float) after which it is lifted.
     ``control_flow``: record an ``if`` on tensor data as one ``torch.cond`` where both arms
     can be, a ``while`` on tensor data as one ``torch.while_loop`` where its body can be
-    (``magpy.controlflow``); False makes every such jump a graph break.
+    (``magpy.graphs.controlflow``); False makes every such jump a graph break.
     ``max_unroll``: a ``for`` loop over the first dimension of a tensor, or over ``range(n)``,
     whose length is static in the record is unrolled up to this many steps (letting the graph
     compiler fuse across steps, as torch.compile does for every loop); a longer one, or one
@@ -31,10 +31,10 @@ class Config:
     can be.  (Kept small: with lengths that vary, the first record's unrolled graph serves
     one length, and compiling it unrolled cost the LSTM benchmark 4x its total time.)
     ``autopilot``: time each compiled graph against the same graph run eagerly over its first
-    calls and keep the faster (``magpy.autopilot``); applies to graphs compiled after it is set.
+    calls and keep the faster (``magpy.backends.autopilot``); applies to graphs compiled after it is set.
     ``background_compile``: a record's graphs run eagerly until the record is reused, then
     compile in a background thread while calls go on eagerly, and take over when compiled
-    (``magpy.background``; ``magpy.synchronize()`` waits for them); False compiles them
+    (``magpy.backends.background``; ``magpy.synchronize()`` waits for them); False compiles them
     while recording, in the calling thread.  Applies to records made after it is set.
     ``compile_timeout``: seconds a graph compile may take (None: no limit).  A background
     compile that runs longer (a backend that hangs) is given up: its record's graphs run
@@ -43,12 +43,12 @@ class Config:
     A compile in the calling thread waits at most this long for a background compile to
     finish (then the call's record is not made: it runs eagerly).
     ``joint_backward``: record ``loss.backward()`` into the graph, so a whole train step is one
-    graph (``magpy.joint``), where nothing but gradient arithmetic runs in the backward; False
+    graph (``magpy.training.backward``), where nothing but gradient arithmetic runs in the backward; False
     keeps it an eager step between graphs (the real autograd engine) everywhere.  Applies to
     records made after it is set.
     ``cuda_graphs``: replay each compiled graph whose inputs and outputs are all CUDA tensors of
     static shape (and that updates no input in place, draws no random numbers, needs no autograd
-    graph) as one captured CUDA graph (``magpy.cudagraphs``), as
+    graph) as one captured CUDA graph (``magpy.backends.gpu.cuda_graphs``), as
     ``torch.compile(mode="reduce-overhead")`` does: for small batches on a GPU, where launching
     kernels costs more than running them.  Off by default (the autopilot then tries each
     qualifying graph replayed and keeps it where it measures fastest); applies to graphs compiled

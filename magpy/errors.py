@@ -7,7 +7,7 @@ import linecache
 # The troubleshooting entry that explains each of magpy's errors and warnings (by class; the
 # most specific class listed wins).  Errors carry it as a note (shown under the message in a
 # traceback, leaving ``str(error)``, which magpy and programs reuse, as it is); warnings
-# append it to their text.  tests/test_docs.py checks that every anchor exists on the page.
+# append it to their text.  tests/api/test_docs.py checks that every anchor exists on the page.
 DOCS_PAGE = "docs/troubleshooting.md"
 HELP = {
     "MagpyError": "magpy-errors",

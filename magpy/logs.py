@@ -12,7 +12,7 @@ topic           what is logged
 ``graphs``      each compiled graph: operations, backend, compile time
 ``guards``      each new record's guard source
 ``perf``        each recording: monitor run and total time; each compiled graph's trial
-                against eager (``magpy.autopilot``): the version kept, and both times
+                against eager (``magpy.backends.autopilot``): the version kept, and both times
 ``dynamic``     each lifted size the program made the record specialise, and where
                 (``s0 specialised by BINARY_OP at model.py:12``), and each operation
                 torch could not run on symbolic sizes

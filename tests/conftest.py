@@ -1,11 +1,12 @@
 """Test-wide settings: every compiled call cross-checks its fast guard against the full one,
-graphs compile while recording (not in the background), and every recording run must leave a record that the identical call would hit
-(``tests.compile_harness.RehitCheck``; ``--no-magpy-rehit`` or the ``magpy_rerecords`` mark
+graphs compile while recording (not in the background), and every recording run must leave a record that the
+identical call would hit
+(``tests.harness.compile_harness.RehitCheck``; ``--no-magpy-rehit`` or the ``magpy_rerecords`` mark
 turn that off)."""
 import pytest
 
 import magpy
-from tests.compile_harness import RehitCheck
+from tests.harness.compile_harness import RehitCheck
 
 
 def pytest_addoption(parser):
@@ -29,7 +30,7 @@ def _verify_fast_guard():
 def _foreground_compile():
     # A test's later calls run what its record's graphs compiled to, from the first reuse on
     # (the default compiles in the background and runs the eager twins until it is done,
-    # which would leave most tests checking only the twins).  tests/test_background.py runs
+    # which would leave most tests checking only the twins).  tests/backends/test_background.py runs
     # with the default; subprocess tests get it too.
     magpy.config.background_compile = False
     yield

@@ -63,7 +63,7 @@ magpy capture is expected to be cheap (measured with backend "eager": 0.1-1.2 s 
 model that captured).  ``fast=False``: Mixtral and BigBird, whose per-expert dispatch and
 block-sparse gathers (with numpy plans) are the longest Python paths of the corpus; their
 capture cost is not known yet (neither captured when the corpus was written).
-``tests/test_transformers_models.py`` picks its default (not ``slow``) subset from ``FAST``.
+``tests/models/test_transformers_models.py`` picks its default (not ``slow``) subset from ``FAST``.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 PYTEST_DONT_REWRITE -- programs below use ``assert``; keep their real bytecode.
 
-Each case is a module-level user function run natively and under ``magpy.monitor.run``;
-``tests.differential.check`` compares results / exceptions, stdout, argument state after the
+Each case is a module-level user function run natively and under ``magpy.capture.monitor.run``;
+``tests.harness.differential.check`` compares results / exceptions, stdout, argument state after the
 call and (where given) an ``observe()`` snapshot of module globals or class attributes.
 
 Sections:
@@ -35,7 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tests.differential import case, check
+from tests.harness.differential import case, check
 
 CASES = []
 

@@ -51,7 +51,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tests.differential import check
+from tests.harness.differential import check
 
 pytestmark = pytest.mark.filterwarnings("ignore:NotImplemented should not be used:DeprecationWarning")
 

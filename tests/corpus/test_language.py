@@ -3,7 +3,7 @@
 PYTEST_DONT_REWRITE -- the user functions below use ``assert``; keep their real bytecode.
 
 Every case is a module-level (or nested) *user function* run once natively and once under
-``magpy.monitor.run``; the harness compares results / exceptions (type and message),
+``magpy.capture.monitor.run``; the harness compares results / exceptions (type and message),
 stdout, argument state afterwards and, for cases touching module globals or class
 attributes, an ``observe()`` snapshot (``HOOKS`` gives the observe/reset pair).
 """
@@ -19,8 +19,7 @@ import sys
 
 import pytest
 
-from tests.differential import case, check
-
+from tests.harness.differential import case, check
 
 # =========================================================================================
 # control flow
@@ -3440,21 +3439,22 @@ def cls_new_and_init_interplay():
 # =========================================================================================
 
 def im_import_module():
-    import os
     import json
+    import os
     return os.sep, os.path.join("a", "b"), json.dumps({"k": [1, 2]})
 
 
 def im_import_as():
-    import os.path as p
-    import os.path
     import collections.abc as cabc
+    import os.path
+    import os.path as p
     return p.basename("/x/y.txt"), p is os.path, issubclass(list, cabc.Sequence)
 
 
 def im_from_import():
-    from collections import OrderedDict, defaultdict as dd
-    from math import pi, floor
+    from collections import OrderedDict
+    from collections import defaultdict as dd
+    from math import floor, pi
     od = OrderedDict(a=1)
     od.move_to_end("a", last=False)
     d = dd(list)

@@ -25,7 +25,7 @@ import warnings
 import torch
 
 import magpy
-import magpy.cache
+import magpy.records.cache
 from tests.fuzz.program import STATE
 
 KINDS = ("ok", "wrong", "crash", "raise-mismatch", "fallback", "hang", "invalid")
@@ -172,7 +172,7 @@ def magpy_frame(e: BaseException) -> str:
         seen.add(id(e))
         for frame, _ in traceback.walk_tb(e.__traceback__):
             module = frame.f_globals.get("__name__", "")
-            if module.startswith("magpy.") and module not in ("magpy.cache", "magpy.api"):
+            if module.startswith("magpy.") and module not in ("magpy.records.cache", "magpy.api.compiled"):
                 where = f"{module}.{frame.f_code.co_qualname}"
         e = e.__cause__ or e.__context__
     return where
@@ -189,12 +189,12 @@ def normalise(text: str) -> str:
 def magpy_frames_kept():
     """Keep magpy's own frames in the tracebacks of exceptions that leave a compiled call
     (it drops them as the program's exception would not show them), for the signature."""
-    saved = magpy.cache.program_entries
-    magpy.cache.program_entries = lambda tb: tb
+    saved = magpy.records.cache.program_entries
+    magpy.records.cache.program_entries = lambda tb: tb
     try:
         yield
     finally:
-        magpy.cache.program_entries = saved
+        magpy.records.cache.program_entries = saved
 
 
 @contextlib.contextmanager

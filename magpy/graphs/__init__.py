@@ -1,0 +1,17 @@
+"""Graphs: the tensor operations of a recording run as torch.fx graphs.
+
+The second stage: what the program does with tensors becomes operator graphs, with the sizes
+and numbers that change lifted into them and control flow on tensor data as operators.
+
+==========================  ================================================================
+module                      what
+==========================  ================================================================
+``opgraph``                 every tensor operation recorded into torch.fx through a
+                            ``TorchFunctionMode``, one graph per piece
+``mode_stack``              torch's function-mode stack as the program sees it in eager
+``rng``                     the generators' state: saved, put back and compared
+``dynamic/``                dynamic shapes and scalars: what to lift, fake twins, symbols
+``controlflow/``            ``if``/``while``/``for`` on tensor data as ``torch.cond`` and
+                            ``torch.while_loop``
+==========================  ================================================================
+"""

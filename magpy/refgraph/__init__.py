@@ -1,7 +1,0 @@
-"""The reference graph (paper §4.1, §5.3): what the program reached from outside, how, and
-what it changed.  ``graph`` holds the structure and Algorithm 1; ``rules`` updates it from
-the monitor's execution states."""
-from magpy.refgraph.graph import Kind, RefGraph, ShadowNode, ShadowVersion
-from magpy.refgraph.rules import Breaker, RefGraphBuilder
-
-__all__ = ["RefGraph", "ShadowNode", "ShadowVersion", "Kind", "RefGraphBuilder", "Breaker"]

@@ -1,0 +1,1 @@
+"""The benchmark scripts' plumbing at test size (no timings asserted)."""

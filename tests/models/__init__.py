@@ -1,0 +1,2 @@
+"""Real models: the zoo, transformers models with default settings, the diffusers and torchvision
+sweeps, dynamic shapes on transformers."""
