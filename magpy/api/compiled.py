@@ -14,7 +14,8 @@ from magpy.capture.monitor import bytecode
 from magpy.capture.monitor.frame import unsupported_python_message
 from magpy.capture.monitor.interpreter import UnsupportedPythonError
 from magpy.graphs import controlflow
-from magpy.records.cache import RecordCache, Stats, reset_all
+from magpy.records.cache import RecordCache, reset_all
+from magpy.records.report import Stats
 
 
 class CompiledModule(torch.nn.Module):

@@ -114,7 +114,7 @@ FUNCTIONS: dict[Callable, Annotation] = {
     types.MappingProxyType: Annotation(reads=DEEP),
     getattr: Annotation(reads=(NONE, DEEP, NONE), relation="attr"),
     hasattr: Annotation(reads=(NONE, DEEP), relation="hasattr"),
-    next: Annotation(reads=NONE),   # (an iterator from outside moving on: magpy.capture.refgraph.rules)
+    next: Annotation(reads=NONE),   # (an iterator from outside moving on: magpy.capture.refgraph.unseen)
     max: ELEMENT, min: ELEMENT,
     setattr: Annotation(reads=(NONE, DEEP, NONE), inplace=(0,)),
     delattr: Annotation(reads=(NONE, DEEP), inplace=(0,)),
@@ -204,7 +204,7 @@ METHODS: dict[tuple[type, str], Annotation] = {
     (tuple, "index"): PURE, (tuple, "count"): PURE, (tuple, "__getitem__"): ELEMENT,
     # A read-only view of a mapping (``inspect.Signature.parameters``): its reads are the
     # mapping's.  (A view from outside, a class's ``__dict__``, is live: an eager step,
-    # refgraph.rules' mutable opaque objects; one made in the call read its mapping whole.)
+    # refgraph.unseen's mutable opaque objects; one made in the call read its mapping whole.)
     **{(types.MappingProxyType, m): _DICT_METHODS[m] for m in (
         "get", "keys", "values", "items", "copy", "__contains__", "__len__", "__getitem__", "__iter__")},
     # A storage's address and size (``a.untyped_storage().data_ptr()``, as libraries test
@@ -226,7 +226,7 @@ METHODS: dict[tuple[type, str], Annotation] = {
 }
 
 # Natives whose result does not depend on the iteration order of a set argument (a set of
-# objects iterates in an order that follows their ids: magpy.capture.refgraph.rules.set_order).  Every
+# objects iterates in an order that follows their ids: magpy.capture.refgraph.reads.Reads.set_order).  Every
 # other native that reads a set (list, tuple, sorted, sum, enumerate, str, set.pop ...) sees it.
 SET_ORDER_FREE = frozenset({len, bool, hash, id, isinstance, issubclass, callable, type, set, frozenset,
                             operator.contains, operator.eq, operator.ne, operator.sub, operator.and_,
@@ -236,7 +236,7 @@ SET_ORDER_FREE_METHODS = frozenset(m for m in _SET_METHODS if m != "pop") | {"__
 
 # Natives that hash values into a dict or set, comparing them with ``==`` to members of equal
 # hash: there a Python ``__hash__``/``__eq__`` runs natively, unseen by the monitor
-# (magpy.capture.refgraph.rules.RefGraphBuilder.hashes).  ``("key", i)``: argument ``i`` is one key
+# (magpy.capture.refgraph.unseen.Unseen.hashes).  ``("key", i)``: argument ``i`` is one key
 # looked up in, stored into or removed from position 0 (the dict or set); ``("elements", i)``:
 # the elements of every argument from ``i`` on are hashed (a new set, or into position 0).
 HASHING_FUNCTIONS: dict[Callable, tuple[str, int]] = {

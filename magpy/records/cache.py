@@ -27,12 +27,10 @@ eagerly rather than wait or record the same miss again.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import threading
 import time
 import types
-import warnings
 import weakref
 from collections.abc import Iterator
 
@@ -40,21 +38,14 @@ from torch._C._dynamo.guards import GlobalStateGuard
 
 from magpy import logs
 from magpy.backends.registry import SYMBOLIC
-from magpy.capture.monitor.tracebacks import frame_object, program_entries, user_stacklevel
+from magpy.capture.monitor.tracebacks import frame_object, program_entries
 from magpy.capture.refgraph.graph import tensor_version
 from magpy.config import config
-from magpy.errors import (
-    BackendError,
-    CacheLimitWarning,
-    CaptureError,
-    GraphBreakError,
-    GraphBreakWarning,
-    MagpyError,
-    UnstableRecordWarning,
-)
+from magpy.errors import BackendError, CaptureError, GraphBreakError, MagpyError
 from magpy.graphs import rng
+from magpy.graphs.assertions import failed_assertion, failed_own_check
 from magpy.graphs.dynamic import Lifting
-from magpy.graphs.opgraph import failed_assertion, failed_own_check, set_thread_modes
+from magpy.graphs.opgraph import set_thread_modes
 from magpy.records.codegen import MISS, MockCommitError, StepRaised
 from magpy.records.continuations import Resume
 from magpy.records.record import (
@@ -65,29 +56,9 @@ from magpy.records.record import (
     machinery_failed,
     resume_unrecorded,
 )
+from magpy.records.report import CacheReport, Stats, diagnosis, why_missed
 
 _ALL_CACHES: weakref.WeakSet = weakref.WeakSet()
-
-
-@dataclasses.dataclass
-class Stats:
-    """What a compiled callable has done so far (``magpy.stats(compiled)``)."""
-
-    monitor_runs: int = 0     # recording runs (first call, guard misses)
-    mock_runs: int = 0        # guard hits that ran the mock and the compiled graph
-    eager_runs: int = 0       # calls run eagerly (graph breaks, failures, over the limit)
-    graph_count: int = 0      # graphs compiled
-    graphs_per_call: int = 0  # graphs the last call ran (0: it ran eagerly or monitored)
-    records: int = 0          # records in the cache now
-    break_reasons: list = dataclasses.field(default_factory=list)
-    # Why each recording after the first was made: what the newest record's guard found
-    # different then, in words (explain's recompile history), oldest first.
-    recompiles: list = dataclasses.field(default_factory=list)
-    breaks: dict = dataclasses.field(default_factory=dict)   # reason -> dynamic operations run as eager steps
-    # version ("eager", a backend) -> graphs that kept it after their trial (magpy.backends.autopilot)
-    kept: dict = dataclasses.field(default_factory=dict)
-    # graphs whose background compile is in place (magpy.backends.background)
-    compiled_in_background: int = 0
 
 
 class RecordCache:
@@ -106,8 +77,8 @@ class RecordCache:
         self._recorder: int | None = None      # the thread that holds ``_recording``
         self._added = 0                        # records added so far (a miss tries those it missed)
         self.stats = Stats()
+        self.report = CacheReport(self.name, self.stats)
         self.eager_reason: str | None = None   # set once the callable gave up compiling
-        self.warned: set[str] = set()          # break reasons already warned about
         # The sizes recordings met, to lift those that change (backends that compile symbolic sizes).
         self.lifting = Lifting() if backend[0] in SYMBOLIC else None
         _ALL_CACHES.add(self)
@@ -258,7 +229,7 @@ class RecordCache:
             if cont is not None:
                 with self._lock:
                     rec.continuations[point.index] = (cont, *rec.continuations.get(point.index, ()))
-                self.count_record(cont)
+                self.report.count_record(cont)
             return result
 
     @contextlib.contextmanager
@@ -323,7 +294,7 @@ class RecordCache:
         """Take records made in another process (magpy.load), most recently used first."""
         for rec in reversed(records):
             if rec.graph_break is None:
-                self.count_record(rec)
+                self.report.count_record(rec)
             self.add(rec)
 
     def missed(self, args, kwargs, added: int, misses=MISS):
@@ -345,16 +316,17 @@ class RecordCache:
         """A monitor run of the call that records it (under ``_recording``; ``misses``: the
         records whose guards passed and mocks missed it)."""
         if self.eager_reason is None and len(self.records) >= config.cache_size_limit:
+            why = why_missed(self.records[0], args, kwargs, self.lifting is not None)
             self.give_up(f"{len(self.records)} records (magpy.config.cache_size_limit) did not cover "
-                         f"this call; running eagerly from now on. {self.why_missed(args, kwargs)}")
+                         f"this call; running eagerly from now on. {why}")
         if self.eager_reason is not None:
             self.stats.eager_runs += 1
             return self.fn(*args, **kwargs)
         self.stats.monitor_runs += 1
         if self.records:
-            self.stats.recompiles.append(_diagnosis(self.records[0], args, kwargs))
+            self.stats.recompiles.append(diagnosis(self.records[0], args, kwargs))
             if logs.on("recompiles"):
-                self.log_recompile(args, kwargs)
+                self.report.log_recompile(self.records, args, kwargs)
         errors = []
         start = time.perf_counter()
         entry_state = GlobalStateGuard()   # (grad mode, autocast ...: the call may change them)
@@ -365,7 +337,7 @@ class RecordCache:
             self.stats.break_reasons.append(self.eager_reason)
             return result
         try:
-            self.log_recording(rec, time.perf_counter() - start)
+            self.report.log_recording(rec, time.perf_counter() - start)
             if self.settle(rec, args, kwargs, () if misses is MISS else misses, entry_state.check()):
                 return result
             return self.keep(rec, result)
@@ -394,113 +366,40 @@ class RecordCache:
         if twin is not None:
             twin.unstable = ("the guard passed, then a check of the mock failed on a call like the one "
                              "it was recorded from")
-            self._unstable(twin.unstable, "calls it misses run eagerly")
+            self.report.unstable(twin.unstable, "calls it misses run eagerly")
             self.stats.break_reasons.append(f"a record: {twin.unstable}; calls it misses run eagerly")
             return True
         if rec.changed or not same_state or rec.guard(args, kwargs) is not None:
             return False
-        reason = f"its guard fails on the call it was recorded from: {_diagnosis(rec, args, kwargs)}"
-        self._unstable(reason, "running eagerly from now on where no record covers a call")
+        reason = f"its guard fails on the call it was recorded from: {diagnosis(rec, args, kwargs)}"
+        self.report.unstable(reason, "running eagerly from now on where no record covers a call")
         self.eager_reason = f"a record {reason}"
         self.stats.break_reasons.append(self.eager_reason)
         return True
-
-    def _unstable(self, why: str, plan: str) -> None:
-        """Warn once (per callable and reason) that a record fails its own checks."""
-        logs.logger("recompiles").info("%s: a record %s; %s", self.name(), why, plan)
-        if why in self.warned:
-            return
-        self.warned.add(why)
-        warnings.warn(f"magpy: {self.name()}: a record {why}, so an identical call would record again; "
-                      f"{plan}", UnstableRecordWarning, stacklevel=user_stacklevel())
 
     def keep(self, rec: Record, result):
         """Add the record of a recording run, whose result was ``result``."""
         if self.fullgraph and (rec.breaks or rec.graph_break):
             raise GraphBreakError((rec.breaks or (rec.graph_break,))[0])   # the first break
         if rec.graph_break is not None and rec.graph_break.retry:
-            logs.logger("breaks").info("%s: recording again next call: %s", self.name(), rec.graph_break)
+            self.report.log_retry(rec)
             return result
         if rec.graph_break is not None:
             self.stats.break_reasons.append(str(rec.graph_break))
-            self.warn_break(rec.graph_break, "runs eagerly")
+            self.report.warn_break(rec.graph_break, "runs eagerly")
         else:
-            self.count_record(rec)
+            self.report.count_record(rec)
         self.add(rec)
         return result
-
-    def why_missed(self, args, kwargs) -> str:
-        """What the last record's guard found different, and what to do about it."""
-        why = _diagnosis(self.records[0], args, kwargs)
-        fix = ("If a tensor size keeps changing, leave magpy.config.dynamic at None (automatic) or set it "
-               "to True" + ("" if self.lifting is not None else " with a backend that compiles symbolic "
-                            f"sizes ({', '.join(sorted(SYMBOLIC))})")
-               + "; if a Python value keeps changing, pass it as a tensor; or raise "
-               "magpy.config.cache_size_limit.")
-        return (f"The last record missed on: {why}. " if why else "") + fix
-
-    def log_recompile(self, args, kwargs) -> None:
-        """MAGPY_LOGS=recompiles: why each record did not cover this call."""
-        out = logs.logger("recompiles")
-        for i, rec in enumerate(self.records):
-            why = _diagnosis(rec, args, kwargs)
-            out.info("%s: recording again; record %d of %d: %s", self.name(), i + 1, len(self.records), why)
-
-    def log_recording(self, rec: Record | None, seconds: float) -> None:
-        if rec is None:
-            return
-        what = f"{len(rec.graphs)} graph(s), {rec.op_count} operations, {len(rec.breaks)} eager step(s)"
-        if seconds > logs.SLOW_RECORDING_S:
-            logs.logger("progress").info("%s: recorded and compiled in %.1f s (%s)", self.name(), seconds,
-                                         what)
-        logs.logger("perf").info("%s: recording took %.3f s (%s)", self.name(), seconds, what)
-        for brk in rec.breaks:
-            logs.logger("breaks").info("%s: eager step: %s", self.name(), brk)
-        if rec.graph_break is not None:
-            logs.logger("breaks").info("%s: runs eagerly: %s", self.name(), rec.graph_break)
-        logs.logger("guards").info("%s: new record's guard:\n%s", self.name(), rec.guard_source)
-
-    def count_record(self, rec: Record) -> None:
-        """A record that runs in pieces (or continues one): its graphs and breaks."""
-        self.stats.graph_count += len(rec.graphs)
-        for trial in rec.trials:
-            trial.report = self.kept
-        if rec.deferred is not None:
-            rec.deferred.report = self.kept
-            rec.deferred.taken = self.taken
-        for brk in rec.breaks:
-            self.stats.breaks[brk.reason] = self.stats.breaks.get(brk.reason, 0) + 1
-            self.warn_break(brk, "runs in pieces (graphs with eager steps between them)")
-
-    def taken(self, graphs: int) -> None:
-        """A background compile's ``graphs`` are in place (magpy.backends.background)."""
-        self.stats.compiled_in_background += graphs
-
-    def kept(self, trial) -> None:
-        """A graph's trial (magpy.backends.autopilot) is over: count and log the version it kept."""
-        self.stats.kept[trial.winner] = self.stats.kept.get(trial.winner, 0) + 1
-        logs.logger("perf").info("%s: graph of %s", self.name(), trial.describe())
-
-    def warn_break(self, brk, what: str) -> None:
-        """One warning per callable and reason, at the program's line that broke the graph."""
-        if brk.reason in self.warned:
-            return
-        self.warned.add(brk.reason)
-        # (the warning's text ends with the page that explains it: MagpyWarning)
-        warnings.warn_explicit(f"magpy: {self.name()} {what} when it meets {brk.reason}; "
-                               "magpy.stats(...).break_reasons lists them, fullgraph=True raises instead",
-                               GraphBreakWarning, brk.filename, brk.lineno or 0)
 
     def name(self) -> str:
         return getattr(self.fn, "__qualname__", None) or type(self.fn).__qualname__
 
     def give_up(self, reason: str) -> None:
-        logs.logger("recompiles").info("%s: %s", self.name(), reason)
+        """Run eagerly from now on, for ``reason``."""
         self.eager_reason = reason
         self.stats.break_reasons.append(reason)
-        # Named by its qualified name (a module's repr can be hundreds of lines), pointing at
-        # the user's call.
-        warnings.warn(f"magpy: {self.name()}: {reason}", CacheLimitWarning, stacklevel=user_stacklevel())
+        self.report.gave_up(reason)
 
     def clear(self) -> None:
         with self._lock:
@@ -530,15 +429,6 @@ def _both(a, b):
     if a is MISS or b is MISS:
         return b if a is MISS else a
     return MockMisses((*a, *b))
-
-
-def _diagnosis(rec: Record, args: tuple, kwargs: dict) -> str:
-    """Why ``rec`` does not cover the call, in words (its guard's diagnosis)."""
-    try:
-        why = rec.diagnose(args, kwargs) if rec.diagnose is not None else None
-    except Exception as e:  # noqa: BLE001 - a diagnosis must never break the call
-        return f"(no diagnosis: {type(e).__name__}: {e})"
-    return why or "the guard passed, then a check after an eager step failed"
 
 
 def _without(records: tuple, rec: Record) -> tuple:

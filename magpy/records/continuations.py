@@ -119,7 +119,7 @@ class Reduced:
 class TakenFunction:
     """A function the call made with a closure (an optimizer's ``_compute_rect``), taken at a
     resume point: its defaults and closure cells taken (shared with the frames that hold
-    them); the mock makes it again over them (``MockWriter.function``)."""
+    them); the mock makes it again over them (``ValueWriter.function``)."""
 
     __slots__ = ("original", "defaults", "cells")
 

@@ -75,7 +75,7 @@ class Record:
     misses: int = 0                # fast guard misses in a row that the full guard passed
     mutated: tuple = ()            # positions of graph inputs the run updated in place
     changed: bool = False          # the run changed objects it reached from outside
-    steps: tuple = ()              # the eager steps between the graphs (magpy.records.segments.Step)
+    steps: tuple = ()              # the eager steps between the graphs (magpy.records.eager_steps.Step)
     graph_pieces: tuple = ()       # the piece (Step.before) each of ``graphs`` was recorded as
     inputs: tuple = ()             # the guard's checks on the arguments, in words (explain)
     breaks: tuple = ()             # the dynamic operations that became steps (GraphBreak)

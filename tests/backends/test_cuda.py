@@ -150,8 +150,8 @@ def test_instruction_set_probe_only_for_graphs_with_cpu_kernels(monkeypatch):
 def test_checks_go_into_graphs_only_on_the_cpu():
     """A failed in-graph check (``_assert_async``) on a GPU is a device-side assert that leaves
     the CUDA context unusable (seen on an H200: every later CUDA call of the process failed),
-    so checks on GPU tensors read the value back instead (magpy.graphs.opgraph.checks_in_graph)."""
-    from magpy.graphs.opgraph import checks_in_graph
+    so checks on GPU tensors read the value back instead (magpy.graphs.assertions.checks_in_graph)."""
+    from magpy.graphs.assertions import checks_in_graph
     assert checks_in_graph(torch.ones(2), 1.5) and checks_in_graph()
     assert not checks_in_graph(torch.ones(2), torch.empty(2, device="meta"))
 

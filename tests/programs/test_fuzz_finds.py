@@ -739,7 +739,7 @@ def test_caught_index_error_of_a_lifted_index():
 # the fixes of "a tensor of unknown origin" below; 109814 (the one crash of the campaign after
 # those fixes: ``1.0 / int(h.sum())`` in a ``try`` catching ZeroDivisionError, after effects,
 # with a closure made in the call live, so no resume point: the mock raised to the program
-# instead of its handler) by Segmenter._raising_point ending the recording there.
+# instead of its handler) by ResumePoints.for_raise ending the recording there.
 CAMPAIGN_FIXED = [100147, 102284, 103114, 103157, 103495, 106022, 106183, 106869, 109061, 109202,
                   106540, 100691, 107123, 109051, 109414, 108684, 100991, 102649, 103063, 107127, 109845,
                   104465, 109814]

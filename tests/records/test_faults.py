@@ -17,11 +17,10 @@ import torch
 
 import magpy
 from magpy.backends import background
-from magpy.capture.refgraph import rules
+from magpy.capture.refgraph import natives
 from magpy.errors import BackendError, CaptureError
 from magpy.graphs import controlflow, opgraph
-from magpy.records import cache as magpy_cache
-from magpy.records import record
+from magpy.records import record, report
 from tests.capture.test_process_state import process_state
 from tests.harness.compile_harness import fresh_magpy  # noqa: F401 - autouse fixture
 
@@ -66,12 +65,12 @@ def failing_compile_source(name):
 # the cache's bookkeeping after a recording
 RECORDING_STAGES = {
     "observer": (controlflow.Branches, "on_instruction", fault()),
-    "refgraph_update": (rules.RefGraphBuilder, "_native_call", fault()),
+    "refgraph_update": (natives.NativeCalls, "returned", fault()),
     "opgraph_recording": (opgraph.OpRecorder, "_record_result", fault()),
     "guard_codegen": (record, "compile_source", failing_compile_source("guard")),
     "mock_codegen": (record, "compile_source", failing_compile_source("mock")),
     "codegen": (record, "generate", fault()),
-    "cache_bookkeeping": (magpy_cache.RecordCache, "count_record", fault()),
+    "cache_bookkeeping": (report.CacheReport, "count_record", fault()),
 }
 
 

@@ -7,7 +7,7 @@
             opt.step(); opt.zero_grad(set_to_none=...)
 
 called with the loop index ``i``, a Python int that changes every call.  ``i`` is lifted from
-its second value, 1, on (a symbol of the ints from 1 up, ``magpy.graphs.dynamic.Shapes._int_symbol``),
+its second value, 1, on (a symbol of the ints from 1 up, ``magpy.graphs.dynamic.twins.Twins.int_symbol``),
 and the branch on it is guarded by the side it takes (``(1 + s0) % k != 0``), not by the
 value; ``i`` does not enter the graph, so the backward stays in it (one graph per call).
 

@@ -7,7 +7,7 @@ The for-loop optimizers hand the lr to per-tensor arithmetic (``param.mul_(1 - l
 foreach ones hand it to ``torch._foreach_*`` operations (``_foreach_mul_(params, 1 - lr *
 wd)``, ``_foreach_add_(params, grads, alpha=-lr)``, ``_foreach_addcdiv_(..., value=-lr)``),
 the fused ones to ``torch._fused_adamw_(..., lr=lr)``: there it is a 0-d tensor input too
-(``magpy.graphs.opgraph._operand_dtype``, ``_NUMBER_KEYWORDS``), where it was a value the guard
+(``magpy.graphs.operands._operand_dtype``, ``_NUMBER_KEYWORDS``), where it was a value the guard
 checked, a record per step until the cache limit, then eager.  Before that, the optimizer's
 ``torch.is_tensor(group["lr"])`` looks at the type only (``annotations.TYPE_READERS``).
 
@@ -296,7 +296,7 @@ def test_every_optimizer_is_exact(name, foreach):
     steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(12)]
     trace = check_compiled(build, steps, fullgraph=False, observe=_observe)
     st = magpy.stats(trace.compiled)
-    # (RMSprop's for-loop ``addcdiv_(..., value=-lr)``: opgraph._NUMBER_KEYWORDS)
+    # (RMSprop's for-loop ``addcdiv_(..., value=-lr)``: operands._NUMBER_KEYWORDS)
     if (name, foreach) in TWO_RECORDS:
         assert st.records == 2 and st.mock_runs == 10, st
     if (name, foreach) in CONTINUED:

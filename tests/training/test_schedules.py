@@ -3,7 +3,7 @@ changes every step is data, not a new record.
 
 A scheduler stepped inside the compiled step changes Python numbers every call: its
 ``last_epoch`` and ``_step_count`` (ints read from the scheduler: lifted from their second
-value, 1 included, ``magpy.graphs.dynamic.Shapes._int_symbol``), the lr it computes from them with
+value, 1 included, ``magpy.graphs.dynamic.twins.Twins.int_symbol``), the lr it computes from them with
 Python arithmetic (``float(step) / float(warmup)``, ``0.5 * (1 + math.cos(...))``: an
 ``IntFloat`` the mock computes again from each call's ints and writes into ``param_groups``
 and ``_last_lr``) and the lr the optimizer reads back (a lifted float, a graph input).  A

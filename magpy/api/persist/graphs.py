@@ -20,7 +20,9 @@ import torch.fx as fx
 
 from magpy.api.persist.refs import Referrer, Resolver
 from magpy.api.persist.values import Unsaveable, decode, encode
-from magpy.graphs.opgraph import CHECK_DEVICE, DEVICE, DRAWS, CountedLoop
+from magpy.graphs.assertions import CHECK_DEVICE
+from magpy.graphs.higher_order import DEVICE, CountedLoop
+from magpy.graphs.opgraph import DRAWS
 from magpy.records.codegen.source import empty_like_meta, tensor_meta
 
 # The node meta a graph keeps (the rest, fx's and the backends', is made again when compiled).

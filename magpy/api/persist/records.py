@@ -24,8 +24,8 @@ from magpy.errors import GraphBreak
 from magpy.records.codegen.guard import NAMESPACE as GUARD_NAMESPACE
 from magpy.records.codegen.mock import NAMESPACE as MOCK_NAMESPACE
 from magpy.records.codegen.source import MAKERS, RECIPES
+from magpy.records.eager_steps import Step
 from magpy.records.record import SAVED_FIELDS, Record, restore
-from magpy.records.segments import Step
 
 _STANDARD = {**GUARD_NAMESPACE, **MOCK_NAMESPACE}
 _LINKED = re.compile(r"GRAPH\d+|SHAPES")   # put in place when the record is made (record.restore)

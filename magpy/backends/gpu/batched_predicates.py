@@ -21,7 +21,8 @@ import operator
 import torch
 from torch import fx
 
-from magpy.graphs.opgraph import DEVICE, writes
+from magpy.graphs.higher_order import DEVICE
+from magpy.graphs.opgraph import writes
 
 __all__ = ["DEVICES", "gathered"]
 

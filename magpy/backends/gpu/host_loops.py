@@ -1,7 +1,7 @@
 """Counted loops driven from the host: a ``for`` loop's ``while_loop`` that reads no condition back.
 
 magpy records ``for t in range(n)`` and ``for xt in x`` as a ``torch.while_loop`` counting its
-steps (``magpy.graphs.controlflow``; the operands' layout is an ``opgraph.CountedLoop``).  Run as the
+steps (``magpy.graphs.controlflow``; the operands' layout is an ``higher_order.CountedLoop``).  Run as the
 operator runs (Inductor's code, or the eager twin), every step tests ``count < n`` on the
 tensors' device and reads the answer back to the host.  On a GPU that read waits for every
 kernel queued before it: the launch queue drains once per step, and an LSTM language model ran
@@ -34,7 +34,8 @@ from torch import fx
 
 from magpy.backends.eager_twins import eager_twin, rows_in_place
 from magpy.backends.gpu import cuda_graphs
-from magpy.graphs.opgraph import COUNTED, GRAD_OUTPUTS, CountedLoop
+from magpy.graphs.higher_order import COUNTED, CountedLoop
+from magpy.graphs.opgraph import GRAD_OUTPUTS
 from magpy.training import backward
 
 __all__ = ["DEVICES", "HostLoop", "lower"]

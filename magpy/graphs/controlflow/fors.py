@@ -71,7 +71,7 @@ from magpy.graphs.controlflow.walks import (
     wrapped_walk,
 )
 from magpy.graphs.dynamic import Span
-from magpy.graphs.opgraph import LOOP_INDEX
+from magpy.graphs.operands import LOOP_INDEX
 
 _STACKS = frozenset({"stack", "cat", "concat"})
 

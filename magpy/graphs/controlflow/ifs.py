@@ -31,7 +31,7 @@ from magpy.capture.refgraph.graph import is_immutable
 from magpy.graphs.controlflow.forks import MOVES, Forks, equal, jump_site, meta, place, set_shadow
 from magpy.graphs.controlflow.operator_shadows import Passed
 from magpy.graphs.dynamic import argument_shadows
-from magpy.graphs.opgraph import LOOP_INDEX
+from magpy.graphs.operands import LOOP_INDEX
 
 # Tensor attributes that are metadata (a passed-through tensor and the cond's output agree).
 _METADATA = frozenset({"shape", "dtype", "device", "ndim", "layout", "requires_grad", "is_cuda", "size",

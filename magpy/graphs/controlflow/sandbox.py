@@ -27,7 +27,7 @@ import torch
 from magpy.capture import annotations as ann
 from magpy.capture.monitor import NULL, bytecode, generators, protocols
 from magpy.capture.refgraph.graph import is_immutable
-from magpy.graphs.opgraph import LOOP_INDEX
+from magpy.graphs.operands import LOOP_INDEX
 
 # A comprehension's additions to the container it builds, which sits on the stack from before
 # an ``if`` in its body (3.12 inlines comprehensions into the frame, PEP 709): an arm that adds

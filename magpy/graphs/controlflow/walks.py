@@ -13,7 +13,7 @@ import torch
 from magpy.capture.monitor import bytecode
 from magpy.capture.monitor.observer import Items
 from magpy.graphs.controlflow.jumps import for_loop
-from magpy.graphs.opgraph import LOOP_INDEX
+from magpy.graphs.operands import LOOP_INDEX
 
 RANGE_ITERATOR = type(iter(range(0)))
 _TUPLE_ITERATOR = type(iter(()))

@@ -50,6 +50,28 @@ are specialised too: an int of unknown origin never holds a lifted size unguarde
 record's guard checks its tensors without the lifted sizes and its lifted numbers by type,
 then ``SHAPES`` (``codegen.guard.write_shape_check`` from :meth:`Shapes.conditions`: the
 symbols' ranges, the relations torch and the program assumed, the specialisations).
+
+================  ============================================================================
+module            holds
+================  ============================================================================
+lifting           :class:`Lifting`: which sizes and numbers a recording lifts
+lifted_shadows    the shadows (``Scalar``, ``IntFloat``, ``Items``, ``Span``...); specialising
+rules             how each instruction moves, computes or consumes shadows
+shapes            :class:`Shapes`, the observer that moves the shadows, and the one object the
+                  recorder, the guard and the mock ask about the lifted values (its parts below)
+twins             ``Twins``: the fake twins of the recording's tensors, the symbols of lifted
+                  sizes and ints and where each is loaded from
+shape_check       ``ShapeCheck``: the conditions of ``SHAPES``, over the symbols
+lifted_floats     ``LiftedFloats``: the lifted floats, the pinned ones, the tuples holding some,
+                  the outcomes the guard requires of each
+number_reads      ``NumberReads``: numbers read from program state, lifted where they are read
+stores            ``Stores``: sizes and lifted floats the call stored into program state, which
+                  the mock writes from each call's values
+call_shadows      ``CallShadows``, Shapes' part for calls: the shadow of a call's result
+floats_from_ints  ``FloatsFromInts``, Shapes' part for floats computed from lifted ints: native
+                  float calls, comparisons guarded by outcome, ifs whose arms compute floats
+arms              an ``if`` on lifted ints whose arms only compute floats, kept whole
+================  ============================================================================
 """
 from magpy.graphs.dynamic.lifted_shadows import IntFloat, Scalar, Span, specialise, symbolic
 from magpy.graphs.dynamic.lifting import Lifting, input_key

@@ -365,7 +365,7 @@ def _store_item(sh, f, ins, inputs, outputs, in_sh):
 
 
 def _store_global(sh, f, ins, inputs, outputs, in_sh):
-    # ``global N; N += 1``: as an item of the globals dict (read back: Shapes._number_read).
+    # ``global N; N += 1``: as an item of the globals dict (read back: dynamic.number_reads).
     if sh.refgraph.node_of(f.globals) is None:
         return False
     return _store(sh, f.globals, ins.argval, inputs[0], in_sh[0])

@@ -1,7 +1,8 @@
 """Guard and mock generation (paper §4.2, Algorithm 1) as readable Python source.
 
 ``generate`` turns one recording (its RefGraph, operator recorder and result) into the
-source of a guard (``codegen.guard``), its fast form, and a mock (``codegen.mock``),
+source of a guard (``codegen.guard``), its fast form, and a mock (``codegen.mock``, with
+its values from ``codegen.values`` and its in-place updates from ``codegen.updates``),
 together with the namespace they run in.  Which nodes are guarded and which are updated is
 decided by the RefGraph; code generation only writes code.
 """
