@@ -12,6 +12,7 @@ import warnings
 import torch
 
 import magpy
+from tests.fuzz import runner
 from tests.fuzz.generator import generate
 from tests.fuzz.minimize import minimize
 from tests.fuzz.program import Program
@@ -32,7 +33,7 @@ Run: python {name}
 import sys
 
 sys.path[:0] = [{root!r}]   # the repository whose magpy and tests.fuzz ran it
-from tests.fuzz.runner import check  # noqa: E402
+from tests.fuzz.runner import check, use_backend  # noqa: E402
 
 SOURCE = {source}
 
@@ -41,6 +42,7 @@ CALLS = [
 ]
 
 if __name__ == "__main__":
+    use_backend({backend!r})
     outcome = check(SOURCE, CALLS, {target!r})
     print(outcome.describe())
     sys.exit(outcome.kind != "ok")
@@ -62,7 +64,7 @@ def repro_text(program: Program, outcome: Outcome, name: str) -> str:
     detail = "\n".join(line for line in outcome.detail.splitlines()[-40:]).replace('"""', "'''")
     return REPRO.format(seed=program.seed, kind=outcome.kind, call=outcome.call, signature=outcome.signature,
                         detail=detail, name=name, root=ROOT, source=_raw(program.source()), calls=calls,
-                        target=program.target)
+                        target=program.target, backend=runner.BACKEND)
 
 
 def _raw(text: str) -> str:
@@ -79,12 +81,15 @@ def _quiet_worker() -> None:
 
 
 def campaign(n: int, seed: int = 0, jobs: int = 1, out: str | None = None, minimize_s: float = 60.0,
-             profile: str = "default", minutes: float | None = None, log=sys.stdout) -> dict:
-    """Run programs ``seed`` .. ``seed + n - 1`` of the generator's ``profile``; print counts
-    and signatures; return the counts, the signatures with their seeds and the repro files.
-    With ``minutes``, stop starting programs after that long (the summary covers those run)."""
+             profile: str = "default", minutes: float | None = None, log=sys.stdout,
+             backend: str = "eager") -> dict:
+    """Run programs ``seed`` .. ``seed + n - 1`` of the generator's ``profile`` through magpy
+    with ``backend`` (:func:`runner.use_backend`); print counts and signatures; return the
+    counts, the signatures with their seeds and the repro files.  With ``minutes``, stop
+    starting programs after that long (the summary covers those run)."""
     global PROFILE
     PROFILE = profile
+    runner.use_backend(backend)
     start = time.monotonic()
     counts = collections.Counter({k: 0 for k in KINDS})
     groups: dict[str, list[int]] = collections.defaultdict(list)
@@ -143,7 +148,8 @@ def summary(counts, groups, elapsed: float, eager_runs: int) -> str:
     """The campaign's figures and its failures grouped by signature, most frequent first."""
     lines = [f"programs={sum(counts.values())} {_counts(counts)} magpy-eager-runs={eager_runs} "
              f"time={elapsed:.0f}s (magpy {magpy.__version__}, torch {torch.__version__}, "
-             f"background_compile={magpy.config.background_compile}, profile {PROFILE})"]
+             f"backend {runner.BACKEND}, background_compile={magpy.config.background_compile}, "
+             f"autopilot={magpy.config.autopilot}, profile {PROFILE})"]
     for sig, seeds in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"{len(seeds):5d}  {sig}\n       seeds {seeds[:8]}")
     return "\n".join(lines) + "\n"

@@ -10,11 +10,11 @@ import copy
 import time
 
 from tests.fuzz.program import Program
-from tests.fuzz.runner import Outcome, check, magpy_eager
+from tests.fuzz.runner import Outcome, check, magpy_compiled, time_limit_s
 
 
 def minimize(program: Program, outcome: Outcome, budget_s: float = 60.0,
-             compiler=magpy_eager) -> tuple[Program, Outcome]:
+             compiler=magpy_compiled) -> tuple[Program, Outcome]:
     """The smallest program found that fails with ``outcome``'s signature (under
     ``compiler``, see :func:`runner.check`), and its outcome."""
     deadline = time.monotonic() + budget_s
@@ -24,7 +24,7 @@ def minimize(program: Program, outcome: Outcome, budget_s: float = 60.0,
 
     def fails(candidate: Program):
         nonlocal best, best_outcome
-        got = check(candidate.source(), candidate.calls, candidate.target, time_limit_s=10.0,
+        got = check(candidate.source(), candidate.calls, candidate.target, limit_s=time_limit_s() / 2,
                     compiler=compiler)
         if got.signature == outcome.signature:
             best, best_outcome = candidate, got

@@ -7,6 +7,12 @@ runner freezes what it returned or raised, the world's state (:data:`program.STA
 ``torch.is_grad_enabled()`` and torch's RNG state, and compares.  The first difference ends
 the run.
 
+Under backend "eager" every value is compared bit for bit.  Under a compiling backend
+(:func:`use_backend`, ``python -m tests.fuzz --backend inductor``) compiles run in the
+foreground and the autopilot is off, so every mock call runs the backend's code, and float
+values are compared within :data:`TOLERANCE` (a fused kernel rounds otherwise); ints, bools,
+shapes, dtypes, exceptions and the program's control are still compared exactly.
+
 Outcomes (:data:`KINDS`): ``ok``; ``wrong`` (same exception or none, different result or
 state); ``crash`` (eager returned, magpy raised); ``raise-mismatch`` (eager raised, magpy
 raised something else or returned); ``fallback`` (equal, but magpy's own machinery failed
@@ -29,7 +35,55 @@ import magpy.records.cache
 from tests.fuzz.program import STATE
 
 KINDS = ("ok", "wrong", "crash", "raise-mismatch", "fallback", "hang", "invalid")
-TIME_LIMIT = 20.0   # seconds per program and side-by-side run
+TIME_LIMIT = 20.0   # seconds per program and side-by-side run (backend eager)
+COMPILING_TIME_LIMIT = 180.0   # ... where each record's graphs compile first (C++ under Inductor)
+BACKEND = "eager"   # what magpy_compiled compiles with (use_backend)
+TOLERANCE: tuple[float, float] | None = None   # (rtol, atol) for float values; None: bit for bit
+COMPILED_TOLERANCE = (1e-4, 1e-5)   # Inductor's float32 reorderings (as tests/backends/test_cuda.py)
+
+
+def use_backend(name: str) -> None:
+    """Fuzz magpy with backend ``name`` from now on (this process and the workers it forks):
+    compiles in the foreground and no autopilot, so a mock runs the compiled code; floats
+    compared within :data:`COMPILED_TOLERANCE` unless ``name`` is "eager"."""
+    global BACKEND, TOLERANCE
+    BACKEND = name
+    exact = name == "eager"
+    TOLERANCE = None if exact else COMPILED_TOLERANCE
+    if not exact:
+        magpy.config.background_compile = False
+        magpy.config.autopilot = False
+
+
+def time_limit_s() -> float:
+    """Seconds a program may take under :data:`BACKEND`."""
+    return TIME_LIMIT if BACKEND == "eager" else COMPILING_TIME_LIMIT
+
+
+class Values:
+    """A tensor's values (or a float): equal to another's bit for bit, or where
+    :data:`TOLERANCE` is set and both are floating point, within it."""
+
+    __slots__ = ("values", "text", "floating")
+
+    def __init__(self, values, floating: bool):
+        self.values, self.text, self.floating = values, repr(values), floating
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Values):
+            return NotImplemented
+        if self.text == other.text:
+            return True
+        if TOLERANCE is None or not (self.floating and other.floating):
+            return False
+        a, b = torch.tensor(self.values, dtype=torch.float64), torch.tensor(other.values, dtype=torch.float64)
+        rtol, atol = TOLERANCE
+        return a.shape == b.shape and torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 class Hang(BaseException):
@@ -59,12 +113,13 @@ def freeze(v, memo=None):
     if isinstance(v, (int, str, bool, type(None))):
         return v
     if isinstance(v, float):
-        return ("float", repr(v))
+        return ("float", Values(v, True))
     if id(v) in memo:
         return ("seen", memo[id(v)])
     memo[id(v)] = len(memo)
     if isinstance(v, torch.Tensor):
-        return ("tensor", str(v.dtype), tuple(v.shape), v.requires_grad, repr(v.detach().tolist()))
+        values = Values(v.detach().tolist(), v.is_floating_point() or v.is_complex())
+        return ("tensor", str(v.dtype), tuple(v.shape), v.requires_grad, values)
     if isinstance(v, torch.nn.Module):
         attrs = {k: freeze(a, memo) for k, a in vars(v).items() if not k.startswith("_")}
         tensors = {k: freeze(t, memo) for k, t in list(v.named_parameters()) + list(v.named_buffers())}
@@ -210,20 +265,20 @@ def time_limit(seconds: float):
         signal.signal(signal.SIGALRM, old)
 
 
-def magpy_eager(fn):
-    """What the fuzzer tests: ``magpy.compile`` with backend eager (exact, so results are
-    compared bit for bit) and the configuration as it is (``magpy.config``)."""
-    return magpy.compile(fn, backend="eager")
+def magpy_compiled(fn):
+    """What the fuzzer tests: ``magpy.compile`` with :data:`BACKEND` (eager unless
+    :func:`use_backend` chose another) and the configuration as it is (``magpy.config``)."""
+    return magpy.compile(fn, backend=BACKEND)
 
 
-def check(source: str, calls: list, target: str, time_limit_s: float = TIME_LIMIT,
-          compiler=magpy_eager) -> Outcome:
+def check(source: str, calls: list, target: str, limit_s: float | None = None,
+          compiler=magpy_compiled) -> Outcome:
     """Run the program of ``source`` with ``calls`` eagerly and through ``compiler``; the
-    outcome."""
+    outcome.  ``limit_s``: seconds it may take (None: :func:`time_limit_s`)."""
     grad = torch.is_grad_enabled()
     rng = torch.get_rng_state()
     try:
-        with time_limit(time_limit_s), magpy_frames_kept():
+        with time_limit(time_limit_s() if limit_s is None else limit_s), magpy_frames_kept():
             return _check(source, calls, target, compiler)
     except Hang:
         magpy.reset()

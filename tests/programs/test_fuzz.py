@@ -1,16 +1,18 @@
 """The differential fuzzer (tests/fuzz) in CI: a fixed-seed sample of random programs,
 each compared with eager call by call; and checks that the fuzzer itself sees differences.
 
-A campaign: ``python -m tests.fuzz --n 10000 --out DIR`` (docs/layout.md, "Testing")."""
+A campaign: ``python -m tests.fuzz --n 10000 --out DIR [--backend inductor]`` (docs/layout.md,
+"Testing")."""
 import functools
 
 import pytest
 import torch
 
+from tests.fuzz import runner
 from tests.fuzz.generator import generate
 from tests.fuzz.minimize import minimize
 from tests.fuzz.program import Node, Program
-from tests.fuzz.runner import check
+from tests.fuzz.runner import check, freeze
 
 SAMPLE = range(20260, 20260 + 600)   # about a minute on one core (10,000 take about 12 minutes)
 
@@ -99,3 +101,15 @@ def test_minimizer_keeps_the_failure_and_shrinks():
     small, outcome = minimize(program, wrong, budget_s=30, compiler=_grad_off)
     assert outcome.signature == wrong.signature == "wrong: grad-mode"
     assert len(small.function_source()) < len(program.function_source())
+
+
+def test_a_compiling_backend_compares_floats_within_a_tolerance(monkeypatch):
+    """Under Inductor (``--backend inductor``) a fused kernel may round otherwise: float values
+    agree within the tolerance, everything else (ints, shapes, dtypes) still bit for bit."""
+    floats, near, far = (freeze(torch.tensor(v)) for v in ([1.0, 2.0], [1.0, 2.0 + 1e-6], [1.0, 2.1]))
+    ints, other_ints = freeze(torch.tensor([1, 2])), freeze(torch.tensor([1, 3]))
+    assert floats != near and ints != other_ints and freeze(0.5) != freeze(0.5 + 1e-9)
+    monkeypatch.setattr(runner, "TOLERANCE", runner.COMPILED_TOLERANCE)
+    assert floats == near and freeze(0.5) == freeze(0.5 + 1e-9)
+    assert floats != far and ints != other_ints
+    assert floats != freeze(torch.tensor([1.0, 2.0], dtype=torch.float64))   # the dtype differs
