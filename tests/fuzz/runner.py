@@ -86,6 +86,34 @@ class Values:
         return self.text
 
 
+_NUMBER = re.compile(r"-?\d+\.(\d+)(?:e[-+]?\d+)?")
+
+
+class Printed(str):
+    """Text the program printed: equal to another's exactly, or where :data:`TOLERANCE` is
+    set, word for word with the printed floats within it (and within a unit of the last
+    digit printed: ``f"{v:.4f}"`` of values that differ in the 8th digit may differ in the 4th)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other) -> bool:
+        if str.__eq__(self, other) or TOLERANCE is None or not isinstance(other, Printed):
+            return str.__eq__(self, other)
+        words, other_words = _NUMBER.split(self), _NUMBER.split(other)
+        a, b = _NUMBER.finditer(self), _NUMBER.finditer(other)
+        return (words[::2] == other_words[::2]
+                and all(_printed_close(x, y) for x, y in zip(a, b, strict=True)))
+
+    __hash__ = str.__hash__
+
+
+def _printed_close(x: re.Match, y: re.Match) -> bool:
+    rtol, atol = TOLERANCE
+    u, v = float(x.group(0)), float(y.group(0))
+    last_digit = 10.0 ** -min(len(x.group(1)), len(y.group(1)))
+    return abs(u - v) <= atol + rtol * abs(v) + last_digit
+
+
 class Hang(BaseException):
     """The program ran over its time limit (a BaseException: programs catch Exception)."""
 
@@ -129,7 +157,7 @@ def freeze(v, memo=None):
     if isinstance(v, dict):
         return ("dict", [(repr(k), freeze(x, memo)) for k, x in v.items()])
     if hasattr(v, "getvalue"):
-        return ("text", v.getvalue())
+        return ("text", Printed(v.getvalue()))
     if callable(v):
         return ("callable", getattr(v, "__qualname__", type(v).__qualname__))
     if hasattr(v, "__dict__"):

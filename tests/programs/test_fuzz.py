@@ -4,6 +4,7 @@ each compared with eager call by call; and checks that the fuzzer itself sees di
 A campaign: ``python -m tests.fuzz --n 10000 --out DIR [--backend inductor]`` (docs/layout.md,
 "Testing")."""
 import functools
+import io
 
 import pytest
 import torch
@@ -35,6 +36,30 @@ def test_fuzz_sample_matches_eager():
             failures.append(_repro(seed, outcome))
     head = f"{len(failures)} of {len(SAMPLE)} programs differ from eager:\n\n"
     assert not failures, head + "\n\n".join(failures)
+
+
+@pytest.fixture
+def under_inductor(monkeypatch):
+    """The fuzzer's Inductor mode (runner.use_backend), undone after the test."""
+    import magpy
+    for name in ("background_compile", "autopilot"):
+        monkeypatch.setattr(magpy.config, name, getattr(magpy.config, name))
+    for name in ("BACKEND", "TOLERANCE"):
+        monkeypatch.setattr(runner, name, getattr(runner, name))
+    runner.use_backend("inductor")
+
+
+@pytest.mark.slow   # about 5 s a program: each record's graphs compile as C++
+@pytest.mark.magpy_rerecords
+def test_fuzz_sample_matches_eager_under_inductor(under_inductor):
+    """A slice of the campaign ``python -m tests.fuzz --backend inductor`` (docs/layout.md)."""
+    failures = []
+    for seed in range(3001000, 3001000 + 40):
+        program = generate(seed)
+        outcome = check(program.source(), program.calls, program.target)
+        if outcome.kind not in ("ok", "fallback"):
+            failures.append(_repro(seed, outcome))
+    assert not failures, f"{len(failures)} of 40 programs differ from eager:\n\n" + "\n\n".join(failures)
 
 
 def test_generator_is_deterministic_and_valid():
@@ -108,8 +133,13 @@ def test_a_compiling_backend_compares_floats_within_a_tolerance(monkeypatch):
     agree within the tolerance, everything else (ints, shapes, dtypes) still bit for bit."""
     floats, near, far = (freeze(torch.tensor(v)) for v in ([1.0, 2.0], [1.0, 2.0 + 1e-6], [1.0, 2.1]))
     ints, other_ints = freeze(torch.tensor([1, 2])), freeze(torch.tensor([1, 3]))
-    assert floats != near and ints != other_ints and freeze(0.5) != freeze(0.5 + 1e-9)
+    # what a program printed: f"{v:.4f}" of values 6e-8 apart (seed 3001053 under Inductor)
+    printed, near_printed = (freeze(io.StringIO(t)) for t in ("n 2: -3149.0256\n", "n 2: -3149.0254\n"))
+    assert floats != near and ints != other_ints and printed != near_printed
+    assert freeze(0.5) != freeze(0.5 + 1e-9)
     monkeypatch.setattr(runner, "TOLERANCE", runner.COMPILED_TOLERANCE)
-    assert floats == near and freeze(0.5) == freeze(0.5 + 1e-9)
+    assert floats == near and freeze(0.5) == freeze(0.5 + 1e-9) and printed == near_printed
+    assert printed != freeze(io.StringIO("n 3: -3149.0256\n"))   # the words and ints stay exact
+    assert printed != freeze(io.StringIO("n 2: 3149.0256\n"))
     assert floats != far and ints != other_ints
     assert floats != freeze(torch.tensor([1.0, 2.0], dtype=torch.float64))   # the dtype differs
