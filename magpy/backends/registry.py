@@ -20,7 +20,7 @@ from torch._guards import TracingContext, detect_fake_mode, tracing
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from magpy.backends import warm
+from magpy.backends import loop_gradients, warm
 from magpy.backends.eager_twins import eager_twin
 from magpy.errors import BackendError
 from magpy.graphs.opgraph import GRAD_OUTPUTS, storage_id
@@ -36,7 +36,15 @@ def _eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
 _CONTROL_FLOW = (torch.ops.higher_order.cond, torch.ops.higher_order.while_loop)
 
 
+def eager_gradients_only(gm: torch.fx.GraphModule, backend: str) -> bool:
+    """Must ``gm``, compiled by ``backend``, run as backend "eager" runs it
+    (magpy.backends.loop_gradients)?"""
+    return loop_gradients.eager_gradients_only(gm, backend, _op_names(gm))
+
+
 def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    if not _loops_anchored(gm, example_inputs):
+        return _eager(gm, example_inputs)
     train_steps.tensor_alphas(gm)
     train_steps.tensor_scalar_lists(gm)
     if not backward.has_backward(gm):
@@ -51,8 +59,23 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     return backward.BackwardDone(compiled, needing_grad) if needing_grad else compiled
 
 
+def _loops_anchored(gm: torch.fx.GraphModule, example_inputs: list) -> bool:
+    """:func:`loop_gradients.anchor_carries` on fake twins of ``example_inputs``; False where
+    a loop's carries cannot be anchored, or the graph cannot run on fakes to tell."""
+    if not loop_gradients.loops_under_autograd(gm):
+        return True
+    mode = _fake_mode(example_inputs)
+    symbolic = detect_fake_mode(example_inputs) is not None
+    fakes = example_inputs if symbolic else _static_fakes(example_inputs, mode)
+    try:
+        return loop_gradients.anchor_carries(gm, fakes, mode)
+    except Exception:  # noqa: BLE001 - a data-dependent operation fakes cannot run
+        return False
+
+
 def _compile_inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     with _quiet(categories=(DeprecationWarning,)):   # inductor's imports use deprecated torch.jit APIs
+        from torch._functorch import config as functorch_config
         from torch._inductor import config as inductor_config
         from torch._inductor.compile_fx import compile_fx
     mode = _fake_mode(example_inputs)
@@ -65,7 +88,7 @@ def _compile_inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callabl
             given += _fold_constants(gm, effects)
             given += _whole_input_pools(gm)
             options, patch = _inductor_options(gm, fakes)
-            with inductor_config.patch(patch):
+            with inductor_config.patch(patch), functorch_config.patch(loop_gradients.functorch_patch(gm)):
                 return compile_fx(gm, fakes, **options)
     except Exception:
         if not static:
@@ -76,7 +99,7 @@ def _compile_inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callabl
         for node in given:
             del node.meta["example_value"]
         options, patch = _inductor_options(gm, example_inputs)
-        with inductor_config.patch(patch):
+        with inductor_config.patch(patch), functorch_config.patch(loop_gradients.functorch_patch(gm)):
             return compile_fx(gm, example_inputs, **options)
 
 
@@ -327,23 +350,6 @@ SYMBOLIC = frozenset({"eager", "inductor"})
 # Backends that cannot compile torch.cond or torch.while_loop: an if or a while on tensor
 # data stays a break for them.
 NO_CONDS = frozenset({"torchscript", "onnxrt"})
-# Backends whose graphs give the gradients of torch.while_loop and of the recurrent layers as
-# eager does.  A graph with either under autograd runs as backend "eager" does (record.py):
-# Inductor's compiled backward of a while_loop over a symbolic trip count gave other gradients
-# for lengths but the one it was compiled for (torch 2.13, an LSTMCell loop: the loss right,
-# gradients off by 100%); AOTAutograd's backward of nn.LSTM's fused kernel failed ("expected all
-# tensors_saved_with_vc_check to be Tensors", aot_eager; Inductor: "expected Tensor() for op
-# mkldnn_rnn_layer"), found by the training-loop fuzzer.  Still one record for every length.
-LOOP_GRADIENTS = frozenset({"eager"})
-_RECURRENT = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
-
-
-def eager_gradients_only(gm: torch.fx.GraphModule) -> bool:
-    """Does ``gm`` hold a ``while_loop`` or a recurrent layer and give tensors that need
-    gradients (or a backward)?"""
-    return (bool(gm.meta.get(GRAD_OUTPUTS)) or backward.has_backward(gm)) and (
-        any(n.target is torch.ops.higher_order.while_loop for n in gm.graph.nodes)
-        or bool(_op_names(gm) & _RECURRENT))
 # Backends that compile on fake tensors only: compiling runs none of the graph's random
 # operations (torch.jit.trace, a user's backend may run them), so it may run in the background
 # beside the program's own draws (magpy.graphs.rng).

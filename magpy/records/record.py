@@ -697,10 +697,10 @@ def _twin(gm, loops: list) -> Callable:
 
 
 def _backend_for(backend, gm) -> tuple:
-    """The backend that compiles ``gm``: "eager" for a loop or a recurrent layer under autograd
-    where the chosen backend's gradients of them are not eager's (``registry.LOOP_GRADIENTS``):
-    a loop stays one operator for every length, run as Python."""
-    if backend[0] not in registry.LOOP_GRADIENTS and registry.eager_gradients_only(gm):
+    """The backend that compiles ``gm``: "eager" where the chosen backend's gradients of what
+    ``gm`` holds are not eager's (``registry.eager_gradients_only``): a loop stays one
+    operator for every length, run as Python."""
+    if registry.eager_gradients_only(gm, backend[0]):
         return registry.resolve("eager")
     return backend
 
