@@ -11,7 +11,9 @@ same model with magpy in one of three places:
   logger's) are eager steps between graphs;
 - ``step``: ``magpy.compile(train_step)`` with ``zero_grad``, the DDP forward, the loss,
   ``loss.backward()`` (an eager step: the real autograd engine, so DDP's gradient all-reduce
-  hooks fire in it) and ``opt.step()``.
+  hooks fire in it) and ``opt.step()``;
+- ``plain``: the same step of a model DDP does not wrap, in the process group (every script
+  ``torchrun`` launches has one: the backward is an eager step all the same).
 
 Each rank draws different data (seeded by rank), so equal gradients on both ranks are the
 all-reduce's work.  The ranks report, after every step, both twins' losses, parameters,
@@ -131,14 +133,15 @@ def _counting_allreduce(calls: list, bucket):
 
 class _Twin:
     """A model, its DDP wrapper and optimizer, and the train step, with magpy placed by
-    ``mode`` (module docstring; "eager": nowhere).  ``compiled``: what magpy.stats reads."""
+    ``mode`` (module docstring; "eager": nowhere, "eager-plain": nowhere and no DDP).
+    ``compiled``: what magpy.stats reads."""
 
     def __init__(self, mode: str, arch: str, optim: str, count_hooks: bool, backend: str,
                  zero_grad: str = "first"):
         torch.manual_seed(0)
         self.model = ARCHS[arch][0]()
         inner = magpy.compile(self.model, backend=backend) if mode == "inside" else self.model
-        self.ddp = ddp = DDP(inner)
+        self.ddp = ddp = inner if mode in ("plain", "eager-plain") else DDP(inner)
         self.hook_calls = [0]
         if count_hooks:
             ddp.register_comm_hook(self.hook_calls, _counting_allreduce)
@@ -154,8 +157,8 @@ class _Twin:
             last()
             return loss
 
-        self.step = magpy.compile(train_step, backend=backend) if mode == "step" else train_step
-        self.compiled = {"inside": inner, "outside": forward, "step": self.step}.get(mode)
+        self.step = magpy.compile(train_step, backend=backend) if mode in ("step", "plain") else train_step
+        self.compiled = {"inside": inner, "outside": forward, "step": self.step, "plain": self.step}.get(mode)
 
     def state(self) -> dict:
         """Everything a train step changes, copied."""
@@ -186,7 +189,7 @@ ZERO_GRAD = ("first", "last", "module last", "to zeros last")
 
 def _train(rank: int, backend: str, mode: str, arch: str, optim: str, count_hooks: bool,
            zero_grad: str = "first", n: int = STEPS) -> dict:
-    eager = _Twin("eager", arch, optim, count_hooks, backend, zero_grad)
+    eager = _Twin("eager-plain" if mode == "plain" else "eager", arch, optim, count_hooks, backend, zero_grad)
     compiled = _Twin(mode, arch, optim, count_hooks, backend, zero_grad)
     data = torch.Generator().manual_seed(100 + rank)
     steps = []
@@ -359,3 +362,40 @@ def test_inductor_train_step():
     _check_all_reduced(reports, hooks=True)
     for r in reports:
         assert r["graphs_per_call"] == 3 and r["break_reasons"] == []
+
+
+# Issue 41's table: where zero_grad sits, for a model DDP does not wrap, a compiled step of a
+# DDP model and a compiled DDP module; SGD with momentum and AdamW.
+TABLE = [(f"train[{mode}-{optim}-{where}]", mode, "mlp", optim, False, where, ZERO_GRAD_STEPS)
+         for mode in ("plain", "step", "outside") for optim in ("sgd", "adamw") for where in ZERO_GRAD]
+
+
+def _kinds(report: dict) -> list[str]:
+    """What each call of a scenario was (_kind)."""
+    stats = [{}] + [step["stats"] for step in report["steps"]]
+    return [_kind(a, b) for a, b in zip(stats, stats[1:])]
+
+
+def _check_table(reports: list[dict], exact: bool) -> None:
+    """Every scenario of TABLE: equal to eager after every one of its 20 steps on every rank,
+    the same kinds of call on every rank, none eager, the last 10 mock runs; DDP's ranks
+    hold the same parameters."""
+    for name, mode, *_ in TABLE:
+        rs = _scenario(reports, name)
+        kinds = _kinds(rs[0])
+        assert "eager" not in kinds and kinds[-10:] == [MOCK] * 10, (name, kinds)
+        _check(rs, kinds, exact=exact)
+        if mode != "plain":
+            _check_all_reduced(rs, hooks=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 4])
+def test_zero_grad_table(world):
+    # Bit for bit over 20 steps on every rank, wherever the step clears the gradients.
+    _check_table(_launch(TABLE, world=world, timeout=600.0), exact=True)
+
+
+@pytest.mark.slow
+def test_zero_grad_table_inductor():
+    _check_table(_launch(TABLE, backend="inductor", timeout=900.0), exact=False)
