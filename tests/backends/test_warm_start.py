@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -91,6 +93,7 @@ def test_second_process_compiles_nothing_new(tmp_path):
     assert cold["sets"] > 0 and warm["probes"] == cold["probes"] - cold["sets"], (cold, warm)
 
 
+@pytest.mark.slow   # a process of its own compiling with a cold cache: 25 s
 def test_a_rounding_graph_without_batch_norm_is_cached(tmp_path):
     # magpy hands Inductor a decomposition table of its own only for graphs with a BatchNorm
     # (with one, Inductor bypasses its FX graph cache).

@@ -105,6 +105,7 @@ def test_run_small(tmp_path, capsys):
     assert "| resnet50 | magpy-eager |" in printed  # the markdown table
 
 
+@pytest.mark.slow   # compiles with Inductor: 11 s
 def test_run_reports_wrong_variant(tmp_path, monkeypatch, capsys):
     """A variant whose output is wrong makes the row incorrect and the exit status 1."""
 

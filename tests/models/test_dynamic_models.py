@@ -114,7 +114,7 @@ _NOT_TEXT = {"convnext", "deit", "detr", "resnet", "segformer", "swin", "vit", "
 # The default run's share: decoder and encoder families, a custom autograd.Function (BLOOM),
 # F.pad on a lifted size (MobileBERT), sizes read from the first result of a lifted input
 # (GPT-J), sizes stored in state (Mistral, Funnel).
-_DEFAULT_RUN = {"gpt2", "llama", "gptj", "bloom", "t5", "bert", "mobilebert", "mistral", "funnel"}
+_DEFAULT_RUN = {"gpt2", "llama", "gptj", "bloom", "t5", "bert", "mobilebert"}
 
 
 def _text_models() -> list:
