@@ -48,6 +48,12 @@ Models: the zoo's (``benchmarks.models.MODELS``) at ``--size`` (default bench, t
   replays one of three records (the notes' monitor runs are its records); the step record
   serves one call in ``ACCUM``, so the task warms up ``ACCUM`` times as long, for its
   compile and autopilot trial to end before the timed steps.
+* ``lstm``: a language model written with a cell (:class:`LSTMLanguageModel`: an
+  ``LSTMCell`` stepped over the sequence in a Python loop under autograd; test size:
+  vocabulary 100, hidden 32; bench: 1000, 256), next-token cross-entropy at every step, on
+  sequences of a new length every call (:data:`LSTM_LENGTHS`).  magpy makes the loop one
+  ``torch.while_loop`` for every length (the first length unrolled, then one symbolic
+  record) and compiles it with its backward; torch.compile compiles a graph per length.
 
 ``--opt``: ``sgd`` (the default: SGD, lr 0.01, momentum 0.9) or ``adamw`` (AdamW, lr 1e-3,
 weight decay 0.01); torch's default implementation (on CPU the per-tensor for-loop).
@@ -99,6 +105,9 @@ Columns:
   ``counters["stats"]["unique_graphs"]`` after ``torch._dynamo.reset()`` and
   ``counters.clear()`` (compiled autograd's graphs included), and beside it the graph breaks
   (``counters["graph_break"]``: the reasons are footnotes).
+* ``recorded``: recordings in all the steps, "N in S": magpy's monitor runs (its records and
+  continuations), torch.compile's traced graphs (``compiled``); per 100 steps with ``--steps``
+  making S 100.
 * ``kept``: magpy's autopilot decisions (``stats.kept``: graphs that kept the backend's
   version, graphs that run eagerly); "on trial" if no graph's trial was over by the end (its
   timed steps ran the compiled and the eager version in turn).
@@ -326,12 +335,61 @@ def accumulation_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Cal
     return step
 
 
+class LSTMLanguageModel(nn.Module):
+    """A language model as people write one with a cell: ``LSTMCell`` stepped over the
+    sequence in a Python loop, the hidden state of every step projected on the vocabulary."""
+
+    def __init__(self, vocab: int, hidden: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.cell = nn.LSTMCell(hidden, hidden)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)                     # (length, batch, hidden)
+        h = x.new_zeros(x.size(1), x.size(2))
+        c = x.new_zeros(x.size(1), x.size(2))
+        states = []
+        for t in range(x.size(0)):
+            h, c = self.cell(x[t], (h, c))
+            states.append(h)
+        return self.head(torch.stack(states))
+
+
+# The LSTM language model: (vocabulary, hidden) by size; its batches' sequence lengths (one per
+# batch: each call a new length; torch.compile recompiles per length until its limit).
+LSTM_SIZES = {"test": (100, 32), "bench": (1000, 256)}
+LSTM_LENGTHS = (17, 24, 31, 40)
+
+
+def _lstm_model(size: str):
+    return LSTMLanguageModel(*LSTM_SIZES[size]), (), {}
+
+
+def _sequence_batches(model, args, kwargs, batch, seed):
+    vocab = model.embed.num_embeddings
+    out = []
+    for i in range(BATCHES):
+        g = torch.Generator().manual_seed(seed + i)
+        length = LSTM_LENGTHS[i % len(LSTM_LENGTHS)]
+        tokens = torch.randint(0, vocab, (length + 1, batch), generator=g)
+        out.append(({"tokens": tokens[:-1]}, tokens[1:]))   # the next token at every step
+    return out
+
+
+def _next_token_loss(model):
+    def loss_fn(logits, targets):
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    return loss_fn
+
+
 TASKS = {"resnet50": Task(_image_batches, _classification_loss), "bert": Task(_text_batches, _token_loss),
          "bert-finetune": Task(_label_batches, _logits_loss, _finetune_model, scheduled_step,
                                recordings=FINETUNE_WARMUP),
          # (the last record, the first step with optimizer state, is made at micro-step 2 * ACCUM)
          "bert-accum": Task(_label_batches, _logits_loss, _finetune_model, accumulation_step,
-                            recordings=2 * ACCUM, indexed=True, period=ACCUM)}
+                            recordings=2 * ACCUM, indexed=True, period=ACCUM),
+         "lstm": Task(_sequence_batches, _next_token_loss, _lstm_model)}
 
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
@@ -476,6 +534,7 @@ def run_variant(variant: Variant, setup: Setup) -> tuple[dict, dict | None]:
                     magpy.synchronize()
             times = run.time_calls(one_step, run.Timing(0, 0.0, setup.steps, setup.steps))
             row["total_s"] = now() - start
+            row["steps"] = len(losses)
             trained = {"loss": torch.stack(losses), "state": snapshot(model)}
             if variant.compiler == "torch.compile":
                 stage = "profiled step"
@@ -556,6 +615,7 @@ def graph_info(variant: Variant, compiled, row: dict) -> dict:
     if variant.compiler == "magpy":
         s = magpy.stats(compiled)
         info["graphs_per_step"] = s.graphs_per_call
+        info["recorded"] = s.monitor_runs
         info["notes"] = (["EAGER FALLBACK"] if s.eager_runs else []) + [
             f"runs: {s.monitor_runs} monitor, {s.mock_runs} mock, {s.eager_runs} eager"]
         info["notes"] += [f"eager step: {run._first_line(reason)}" for reason in s.breaks]
@@ -566,6 +626,7 @@ def graph_info(variant: Variant, compiled, row: dict) -> dict:
         frames, info["graphs_per_step"] = frames_graphs
         info["notes"].append(f"{frames} frames/step")
     info["graph_breaks"] = sum(counters.get("graph_break", {}).values())
+    info["recorded"] = info.get("graphs")   # each a trace of a frame
     if variant.compiled_autograd:
         info["notes"].append(f"compiled autograd captures: {counters['compiled_autograd']['captures']}")
     return info
@@ -667,8 +728,8 @@ def run_ddp(opts: argparse.Namespace) -> list[dict]:
 
 
 COLUMNS = ("model", "variant", "step 1 s", "step 2 s", "total s", "ms/step", "steps/s", "speedup",
-           "graphs/step", "compiled", "kept", "correct", "notes")
-RIGHT = {2, 3, 4, 5, 6, 7, 8, 9}
+           "graphs/step", "compiled", "recorded", "kept", "correct", "notes")
+RIGHT = {2, 3, 4, 5, 6, 7, 8, 9, 10}
 
 
 def table_cells(rows: list[dict]) -> tuple[list[list[str]], list[str]]:
@@ -697,8 +758,16 @@ def table_cells(rows: list[dict]) -> tuple[list[list[str]], list[str]]:
                       run._fmt(r.get("median_ms"), ".1f"),
                       run._fmt(r.get("steps_per_s"), ".2f"),
                       run._fmt(r.get("speedup"), ".2f"), run._fmt(r.get("graphs_per_step"), "d"), compiled,
-                      kept_cell(r), correct_cell(r), "; ".join((r.get("notes") or []) + refs)])
+                      recorded_cell(r), kept_cell(r), correct_cell(r),
+                      "; ".join((r.get("notes") or []) + refs)])
     return cells, footnotes
+
+
+def recorded_cell(r: dict) -> str:
+    """Recordings in all the steps: magpy's monitor runs, torch.compile's traced graphs."""
+    if r.get("recorded") is None or not r.get("steps"):
+        return "-"
+    return f"{r['recorded']} in {r['steps']}"
 
 
 def kept_cell(r: dict) -> str:
