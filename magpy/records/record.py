@@ -34,7 +34,7 @@ from magpy.backends import autopilot, background, registry
 from magpy.backends.eager_twins import eager_twin
 from magpy.backends.gpu import batched_predicates, cuda_graphs, host_loops
 from magpy.capture import annotations, collector
-from magpy.capture.callees import builtin_standins, torchscript
+from magpy.capture.callees import builtin_standins, fx_tracing, torchscript
 from magpy.capture.monitor import Monitor, bytecode, code_info, generators, shared_default_policy
 from magpy.capture.monitor.tracebacks import user_stacklevel
 from magpy.capture.refgraph.graph import ARG, KWARG, Kind, is_immutable
@@ -287,6 +287,7 @@ def _base_policy():
     policy.substitute(torch.jit.ScriptFunction, torchscript.original_function)
     policy.substitute(torch._C.ScriptMethod, torchscript.original_method)
     policy.add_intrinsic(torch.jit.is_scripting, torchscript.is_scripting)
+    fx_tracing.look_through_tracing()
     train_steps.add_to(policy)
     for callee, choose in builtin_standins.REROUTES:
         policy.reroute(callee, choose)

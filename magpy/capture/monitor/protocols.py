@@ -31,12 +31,25 @@ def cell_value(cell):
         return NULL
 
 
+# Functions another thread puts on a type for a while, by their code -> the attribute they
+# stand in for (add_patch).
+_PATCHES: dict = {}
+
+
+def add_patch(code: types.CodeType, original) -> None:
+    """Type lookups see ``original`` where they find a function of ``code``: a patch that
+    another thread puts on a type while it works (torch.fx's tracing patches ``nn.Module``:
+    magpy.capture.callees.fx_tracing) is not the program's."""
+    _PATCHES[code] = original
+
+
 def type_lookup(tp, name):
     """``_PyType_Lookup``: the raw attribute ``name`` along ``tp``'s MRO, or NULL."""
     for klass in tp.__mro__:
         d = klass.__dict__
         if name in d:
-            return d[name]
+            raw = d[name]
+            return _PATCHES.get(raw.__code__, raw) if _PATCHES and type(raw) is FunctionType else raw
     return NULL
 
 

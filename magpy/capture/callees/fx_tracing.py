@@ -1,0 +1,28 @@
+"""torch.fx's symbolic tracing, seen from the program's thread.
+
+``Tracer.trace`` patches ``nn.Module.__call__`` and ``__getattr__`` process-wide while it traces
+(torch 2.13).  magpy's background compiles trace (AOTAutograd's ``make_fx``) while the
+program's thread records: the monitor looked the tracer's wrappers up on the module's type,
+entered them, and stopped at their ``_autowrap_check`` (a native reading the tracer's patcher),
+so the call and every later one ran eagerly (the DDP zero_grad table under Inductor, now and
+then).  The monitor looks through the wrappers to the methods they stand in for, as the program
+finds them when no trace runs.  (Run natively, a wrapper calls the method it stands in for
+with the program's own values: only the tracer's own root module's parameters become proxies.)
+"""
+import types
+
+from torch.fx import _symbolic_trace
+
+from magpy.capture.monitor.protocols import add_patch
+
+# The wrappers Tracer.trace makes (nested functions: one code object each) and the methods
+# they stand in for.
+_WRAPPERS = {"module_call_wrapper": _symbolic_trace._orig_module_call,
+             "module_getattr_wrapper": _symbolic_trace._orig_module_getattr}
+
+
+def look_through_tracing() -> None:
+    """Make the monitor's type lookups see ``nn.Module``'s own methods during a trace."""
+    for code in _symbolic_trace.Tracer.trace.__code__.co_consts:
+        if isinstance(code, types.CodeType) and code.co_name in _WRAPPERS:
+            add_patch(code, _WRAPPERS[code.co_name])
