@@ -21,7 +21,8 @@ Why a thread is safe here:
   (eager twins, compiled graphs of other records) and recordings, which build their fx
   graphs directly and read none of the configuration a compile patches (Inductor's own,
   AOTAutograd's ``unlift_effect_tokens``/``selective_decompose``, fx's node-meta
-  preservation, which only fx tracers read).
+  preservation, which only fx tracers read).  fx's tracers patch ``nn.Module`` for the whole
+  process while they trace; in the worker they do not (magpy.backends.fx_patches).
 - The thread-local state a compile depends on (grad mode, inference mode) is the record's,
   set again in the worker; a record made under autocast compiles in the foreground.
 - A record's graphs are compiled by one job, so the record's shape environment (symbolic
@@ -63,6 +64,7 @@ from typing import Callable, Iterator
 import torch
 from torch._dynamo.convert_frame import compile_lock
 
+from magpy.backends import fx_patches
 from magpy.capture import collector, process_state
 from magpy.config import config
 
@@ -137,7 +139,8 @@ def _run(future: Future, job: Callable[[], object]) -> None:
         return
     _running = (future, time.monotonic())
     try:
-        with _lock, compile_lock, collector.full_collections_deferred(), _FAST_SWITCHING:
+        with (_lock, compile_lock, collector.full_collections_deferred(), _FAST_SWITCHING,
+              fx_patches.kept_to_this_thread()):
             out = job()
     except Exception as e:  # noqa: BLE001 - handed to the calling thread (Deferred.results)
         _settle(future.set_exception, e)

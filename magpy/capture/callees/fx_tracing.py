@@ -1,13 +1,13 @@
-"""torch.fx's symbolic tracing, seen from the program's thread.
+"""torch.fx's symbolic tracing, seen from a recording.
 
 ``Tracer.trace`` patches ``nn.Module.__call__`` and ``__getattr__`` process-wide while it traces
-(torch 2.13).  magpy's background compiles trace (AOTAutograd's ``make_fx``) while the
-program's thread records: the monitor looked the tracer's wrappers up on the module's type,
-entered them, and stopped at their ``_autowrap_check`` (a native reading the tracer's patcher),
-so the call and every later one ran eagerly (the DDP zero_grad table under Inductor, now and
-then).  The monitor looks through the wrappers to the methods they stand in for, as the program
-finds them when no trace runs.  (Run natively, a wrapper calls the method it stands in for
-with the program's own values: only the tracer's own root module's parameters become proxies.)
+(torch 2.13).  A recording that runs while a trace is open, in a thread of the program's
+(``torch.compile`` or a foreground compile in another thread, fx's own tracing in the program;
+magpy's compile worker makes no such patches: magpy.backends.fx_patches), looked the
+tracer's wrappers up on the module's type, entered them, and stopped at their
+``_autowrap_check`` (a native reading the tracer's patcher), so the call and every later one
+ran eagerly.  The monitor looks through the wrappers to the methods they stand in for, as the
+program finds them when no trace runs.
 """
 import types
 
