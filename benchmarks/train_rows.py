@@ -61,12 +61,11 @@ if __package__ in (None, ""):  # run as `python benchmarks/train_rows.py`: make 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
-from torch import nn  # noqa: E402
 
 import magpy  # noqa: E402
 from benchmarks import run  # noqa: E402
 from tests.training import test_accumulation, test_scaler, test_schedules  # noqa: E402
-from tests.training.test_optimizers import OPTIMIZERS, _lambda_lr, _WithScale  # noqa: E402
+from tests.training.test_optimizers import OPTIMIZERS, _lambda_lr, every_optimizer_build  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = REPO / "benchmarks" / "results" / "train_rows.json"
@@ -95,37 +94,6 @@ class Row:
     autocast: bool = False             # under fp16/bf16 autocast: the looser tolerance
 
 
-def _every_optimizer(name: str, foreach: bool) -> Callable[[], tuple]:
-    # test_optimizers.test_every_optimizer_is_exact's build (inline there, so repeated here):
-    # a linear layer and a 0-d parameter, torch.optim.<name>, LambdaLR stepped in the step.
-    def build():
-        model = _WithScale()
-        opt = getattr(torch.optim, name)(model.parameters(), lr=1e-2, foreach=foreach)
-        sched = _lambda_lr(opt)
-        return test_schedules._step_fn(model, opt, sched), {"model": model, "opt": opt, "sched": sched}
-    return build
-
-
-def _averaged_model() -> Callable[[], tuple]:
-    # test_scaler.test_averaged_model_updated_in_the_step's build (inline there), parameters form
-    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-
-    def build():
-        model = test_schedules._mlp()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-        averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9))
-
-        def train_step(x, y):
-            opt.zero_grad(set_to_none=True)
-            loss = nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            averaged.update_parameters(model)
-            return loss.detach()
-        return train_step, {"model": model, "opt": opt, "averaged": averaged}
-    return build
-
-
 def _rows() -> dict[str, Row]:
     sched = test_schedules
     rows = {
@@ -150,9 +118,9 @@ def _rows() -> dict[str, Row]:
         for foreach in (False, True):
             key = f"{name.lower()}-{'foreach' if foreach else 'for-loop'}"
             rows[key] = Row(f"{name} foreach={foreach}, LambdaLR",
-                            lambda name=name, foreach=foreach: _every_optimizer(name, foreach), 12,
+                            lambda name=name, foreach=foreach: every_optimizer_build(name, foreach), 12,
                             sched._observe)
-    rows["ema"] = Row("AveragedModel (EMA) updated in the step, AdamW", _averaged_model, 8,
+    rows["ema"] = Row("AveragedModel (EMA) updated in the step, AdamW", test_scaler.averaged_model_build, 8,
                       test_scaler._observe)
     rows["accumulation"] = Row(
         "gradient accumulation, k=4, index passed in, SGD-momentum",

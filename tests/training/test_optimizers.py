@@ -274,6 +274,17 @@ EVERY_OPTIMIZER = ("Adam", "AdamW", "NAdam", "Adamax", "RAdam", "ASGD", "Adagrad
 # (magpy.training.train_steps._TENSOR_STEP) or has none, and those that read it as eager does (an eager
 # step) where what they compute from it reaches the graph as inputs.  RAdam's foreach step
 # checks a list comprehension's floats at ``if rho_t > 5`` (a continuation a step, exact).
+def every_optimizer_build(name: str, foreach: bool):
+    """The build of the every-optimizer tests (and benchmarks/train_rows.py): a linear layer
+    and a 0-d parameter, ``torch.optim.<name>``, LambdaLR stepped inside the step."""
+    def build():
+        model = _WithScale()
+        opt = getattr(torch.optim, name)(model.parameters(), lr=1e-2, foreach=foreach)
+        sched = _lambda_lr(opt)
+        return _step_fn(model, opt, sched), {"model": model, "opt": opt, "sched": sched}
+    return build
+
+
 TWO_RECORDS = {(name, foreach) for name in ("Adam", "AdamW", "Adagrad", "Adadelta", "RMSprop", "Rprop", "SGD",
                                              "Adamax", "ASGD", "NAdam") for foreach in (False, True)}
 # RAdam's for-loop step turns at ``if rho_t > 5.0`` (at step 6 here), with closures made in
@@ -288,13 +299,8 @@ def test_every_optimizer_is_exact(name, foreach):
     # NAdam's ``mu_product *= mu`` (0-d state times the step's float) differed in the last bit
     # with the step count as a float64 tensor; its foreach and Adamax's foreach raised or
     # took another overload with lists of tensors (magpy.training.train_steps._step_value).
-    def build():
-        model = _WithScale()
-        opt = getattr(torch.optim, name)(model.parameters(), lr=1e-2, foreach=foreach)
-        sched = _lambda_lr(opt)
-        return _step_fn(model, opt, sched), {"model": model, "opt": opt, "sched": sched}
     steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(12)]
-    trace = check_compiled(build, steps, fullgraph=False, observe=_observe)
+    trace = check_compiled(every_optimizer_build(name, foreach), steps, fullgraph=False, observe=_observe)
     st = magpy.stats(trace.compiled)
     # (RMSprop's for-loop ``addcdiv_(..., value=-lr)``: operands._NUMBER_KEYWORDS)
     if (name, foreach) in TWO_RECORDS:
@@ -315,14 +321,9 @@ def test_every_optimizer_under_inductor(name, foreach, monkeypatch):
     monkeypatch.setattr(magpy.config, "background_compile", False)
     monkeypatch.setattr(magpy.config, "autopilot", False)
 
-    def build():
-        model = _WithScale()
-        opt = getattr(torch.optim, name)(model.parameters(), lr=1e-2, foreach=foreach)
-        sched = _lambda_lr(opt)
-        return _step_fn(model, opt, sched), {"model": model, "opt": opt, "sched": sched}
     steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(12)]
-    trace = check_compiled(build, steps, fullgraph=False, backend="inductor", rtol=1e-4, atol=1e-5,
-                           observe=lambda s: (_observe(s), torch.is_grad_enabled()))
+    trace = check_compiled(every_optimizer_build(name, foreach), steps, fullgraph=False, backend="inductor",
+                           rtol=1e-4, atol=1e-5, observe=lambda s: (_observe(s), torch.is_grad_enabled()))
     st = magpy.stats(trace.compiled)
     if (name, foreach) in TWO_RECORDS:
         assert st.records == 2 and st.mock_runs == 10, st
@@ -340,11 +341,7 @@ def test_graphs_are_compiled_under_the_modes_they_start_under():
         seen.append(torch.is_grad_enabled())
         return gm.forward
 
-    def build():
-        model = _WithScale()
-        opt = torch.optim.Adamax(model.parameters(), lr=1e-2, foreach=False)
-        sched = _lambda_lr(opt)
-        return _step_fn(model, opt, sched), {"model": model, "opt": opt, "sched": sched}
     steps = [Step(f"train step {i + 1}", _batch, seed=i, expect=None) for i in range(3)]
-    check_compiled(build, steps, fullgraph=False, observe=_observe, backend=backend)
+    check_compiled(every_optimizer_build("Adamax", False), steps, fullgraph=False, observe=_observe,
+                   backend=backend)
     assert True in seen and False in seen, seen   # the forward with grad, the updates without

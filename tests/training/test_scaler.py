@@ -126,14 +126,9 @@ def test_ema_weights_updated_in_the_step():
     assert st.records == 2 and st.mock_runs == 6 and st.graphs_per_call == 1, st
 
 
-@pytest.mark.parametrize("use_buffers", [False, True], ids=["parameters", "buffers"])
-def test_averaged_model_updated_in_the_step(use_buffers):
-    # ``AveragedModel.update_parameters`` reads its ``n_averaged`` buffer back twice after the
-    # optimizer's effects, each a check with a resume point: at the first, the generators it
-    # made (``self.parameters()``) have not started (the mock makes them again); at the
-    # second, ``zip`` has left one suspended, which the frame never reads again (a dead local:
-    # magpy.capture.monitor.liveness).  Before, "a generator made in the call is live": eager from
-    # step 3.
+def averaged_model_build(use_buffers: bool = False):
+    """A step that updates ``torch.optim.swa_utils.AveragedModel`` (EMA) after AdamW's step
+    (the tests below and benchmarks/train_rows.py)."""
     from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
     def build():
@@ -149,7 +144,18 @@ def test_averaged_model_updated_in_the_step(use_buffers):
             averaged.update_parameters(model)
             return loss.detach()
         return train_step, {"model": model, "opt": opt, "averaged": averaged}
-    trace = check_compiled(build, _steps(8), fullgraph=False, observe=_observe)
+    return build
+
+
+@pytest.mark.parametrize("use_buffers", [False, True], ids=["parameters", "buffers"])
+def test_averaged_model_updated_in_the_step(use_buffers):
+    # ``AveragedModel.update_parameters`` reads its ``n_averaged`` buffer back twice after the
+    # optimizer's effects, each a check with a resume point: at the first, the generators it
+    # made (``self.parameters()``) have not started (the mock makes them again); at the
+    # second, ``zip`` has left one suspended, which the frame never reads again (a dead local:
+    # magpy.capture.monitor.liveness).  Before, "a generator made in the call is live": eager from
+    # step 3.
+    trace = check_compiled(averaged_model_build(use_buffers), _steps(8), fullgraph=False, observe=_observe)
     st = magpy.stats(trace.compiled)
     assert st.records == 2 and st.mock_runs == 6 and st.eager_runs == 0, st
 
@@ -159,24 +165,8 @@ def test_averaged_model_restarted_from_outside():
     # weights): the next step copies the parameters again, as eager does (its check fails
     # after the optimizer's effects: the rest of the step resumes from there), then steps
     # average again.
-    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-
-    def build():
-        model = _mlp()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-        averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9))
-
-        def train_step(x, y):
-            opt.zero_grad(set_to_none=True)
-            loss = nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            averaged.update_parameters(model)
-            return loss.detach()
-        return train_step, {"model": model, "opt": opt, "averaged": averaged}
-
     def restart(state):
         state["averaged"].n_averaged.zero_()
     steps = _steps(4) + [after(restart, _batch, seed=20, expect=ANY)] + _steps(3)
-    trace = check_compiled(build, steps, fullgraph=False, observe=_observe)
+    trace = check_compiled(averaged_model_build(), steps, fullgraph=False, observe=_observe)
     assert magpy.stats(trace.compiled).eager_runs == 0
