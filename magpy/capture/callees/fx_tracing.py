@@ -15,14 +15,15 @@ from torch.fx import _symbolic_trace
 
 from magpy.capture.monitor.protocols import add_patch
 
-# The wrappers Tracer.trace makes (nested functions: one code object each) and the methods
-# they stand in for.
-_WRAPPERS = {"module_call_wrapper": _symbolic_trace._orig_module_call,
-             "module_getattr_wrapper": _symbolic_trace._orig_module_getattr}
+# The wrappers Tracer.trace makes (nested functions: one code object each): the attribute
+# each is patched in as and the method it stands in for.
+_WRAPPERS = {"module_call_wrapper": ("__call__", _symbolic_trace._orig_module_call),
+             "module_getattr_wrapper": ("__getattr__", _symbolic_trace._orig_module_getattr)}
 
 
 def look_through_tracing() -> None:
     """Make the monitor's type lookups see ``nn.Module``'s own methods during a trace."""
     for code in _symbolic_trace.Tracer.trace.__code__.co_consts:
         if isinstance(code, types.CodeType) and code.co_name in _WRAPPERS:
-            add_patch(code, _WRAPPERS[code.co_name])
+            name, original = _WRAPPERS[code.co_name]
+            add_patch(name, code, original)

@@ -31,16 +31,16 @@ def cell_value(cell):
         return NULL
 
 
-# Functions another thread puts on a type for a while, by their code -> the attribute they
-# stand in for (add_patch).
-_PATCHES: dict = {}
+# Functions another thread puts on a type for a while: attribute name -> {their code: the
+# attribute they stand in for} (add_patch).
+_PATCHES: dict[str, dict] = {}
 
 
-def add_patch(code: types.CodeType, original) -> None:
-    """Type lookups see ``original`` where they find a function of ``code``: a patch that
-    another thread puts on a type while it works (torch.fx's tracing patches ``nn.Module``:
-    magpy.capture.callees.fx_tracing) is not the program's."""
-    _PATCHES[code] = original
+def add_patch(name: str, code: types.CodeType, original) -> None:
+    """Type lookups of ``name`` see ``original`` where they find a function of ``code``: a
+    patch that another thread puts on a type while it works (torch.fx's tracing patches
+    ``nn.Module``: magpy.capture.callees.fx_tracing) is not the program's."""
+    _PATCHES.setdefault(name, {})[code] = original
 
 
 def type_lookup(tp, name):
@@ -49,7 +49,8 @@ def type_lookup(tp, name):
         d = klass.__dict__
         if name in d:
             raw = d[name]
-            return _PATCHES.get(raw.__code__, raw) if _PATCHES and type(raw) is FunctionType else raw
+            patched = _PATCHES.get(name)   # (one miss for every name but the patched ones)
+            return patched.get(raw.__code__, raw) if patched and type(raw) is FunctionType else raw
     return NULL
 
 
