@@ -16,6 +16,9 @@ from magpy.capture import annotations as ann
 from magpy.graphs import rng
 from magpy.graphs.operands import Unsupported
 
+# A tensor's data read by numpy: ``.numpy()``, and what numpy calls on a tensor it is given.
+_NUMPY_READS = frozenset({"numpy", "__array__", "__array_wrap__"})
+
 
 class Interception(TorchFunctionMode):
     """The torch function mode of :class:`magpy.graphs.opgraph.OpRecorder`: it runs each call
@@ -78,7 +81,7 @@ class Interception(TorchFunctionMode):
                 return name   # recorded as an assertion if the truth lets the assertion pass
             if name in ann.TORCH_TRUTH and self.forks_allowed() and self.branches.wants(args[0]):
                 return None   # a branch: recorded as a cond once the jump completes
-            if name == "numpy" and self.arrays is not None and self.arrays.follows(args[0]):
+            if name in _NUMPY_READS and self.arrays is not None and self.arrays.follows(args[0], name):
                 return None   # numpy on its array: torch operations (magpy.capture.callees.numpy_arrays)
             self.dynamic(f"{qualname(func)} {ann.dynamic_reason(name)}", step=True)
             return None

@@ -1,5 +1,5 @@
-"""Issue 31: more of numpy on tensors recorded as torch operations
-(magpy.capture.callees.numpy_arrays' tables).
+"""Issues 31 and 42: numpy on tensors recorded as torch operations
+(magpy.capture.callees.numpy_arrays, its equivalents from torch._numpy).
 
 ``np.asarray``/``np.array``, ndarray ``copy``/``reshape``/``transpose``/``all``/``any``/
 ``argmax``/``clip``/``flatten``/``std``, ``np.linalg.norm``, ``np.fft``, ``np.clip``,
@@ -10,12 +10,14 @@ magpy.capture.callees.numpy_arrays, not
 assumed), against eager on the first, repeated and fresh calls.  Values are torch's kernels',
 within rounding of numpy's, so results compare with allclose (``_graph_as_is``).
 """
+import warnings
+
 import numpy as np
 import pytest
 import torch
 
 import magpy
-from tests.harness.compile_harness import check_compiled, fresh, standard
+from tests.harness.compile_harness import again, check_compiled, first, fresh, standard
 
 
 @pytest.fixture(autouse=True)
@@ -87,3 +89,108 @@ def test_numpy_on_tensors_is_one_graph(program):
 def test_numpy_on_tensors_under_inductor():
     args = lambda s: (torch.randn(3, 4),)   # noqa: E731
     check_compiled(lambda: (_statistics, None), standard(args), backend="inductor", expect_graphs=1)
+
+
+# ---------------------------------------------------------------------------- issue 42
+# numpy's whole API through torch._numpy: functions found by name (none listed by magpy),
+# operators and comparisons, indexing and slicing, lists of arrays, numpy given tensors
+# themselves (Tensor.__array__ / __array_wrap__ inside numpy).
+
+def _ufuncs_on_tensors(x):
+    return np.sin(x) + np.exp(x) * 2, np.maximum(x, 0.5), np.greater(x, 0)   # (bools come back as uint8)
+
+
+def _functions_on_tensors(x):
+    a = np.asarray(x)
+    return torch.from_numpy(np.concatenate([a, np.tanh(x.numpy())], axis=0) @ a.T)
+
+
+def _operators_and_comparisons(x):
+    a = x.numpy()
+    b = np.where(a > 0, a, 0.1 * a) // 0.25 + (a % 0.5) - (-a) ** 2
+    return torch.from_numpy(b), torch.from_numpy((a >= 0) & ~(a < -1) | (a == a))
+
+
+def _indexing(x):
+    a = x.numpy()
+    rows = a[1:, ::2] - a.mean(axis=0)[::2]
+    return torch.from_numpy(rows * a[0, 1] + a[..., None][:, 2, 0].sum()), torch.tensor(a[-1])
+
+
+def _lists_of_arrays(x):
+    a = x.numpy()
+    parts = [a, a * 2, np.abs(a)]
+    return torch.tensor(np.stack(parts).astype(np.float32)), torch.from_numpy(np.vstack((a, a[::-1])))
+
+
+def _more_functions(x):
+    a = x.numpy()
+    return (torch.from_numpy(np.cumsum(a, axis=1)), torch.from_numpy(np.tile(a, (2, 1))),
+            torch.from_numpy(np.einsum("ij,kj->ik", a, a)),
+            torch.from_numpy(np.flip(np.sort(a, axis=1), 0).copy()),
+            torch.from_numpy(np.clip(a, -1, 1).swapaxes(0, 1)), torch.from_numpy(abs(a)))
+
+
+NUMPY_API = [_ufuncs_on_tensors, _functions_on_tensors, _operators_and_comparisons, _indexing, _lists_of_arrays,
+             _more_functions]
+
+
+@pytest.mark.parametrize("program", NUMPY_API, ids=lambda f: f.__name__.lstrip("_"))
+def test_numpy_api_from_torch_numpy_is_one_graph(program):
+    args = lambda s: (torch.randn(3, 4),)   # noqa: E731
+    check_compiled(lambda: (program, None), standard(args) + [fresh(args, seed=5)], backend=_graph_as_is,
+                   expect_graphs=1, expect_records=1)
+
+
+def test_numpy_api_under_inductor():
+    args = lambda s: (torch.randn(3, 4),)   # noqa: E731
+    check_compiled(lambda: (_operators_and_comparisons, None), standard(args), backend="inductor",
+                   expect_graphs=1)
+
+
+# Where torch has no equivalent that gives what numpy gives, or numpy's value leaves what a
+# graph can compute, the call is correct in pieces: each escapes the first recording, and
+# the next one makes that .numpy() (or numpy call) a break.
+
+def _integer_division(x):
+    a = (x * 10).to(torch.int64).numpy()
+    return torch.from_numpy(a / 4)   # (float64 in numpy; torch._numpy's is float32)
+
+
+def _masked(x):
+    a = x.numpy()
+    return torch.from_numpy(a[a > 0].copy())   # (a size that follows the data)
+
+
+def _returned(x):
+    return np.sum(x.numpy(), axis=1)
+
+
+def _read_as_float(x):
+    a = x.numpy()
+    return x / float(np.linalg.norm(a))
+
+
+def _updated_in_place(x):
+    a = x.numpy()
+    a += 1   # (writes x's memory: eager's x changes too)
+    return torch.from_numpy(a * 2)
+
+
+def _eager_array_made_a_tensor(x):
+    a = x.numpy()
+    total = float(a.sum())   # (escapes: from the next recording on, the numpy is eager steps)
+    return torch.tensor(np.stack([a, a * 2]).astype(np.float32)) * total
+
+
+@pytest.mark.parametrize("program", [_integer_division, _masked, _returned, _read_as_float, _updated_in_place,
+                                     _eager_array_made_a_tensor], ids=lambda f: f.__name__.lstrip("_"))
+def test_numpy_without_an_equivalent_runs_in_pieces(program):
+    args = lambda s: (torch.randn(3, 4),)   # noqa: E731
+    # (an array an eager step computed, made a tensor, is a constant the mock checks: new
+    # values record again)
+    steps = [first(args, expect=None), again(expect=None), again(), fresh(args, expect=None), again()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", magpy.CaptureFailedWarning)   # (a mock that failed once)
+        trace = check_compiled(lambda: (program, None), steps, fullgraph=False)
+    assert magpy.stats(trace.compiled).eager_runs == 0

@@ -1,82 +1,44 @@
-"""numpy on a tensor's ``.numpy()`` recorded as the equivalent torch operations.
+"""numpy on tensors recorded as the equivalent torch operations.
 
 ``t.numpy()`` reads tensor data into Python: without this, a graph break whose array, and
 everything numpy computes from it, are eager steps.  Here the recording run lets
 ``.numpy()`` happen and *follows* the array it gives (by identity, kept alive): the array
-holds what the graph tensor ``t`` holds.  A numpy function, array method or operator from
-the tables below applied to followed arrays (and Python numbers) runs natively, as eager,
-and its torch equivalent is recorded on their tensors; it is kept only if it gives what
-numpy gave, dtype and shape alike (numpy's rules, float64 results of integer arrays
-included, are checked, not assumed), and its result is followed in turn.  ``torch.from_numpy``,
-``torch.as_tensor`` and ``torch.tensor`` of a followed array give the program a tensor that
-the graph computes (an alias of the graph tensor, or a copy, as eager's shares memory or
-not).  The values are torch's, within rounding of numpy's.
+holds what the graph tensor ``t`` holds.  A numpy function, array method, attribute or
+operator applied to followed arrays (and Python numbers) runs natively, as eager, and its
+``torch._numpy`` equivalent (magpy.capture.callees.numpy_equivalents) is recorded on their
+tensors; it is kept only if it gives what numpy gave, dtype and shape alike, and reads no
+tensor data into Python; its results are followed in turn, and so are lists and tuples
+built of followed values.  A numpy function given tensors themselves (``np.sin(t)``, whose
+``Tensor.__array__`` and ``__array_wrap__`` run inside numpy) is recorded the same way.
+``torch.from_numpy``, ``torch.as_tensor`` and ``torch.tensor`` of a followed array give the
+program a tensor that the graph computes (an alias of the graph tensor, or a copy, as
+eager's shares memory or not).  The values are torch's, within rounding of numpy's.
 
-Any other use of a followed array or numpy scalar (stored, put in a container, returned from
-the call, printed, indexed, converted to a Python number, given to another function or
-operator, an in-place update, a dtype or shape numpy and torch disagree on) ends the
-recording, and from the next recording on that ``.numpy()`` is a break as before (an eager
-step, numpy's computations further steps).
+Any other use of a followed value (stored, returned from the call, printed, iterated,
+converted to a Python number, given to another function, an in-place update, a dtype or
+shape numpy and torch disagree on) ends the recording, and from the next recording on that
+``.numpy()`` (or numpy call) is a break as before: an eager step, numpy's computations
+further steps.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import operator
 import sys
 
 import numpy as np
 import torch
 
 from magpy.capture import annotations as ann
+from magpy.capture.callees import numpy_equivalents as npq
 from magpy.capture.monitor import Observer, bytecode
 from magpy.capture.monitor.observer import CALLS, RETURNS, returns_to_caller
 
-# numpy function -> torch function taking the same positional arguments.
-FUNCTIONS = {
-    np.sqrt: torch.sqrt, np.abs: torch.abs, np.absolute: torch.abs, np.exp: torch.exp, np.log: torch.log,
-    np.tanh: torch.tanh, np.sin: torch.sin, np.cos: torch.cos, np.negative: torch.neg,
-    np.square: torch.square, np.add: torch.add, np.subtract: torch.sub, np.multiply: torch.mul,
-    np.maximum: torch.maximum, np.minimum: torch.minimum, np.sum: torch.sum, np.mean: torch.mean,
-    np.max: torch.amax, np.amax: torch.amax, np.min: torch.amin, np.amin: torch.amin, np.prod: torch.prod,
-    np.log1p: torch.log1p, np.expm1: torch.expm1, np.floor: torch.floor, np.ceil: torch.ceil,
-    np.round: torch.round, np.sign: torch.sign, np.power: torch.pow, np.divide: torch.div,
-    np.true_divide: torch.div, np.matmul: torch.matmul, np.clip: torch.clamp, np.where: torch.where,
-    np.all: torch.all, np.any: torch.any, np.argmax: torch.argmax, np.argmin: torch.argmin,
-    np.reshape: torch.reshape, np.transpose: lambda t, axes=None: _transpose(t, axes),
-    np.std: lambda t, **kw: torch.std(t, correction=0, **kw),      # numpy's ddof=0
-    np.var: lambda t, **kw: torch.var(t, correction=0, **kw),
-    np.asarray: lambda t: t,      # the array itself
-    np.array: torch.clone,        # a copy
-    np.linalg.norm: lambda t, **kw: torch.linalg.vector_norm(t, **kw),   # 2-norm (Frobenius) of all
-    np.fft.fft: torch.fft.fft, np.fft.ifft: torch.fft.ifft, np.fft.rfft: torch.fft.rfft,
-    # (numpy's default indexing, and copies: numpy's copy=True)
-    np.meshgrid: lambda *ts: tuple(g.contiguous() for g in torch.meshgrid(*ts, indexing="xy")),
-}
-# ndarray method -> torch function of the array's tensor and the same arguments.
-METHODS = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin, "prod": torch.prod,
-           "copy": torch.clone, "reshape": torch.Tensor.reshape,
-           "transpose": lambda t, *axes: _transpose(t, axes),
-           "all": torch.all, "any": torch.any, "argmax": torch.argmax, "argmin": torch.argmin,
-           "clip": torch.clamp, "flatten": lambda t: torch.flatten(t).clone(), "ravel": torch.ravel,
-           "squeeze": torch.squeeze, "std": FUNCTIONS[np.std], "var": FUNCTIONS[np.var],
-           "astype": lambda t, dtype: t.to(DTYPES[np.dtype(dtype)], copy=True)}   # (numpy's copies)
-# ndarray attribute computed from the values -> torch function of the array's tensor.
-ATTRIBUTES = {"T": lambda t: _transpose(t, ()), "real": torch.real, "imag": torch.imag}
-# numpy keyword -> torch keyword (``axis=None`` is torch's default: left out).
-KEYWORDS = {"axis": "dim", "keepdims": "keepdim"}
-# Operators on followed arrays (the instruction) -> the torch operation.
-OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-             "**": operator.pow}
 # torch functions giving a tensor of an array's values: True when it shares the array's memory.
 CONSUMERS = {torch.from_numpy: True, torch.as_tensor: True, torch.tensor: False}
-# Array attributes that are metadata (the guard fixes the tensor's dtype and shape).
-METADATA = frozenset({"shape", "dtype", "ndim", "size", "itemsize", "nbytes"})
-
-DTYPES = {np.dtype(n): t for n, t in (
-    ("float16", torch.float16), ("float32", torch.float32), ("float64", torch.float64),
-    ("int8", torch.int8), ("int16", torch.int16), ("int32", torch.int32), ("int64", torch.int64),
-    ("uint8", torch.uint8), ("bool", torch.bool), ("complex64", torch.complex64),
-    ("complex128", torch.complex128))}
+# Tensor methods numpy calls on a tensor it is given, inside the numpy call.
+INSIDE_NUMPY = frozenset({"__array__", "__array_wrap__"})
+_BUILDS = frozenset({"BUILD_LIST", "BUILD_TUPLE"})
 
 _MOVES = bytecode.FAST_MOVES | {"COPY", "SWAP", "POP_TOP", "PRECALL", "KW_NAMES"}
 # References to a followed value that are the tracker's own: its Followed, and
@@ -94,10 +56,10 @@ def forget_refusals() -> None:
 @dataclasses.dataclass
 class Followed:
     """A numpy array or scalar the run follows: the graph tensor holding its values, and the
-    ``.numpy()`` call it comes from."""
+    ``.numpy()`` call it comes from; or a list or tuple of followed values (``tensor`` None)."""
 
     value: object
-    tensor: torch.Tensor
+    tensor: torch.Tensor | None
     site: tuple
     shared: int = 0   # tensors made from it that share its memory (each holds a reference)
 
@@ -110,11 +72,13 @@ class Arrays(Observer):
         self.monitor = None
         self.live: dict[int, Followed] = {}
         self._expect = None   # (tensor, site) of the .numpy() ``follows`` allowed, until it returns
+        self._inside = None   # site of the numpy call running on tensors ``follows`` allowed
         self._levels: dict[int, int] = {}   # id(frame) -> intrinsics under way when it was entered
 
-    def follows(self, t) -> bool:
-        """Is ``t.numpy()`` about to run where its array can be followed?  Then it is no break
-        (the array is followed once the call returns it)."""
+    def follows(self, t, name: str = "numpy") -> bool:
+        """Is ``t.numpy()`` about to run where its array can be followed (or numpy's
+        ``t.__array__()`` / ``__array_wrap__`` inside a numpy call from the program)?  Then
+        it is no break: the array is followed once the call returns."""
         mon, rec = self.monitor, self.recorder
         f = mon.current if mon is not None else None
         if f is None or not hasattr(f, "info") or _site(f) in _REFUSED or self.breaker.sandbox is not None:
@@ -123,13 +87,16 @@ class Arrays(Observer):
             return False
         if rec.produced(t) is None and rec.refgraph.node_of(t) is None:
             return False
-        self._expect = (t, _site(f))
+        if name in INSIDE_NUMPY:
+            self._inside = _site(f)
+        else:
+            self._expect = (t, _site(f))
         return True
 
     def holding(self) -> bool:
-        """Does the program still hold a followed array or scalar (anywhere but here)?  While
-        it does, a tensor ``if`` is no cond (its arms run where this does not follow them) and
-        the frames are no resume point (their arrays would be baked into it)."""
+        """Does the program still hold a followed value (anywhere but here)?  While it does, a
+        tensor ``if`` is no cond (its arms run where this does not follow them) and the frames
+        are no resume point (their arrays would be baked into it)."""
         for key, followed in list(self.live.items()):
             if sys.getrefcount(followed.value) <= _OWN_REFERENCES + followed.shared:
                 del self.live[key]   # nobody can reach it any more
@@ -149,7 +116,9 @@ class Arrays(Observer):
     def on_call(self, frame, callee, args, kwargs, result, entered):
         if self.breaker.brk is None:
             try:
-                self._called(frame, callee, args, kwargs, result, entered)
+                self._called(frame, callee, args, kwargs or {}, result, entered)
+            except Escaped as e:
+                self._escape(e.site, str(e))
             except Exception as e:  # noqa: BLE001
                 self.breaker.fail(e)
 
@@ -157,6 +126,8 @@ class Arrays(Observer):
         if self.live and self.breaker.brk is None:
             try:
                 self._instruction(frame, ins, inputs, outputs)
+            except Escaped as e:
+                self._escape(e.site, str(e))
             except Exception as e:  # noqa: BLE001
                 self.breaker.fail(e)
 
@@ -169,90 +140,148 @@ class Arrays(Observer):
                 self._follow(result, t, site)
                 return
             # (called where this does not see its array: inside a native, map(Tensor.numpy, ...))
-            self._escape(Followed(result, t, site), "made where magpy cannot follow it")
+            raise Escaped(site, "made where magpy cannot follow it")
+        inside, self._inside = self._inside, None
+        if inside is not None:   # numpy ran on tensors: record it all, or nothing can be
+            if entered or _site(frame) != inside:
+                raise Escaped(inside, "made inside a call magpy cannot follow")
+            self._on_tensors(callee, args, kwargs, result, inside)
             return
         if entered or not self.live:
             return
         owner = getattr(callee, "__self__", None)
-        held = [self.live[id(v)] for v in (owner, *args, *(kwargs or {}).values()) if id(v) in self.live]
-        if not held:
-            return
-        try:
-            self._call(callee, owner, args, kwargs or {}, result, held[0])
-        except Escaped as e:
-            self._escape(e.followed, str(e))
+        held = [f for v in (owner, *args, *kwargs.values()) if (f := self.live.get(id(v))) is not None]
+        if held:
+            self._call(callee, owner, args, kwargs, result, held[0].site)
 
     def _instruction(self, frame, ins, inputs, outputs):
         name = ins.opname
-        held = [self.live[id(v)] for v in inputs if id(v) in self.live]
+        held = [f for v in inputs if (f := self.live.get(id(v))) is not None]
         if not held or name in _MOVES or name in CALLS:
             return   # (calls: on_call judges them)
-        if name in ("LOAD_ATTR", "LOAD_METHOD") and (ins.argval in METADATA or (
-                name == "LOAD_METHOD" and ins.argval in METHODS)):
-            return
+        site = held[0].site
         if name in RETURNS and returns_to_caller(frame, self._levels):
             return
-        try:
-            if name == "BINARY_OP" and ins.argrepr in OPERATORS:
-                self._translate(OPERATORS[ins.argrepr], inputs, {}, outputs[0], held[0])
-            elif name == "LOAD_ATTR" and ins.argval in ATTRIBUTES:
-                self._translate(ATTRIBUTES[ins.argval], inputs[:1], {}, outputs[-1], held[0])
-            elif name == "UNARY_NEGATIVE":
-                self._translate(operator.neg, inputs, {}, outputs[0], held[0])
-            else:
-                raise Escaped(held[0], f"{name} {ins.argrepr}".strip())
-        except Escaped as e:
-            self._escape(e.followed, str(e))
+        if name in _BUILDS:
+            self.live[id(outputs[0])] = Followed(outputs[0], None, site)
+            return
+        if any(f.tensor is None for f in held):
+            raise Escaped(site, f"in a {type(held[0].value).__name__} that is {name} {ins.argrepr}".strip())
+        if name in ("LOAD_ATTR", "LOAD_METHOD"):
+            attr = ins.argval
+            if attr in npq.METADATA or npq.has_method(attr):
+                return   # metadata the guard fixes, or a method: on_call records its call
+            if npq.has_attribute(attr):
+                self._translate(npq.attribute(attr), inputs[:1], {}, outputs[-1], site)
+                return
+        elif name == "BINARY_OP" and ins.argrepr in npq.OPERATORS:
+            self._translate(npq.OPERATORS[ins.argrepr], inputs, {}, outputs[0], site)
+            return
+        elif name == "COMPARE_OP" and npq.compare_op(ins.argrepr) in npq.OPERATORS:
+            self._translate(npq.OPERATORS[npq.compare_op(ins.argrepr)], inputs, {}, outputs[0], site)
+            return
+        elif name in npq.UNARY:
+            self._translate(npq.UNARY[name], inputs, {}, outputs[0], site)
+            return
+        elif name == "BINARY_SUBSCR":
+            self._translate(_getitem, inputs, {}, outputs[0], site)
+            return
+        elif name == "BINARY_SLICE":
+            self._translate(_getslice, inputs, {}, outputs[0], site)
+            return
+        raise Escaped(site, f"{name} {ins.argrepr}".strip())
 
     # ------------------------------------------------------------------ uses
-    def _call(self, callee, owner, args, kwargs, result, first: Followed) -> None:
-        fn = FUNCTIONS.get(callee) if not isinstance(owner, np.ndarray) else None
-        if fn is not None:
-            self._translate(fn, args, kwargs, result, first)
+    def _call(self, callee, owner, args, kwargs, result, site) -> None:
+        if isinstance(owner, np.ndarray) and id(owner) in self.live and npq.has_method(callee.__name__):
+            self._translate(npq.method(callee.__name__), (owner, *args), kwargs, result, site)
             return
-        if isinstance(owner, np.ndarray) and id(owner) in self.live and callee.__name__ in METHODS:
-            self._translate(METHODS[callee.__name__], (owner, *args), kwargs, result, first)
+        fn = npq.FUNCTIONS.get(callee) or npq.BUILTINS.get(callee)
+        if fn is not None:
+            self._translate(fn, args, kwargs, result, site)
             return
         shares = CONSUMERS.get(callee)
         if shares is not None and len(args) == 1 and not kwargs and id(args[0]) in self.live:
-            self._consume(args[0], result, shares and isinstance(args[0], np.ndarray), first)
+            self._consume(args[0], result, shares and isinstance(args[0], np.ndarray), site)
             return
         a, _ = ann.lookup(callee)
         if a is not None and all(a.read_kind(i) == ann.TYPE for i in range(len(args))):
             return   # isinstance(a, np.ndarray), type(a)
-        raise Escaped(first, f"given to {getattr(callee, '__qualname__', callee)!s}")
+        if callee is len and len(args) == 1:
+            return   # (a length is the shape's, which the guard fixes)
+        raise Escaped(site, f"given to {getattr(callee, '__qualname__', callee)!s}")
 
-    def _translate(self, fn, args, kwargs, result, first: Followed) -> None:
-        """``result`` is what numpy gave for ``args``: record ``fn`` on their tensors."""
-        tensors = []
-        for a in args:
-            if isinstance(a, (np.ndarray, np.generic)):
-                if id(a) not in self.live:
-                    raise Escaped(first, "used with a numpy value from elsewhere")
-                a = self.live[id(a)].tensor
-            tensors.append(a)
-        if any(k not in KEYWORDS for k in kwargs):
-            raise Escaped(first, f"with keywords {sorted(kwargs)}")
-        tkwargs = {KEYWORDS[k]: v for k, v in kwargs.items() if not (k == "axis" and v is None)}
-        try:
-            out = fn(*tensors, **tkwargs)
-        except Exception as e:  # noqa: BLE001 - torch refuses what numpy accepted
-            raise Escaped(first, f"has no torch equivalent here ({type(e).__name__})") from None
-        results, outs = (result, out) if isinstance(result, (tuple, list)) else ((result,), (out,))
-        if not isinstance(outs, (tuple, list)) or len(outs) != len(results):
-            raise Escaped(first, f"gives {len(results)} values in numpy, not in torch")
+    def _on_tensors(self, callee, args, kwargs, result, site) -> None:
+        """numpy's ``callee`` took tensors of the graph (through ``__array__``): its equivalent
+        on them, its result a tensor (numpy's ``__array_wrap__``) or an array to follow."""
+        fn = npq.FUNCTIONS.get(callee)
+        if fn is None:
+            raise Escaped(site, f"a tensor's data given to {getattr(callee, '__qualname__', callee)!s}")
+        if not isinstance(result, torch.Tensor):
+            self._translate(fn, args, kwargs, result, site, tensors=True)
+            return
+        with self._trial(site):
+            out = self._run(fn, args, kwargs, site, tensors=True)
+            if isinstance(out, torch.Tensor) and out.dtype == torch.bool and result.dtype == torch.uint8:
+                out = out.to(torch.uint8)   # (Tensor.__array_wrap__ gives numpy's bools as uint8)
+            if not (isinstance(out, torch.Tensor) and (out.dtype, out.shape) == (result.dtype, result.shape)):
+                raise Escaped(site, f"gives {npq.kind(result)} in numpy, {npq.kind(out)} in torch")
+        self.recorder.stands_for(result, out)
+
+    def _translate(self, fn, args, kwargs, result, site, tensors: bool = False) -> None:
+        """``result`` is what numpy gave for ``args``: record ``fn`` on their tensors and
+        follow what it gives."""
+        with self._trial(site):
+            out = self._run(fn, args, kwargs, site, tensors)
+            results, outs = (result, out) if isinstance(result, (tuple, list)) else ((result,), (out,))
+            if not isinstance(outs, (tuple, list)) or len(outs) != len(results):
+                raise Escaped(site, f"gives {len(results)} values in numpy, not in torch")
+            for r, o in zip(results, outs):
+                if not (isinstance(o, torch.Tensor) and npq.same_kind(o, r)) and (
+                        isinstance(o, torch.Tensor) or isinstance(r, (np.ndarray, np.generic))
+                        or type(o) is not type(r) or o != r):
+                    raise Escaped(site, f"gives {npq.kind(r)} in numpy, {npq.kind(o)} in torch")
         for r, o in zip(results, outs):   # (each array of a tuple numpy gives is followed)
-            if not _same_kind(o, r):
-                raise Escaped(first, f"gives {_kind(r)} in numpy, {_kind(o)} in torch")
-            self._follow(r, o, first.site)
+            if isinstance(o, torch.Tensor):
+                self._follow(r, o, site)
 
-    def _consume(self, array, result, shares: bool, first: Followed) -> None:
+    def _run(self, fn, args, kwargs, site, tensors: bool):
+        """``fn`` recorded on the tensors of ``args``' followed values (and of its tensors
+        themselves where ``tensors``), with torch._numpy's arrays unwrapped in its result."""
+        def tensor_of(v):
+            f = self.live.get(id(v))
+            if f is not None:
+                return f.tensor
+            if tensors and isinstance(v, torch.Tensor) and self.recorder.knows(v):
+                return v
+            if isinstance(v, (np.ndarray, np.generic)):
+                raise Escaped(site, "used with a numpy value from elsewhere")
+            return None
+        wargs = npq.wrap(tuple(args), tensor_of)
+        wkwargs = {k: npq.wrap(v, tensor_of) for k, v in kwargs.items()}
+        try:
+            return npq.unwrap(fn(*wargs, **wkwargs))
+        except Exception as e:  # noqa: BLE001 - torch refuses what numpy accepted
+            raise Escaped(site, f"has no torch equivalent here ({type(e).__name__}: {e})") from None
+
+    @contextlib.contextmanager
+    def _trial(self, site):
+        """Recording torch's equivalent and comparing it with numpy's value: a read of tensor
+        data there (a size that follows the data, ``.item()``) is no step of the program's
+        but a reason this cannot be followed."""
+        with self.breaker.refusing() as reads:
+            yield
+        if reads:
+            raise Escaped(site, f"read in torch's equivalent ({reads[0]})")
+
+    def _consume(self, array, result, shares: bool, site) -> None:
         """``result = torch.from_numpy(array)`` (or ``as_tensor``, ``tensor``): a tensor of the
         graph, an alias of the array's tensor where eager's shares the array's memory."""
         t = self.live[id(array)].tensor
-        if not (isinstance(result, torch.Tensor) and _same_kind(t, array) and result.dtype == t.dtype):
-            raise Escaped(first, "made into a tensor of another kind")
-        made = t.detach() if shares else t.clone()
+        with self._trial(site):
+            if not (isinstance(result, torch.Tensor) and npq.same_kind(t, array) and result.dtype == t.dtype):
+                raise Escaped(site, "made into a tensor of another kind")
+            made = t.detach() if shares else t.clone()
         self.recorder.stands_for(result, made)
         if shares:
             self.live[id(array)].shared += 1
@@ -260,9 +289,9 @@ class Arrays(Observer):
     def _follow(self, value, tensor, site) -> None:
         self.live[id(value)] = Followed(value, tensor, site)
 
-    def _escape(self, followed: Followed, how: str) -> None:
+    def _escape(self, site, how: str) -> None:
         """End the recording (to be made again) and make the ``.numpy()`` at the site a break."""
-        _REFUSED.add(followed.site)
+        _REFUSED.add(site)
         self.live.clear()
         brk = self.breaker.where(f"a numpy array of a tensor is {how}; that .numpy() is a break from "
                                  "the next recording on")
@@ -272,30 +301,17 @@ class Arrays(Observer):
 class Escaped(Exception):
     """A followed value is used where its torch equivalent is not known."""
 
-    def __init__(self, followed: Followed, how: str):
+    def __init__(self, site: tuple, how: str):
         super().__init__(how)
-        self.followed = followed
+        self.site = site
 
 
-def _transpose(t, axes):
-    """numpy's transpose: the axes reversed, or permuted as given (one tuple or several ints)."""
-    if not axes:
-        return t.permute(*reversed(range(t.dim())))
-    return t.permute(*(axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes))
+def _getitem(a, key):
+    return a[key]
 
 
-def _same_kind(t, v) -> bool:
-    """Does tensor ``t`` hold what numpy value ``v`` holds: its dtype and shape?"""
-    if not isinstance(t, torch.Tensor) or not isinstance(v, (np.ndarray, np.generic)):
-        return False
-    return DTYPES.get(v.dtype) is t.dtype and tuple(v.shape) == tuple(t.shape)
-
-
-def _kind(v) -> str:
-    if isinstance(v, torch.Tensor):
-        return f"{v.dtype} {list(v.shape)}"
-    dtype = getattr(v, "dtype", None)
-    return f"{dtype} {list(np.shape(v))}" if dtype is not None else type(v).__name__
+def _getslice(a, start, stop):
+    return a[start:stop]
 
 
 def _site(frame) -> tuple:

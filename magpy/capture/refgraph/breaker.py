@@ -5,10 +5,12 @@ machinery around them, reports here.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sysconfig
 import types
+from collections.abc import Iterator
 
 from magpy.capture.callees import builtin_standins
 from magpy.capture.refgraph.graph import CONST, Kind, RefGraph, same_state, state_of
@@ -30,6 +32,7 @@ class Breaker:
         self.segmenter = None
         self.graph = graph
         self.sandbox = None   # magpy.graphs.controlflow.sandbox.Sandbox of a fork under way: a break stops it
+        self._refused: list[str] | None = None
 
     def fail(self, exc: BaseException) -> None:
         """magpy's machinery failed: stop recording; the program itself runs on unharmed."""
@@ -38,6 +41,9 @@ class Breaker:
             self("internal error in magpy's capture")
 
     def __call__(self, reason: str, step: bool = False, changes: bool = False) -> None:
+        if self._refused is not None and self.internal is None:
+            self._refused.append(reason)
+            return
         if self.sandbox is not None:
             self.sandbox.stop(reason)
         if self.brk is not None:
@@ -48,6 +54,17 @@ class Breaker:
         if step and self.segmenter is not None and self.segmenter.begin(brk):
             return
         self.brk = brk
+
+    @contextlib.contextmanager
+    def refusing(self) -> Iterator[list[str]]:
+        """Dynamic operations in the block are magpy's own trial, not the program's (torch's
+        numpy equivalent of what numpy computed): their reasons are collected in the list the
+        block gets, and nothing is recorded for them."""
+        saved, self._refused = self._refused, []
+        try:
+            yield self._refused
+        finally:
+            self._refused = saved
 
     def stop(self, reason: str | GraphBreak) -> None:
         """Give up segments: the run ends as one that met ``reason`` (it runs eagerly)."""

@@ -10,6 +10,7 @@ import linecache
 import math
 import numbers
 
+import numpy as np
 import torch
 
 _LITERAL = (int, str, bool, type(None), bytes, float)
@@ -125,6 +126,9 @@ def same_value(a, b) -> bool:
         return all(same_value(x, y) for x, y in zip(a, b))
     if t is slice:
         return same_value((a.start, a.stop, a.step), (b.start, b.stop, b.step))
+    if t is np.ndarray:   # (an array an eager step computed, that a graph took as a constant)
+        return a.dtype == b.dtype and a.shape == b.shape and bool(
+            np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
     if isinstance(a, numbers.Complex) and not isinstance(a, numbers.Integral):
         # floats, complex numbers and numpy's: compare the parts, signs of zeros included
         ca, cb = complex(a), complex(b)
