@@ -51,6 +51,7 @@ if __package__ in (None, ""):
 import torch  # noqa: E402
 
 import magpy  # noqa: E402
+from benchmarks.torchvision_ops import define_torchvision_schemas  # noqa: E402
 from benchmarks.transformers_survey import _first_line, _short_path  # noqa: E402
 from benchmarks.transformers_sweep import SweepTimeout, time_limit  # noqa: E402
 
@@ -64,38 +65,18 @@ Inputs = tuple[tuple, dict]
 # torchvision without its C++ operators
 
 
-_TORCHVISION_LIB = None  # the "torchvision" operator library defined below: kept alive
-
-
 def import_torchvision():
-    """``torchvision``, importable against a torch it was not built for.
-
-    The torchvision wheel that matches torch 2.13 is a CUDA build; its C extension does not
-    load against the CPU torch, and ``import torchvision`` then fails on the first fake-kernel
-    registration (``operator torchvision::nms does not exist``).  When (and only when) that is
-    the error, define the schemas of the two operators it registers at import time and import
-    again.  Their kernels stay missing: detection models (``nms``, ``roi_align``) cannot run.
-    Must run before ``transformers`` or ``diffusers`` import torchvision themselves, which
-    fails the same way.  Raises ``ImportError`` when torchvision is not installed."""
-    global _TORCHVISION_LIB
-    if "torchvision.models" in sys.modules:
-        return sys.modules["torchvision"]
+    """``torchvision``, importable against a torch it was not built for (its operators'
+    schemas defined first where its C extension does not load: :mod:`benchmarks.torchvision_ops`;
+    their kernels stay missing, so detection models cannot run).  Raises ``ImportError`` when
+    torchvision is not installed or does not import."""
     if importlib.util.find_spec("torchvision") is None:
         raise ImportError("torchvision is not installed (pip install --no-deps torchvision==0.28.0)")
+    define_torchvision_schemas()
     try:
         import torchvision
-
-        return torchvision
     except RuntimeError as exc:
-        if "torchvision::nms" not in str(exc):
-            raise ImportError(f"torchvision does not import: {_first_line(exc)}") from exc
-    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-        del sys.modules[name]
-    _TORCHVISION_LIB = torch.library.Library("torchvision", "DEF")
-    _TORCHVISION_LIB.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _TORCHVISION_LIB.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    import torchvision
-
+        raise ImportError(f"torchvision does not import: {_first_line(exc)}") from exc
     return torchvision
 
 

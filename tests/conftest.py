@@ -2,11 +2,19 @@
 graphs compile while recording (not in the background), and every recording run must leave a record that the
 identical call would hit
 (``tests.harness.compile_harness.RehitCheck``; ``--no-magpy-rehit`` or the ``magpy_rerecords`` mark
-turn that off)."""
-import pytest
+turn that off).
 
-import magpy
-from tests.harness.compile_harness import RehitCheck
+First of all, torchvision's operator schemas (``benchmarks.torchvision_ops``): with the CUDA
+torchvision wheel installed beside the CPU torch (as CI installs it), importing torchvision,
+transformers' model classes or diffusers fails in any process that has not defined them."""
+from benchmarks.torchvision_ops import define_torchvision_schemas
+
+define_torchvision_schemas()  # before any test module imports transformers, diffusers or torchvision
+
+import pytest  # noqa: E402
+
+import magpy  # noqa: E402
+from tests.harness.compile_harness import RehitCheck  # noqa: E402
 
 
 def pytest_addoption(parser):

@@ -9,11 +9,12 @@ invariant: an identical call never records again), and every call, including one
 batch size, is bit-exact with eager (backend "eager").
 
 The default run covers a representative slice (two UNets, a ControlNet, an image and a video
-VAE, three DiTs and a video transformer; a ResNet, a MobileNet, GoogLeNet's named-tuple output,
-a ViT and a Swin, whose ``torch._assert`` on shapes must be a guard, and a quantizable ResNet in
-float); the whole sweeps are the
+VAE, three DiTs and a video transformer; a ResNet, GoogLeNet's named-tuple output, a ViT, whose
+``torch._assert`` on shapes must be a guard, a MobileNetV3 segmentation model's ``OrderedDict``
+feature maps, and a quantizable ResNet in float); the whole sweeps are the
 ``slow`` tests (``python -m pytest -m slow tests/models/test_library_sweeps.py``).  Tests that need
-torchvision skip when it does not import (it is not a dependency of the test extras); they
+torchvision skip when it does not import (it is not a dependency of the test extras: CI installs
+it apart, docs/libraries.md); they
 carry no xfail marks: a failing model is a finding of the sweep, listed in docs/libraries.md.
 """
 
@@ -32,12 +33,11 @@ DIFFUSERS_DEFAULT = (
     "AutoencoderKL",
     "DiTTransformer2DModel",
 )
-TORCHVISION_DEFAULT = (
+TORCHVISION_DEFAULT = (  # (swin_t, mobilenet_v3_small and raft_small, 6-17 s each here, under -m slow)
     "resnet18",
-    "mobilenet_v3_small",
     "googlenet",
     "vit_b_16",
-    "swin_t",
+    "lraspp_mobilenet_v3_large",
     "quantized_resnet18",
 )
 
