@@ -8,7 +8,7 @@
 program is one graph where torch gives numpy's dtype and shape (checked by
 magpy.capture.callees.numpy_arrays, not
 assumed), against eager on the first, repeated and fresh calls.  Values are torch's kernels',
-within rounding of numpy's, so results compare with allclose (``_graph_as_is``).
+within rounding of numpy's, so results compare with allclose (``graph_as_is``).
 """
 import warnings
 
@@ -17,17 +17,12 @@ import pytest
 import torch
 
 import magpy
-from tests.harness.compile_harness import again, check_compiled, first, fresh, standard
+from tests.harness.compile_harness import again, check_compiled, first, fresh, graph_as_is, standard
 
 
 @pytest.fixture(autouse=True)
 def _no_records():
     magpy.reset()
-
-
-def _graph_as_is(gm, example_inputs):
-    """The fx graph as it is (the harness then compares with allclose)."""
-    return gm.forward
 
 
 def _views_and_copies(x):
@@ -79,18 +74,6 @@ PROGRAMS = [_views_and_copies, _statistics, _rounding_and_clipping, _truths, _sp
             _grids]
 
 
-@pytest.mark.parametrize("program", PROGRAMS, ids=lambda f: f.__name__.lstrip("_"))
-def test_numpy_on_tensors_is_one_graph(program):
-    args = lambda s: (torch.randn(3, 4),)   # noqa: E731
-    check_compiled(lambda: (program, None), standard(args) + [fresh(args, seed=5)], backend=_graph_as_is,
-                   expect_graphs=1, expect_records=1)
-
-
-def test_numpy_on_tensors_under_inductor():
-    args = lambda s: (torch.randn(3, 4),)   # noqa: E731
-    check_compiled(lambda: (_statistics, None), standard(args), backend="inductor", expect_graphs=1)
-
-
 # ---------------------------------------------------------------------------- issue 42
 # numpy's whole API through torch._numpy: functions found by name (none listed by magpy),
 # operators and comparisons, indexing and slicing, lists of arrays, numpy given tensors
@@ -131,21 +114,22 @@ def _more_functions(x):
             torch.from_numpy(np.clip(a, -1, 1).swapaxes(0, 1)), torch.from_numpy(abs(a)))
 
 
-NUMPY_API = [_ufuncs_on_tensors, _functions_on_tensors, _operators_and_comparisons, _indexing, _lists_of_arrays,
-             _more_functions]
+NUMPY_API = [_ufuncs_on_tensors, _functions_on_tensors, _operators_and_comparisons, _indexing,
+             _lists_of_arrays, _more_functions]
 
 
-@pytest.mark.parametrize("program", NUMPY_API, ids=lambda f: f.__name__.lstrip("_"))
-def test_numpy_api_from_torch_numpy_is_one_graph(program):
+@pytest.mark.parametrize("program", PROGRAMS + NUMPY_API, ids=lambda f: f.__name__.lstrip("_"))
+def test_numpy_on_tensors_is_one_graph(program):
     args = lambda s: (torch.randn(3, 4),)   # noqa: E731
-    check_compiled(lambda: (program, None), standard(args) + [fresh(args, seed=5)], backend=_graph_as_is,
+    check_compiled(lambda: (program, None), standard(args) + [fresh(args, seed=5)], backend=graph_as_is,
                    expect_graphs=1, expect_records=1)
 
 
-def test_numpy_api_under_inductor():
+@pytest.mark.parametrize("program", [_statistics, _operators_and_comparisons],
+                         ids=lambda f: f.__name__.lstrip("_"))
+def test_numpy_on_tensors_under_inductor(program):
     args = lambda s: (torch.randn(3, 4),)   # noqa: E731
-    check_compiled(lambda: (_operators_and_comparisons, None), standard(args), backend="inductor",
-                   expect_graphs=1)
+    check_compiled(lambda: (program, None), standard(args), backend="inductor", expect_graphs=1)
 
 
 # Where torch has no equivalent that gives what numpy gives, or numpy's value leaves what a

@@ -29,7 +29,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.harness.compile_harness import check_compiled, close, first, fresh, fresh_magpy, standard  # noqa: F401 - autouse fixture
+from tests.harness.compile_harness import (  # noqa: F401 - autouse fixture
+    check_compiled,
+    close,
+    first,
+    fresh,
+    fresh_magpy,
+    graph_as_is,
+    standard,
+)
 
 BOTH, DYNAMO_ONLY, MAGPY_ONLY, NEITHER = "both", "torch.compile only", "magpy only", "neither"
 
@@ -1040,16 +1048,11 @@ def _one_graph_case(case: Case):
     return pytest.param(case, marks=marks, id=case.name)
 
 
-def _graph_as_is(gm, example_inputs):
-    """Backend "eager" that compares with allclose (the harness's rule for other backends)."""
-    return gm.forward
-
-
 def _check(case: Case, steps, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         check_compiled(lambda: _build(case), steps, observe=case.observe,
-                       backend=_graph_as_is if case.rounding else "eager", **kwargs)
+                       backend=graph_as_is if case.rounding else "eager", **kwargs)
 
 
 @pytest.mark.parametrize("case", [_one_graph_case(c) for c in CASES if c.dynamo or c.magpy])

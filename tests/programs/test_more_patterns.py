@@ -14,7 +14,7 @@ import torch
 
 import magpy
 from tests.harness import compile_harness as harness
-from tests.harness.compile_harness import after, again, check_compiled, first, fresh, standard
+from tests.harness.compile_harness import after, again, check_compiled, first, fresh, graph_as_is, standard
 
 EAGER, MONITOR = harness.EAGER, harness.MONITOR
 
@@ -499,12 +499,6 @@ def test_a_warning_in_a_tensor_if_is_a_break():
 # gives what numpy gives (dtype and shape, checked), as torch.compile's numpy translation
 # does; the values are torch's, within rounding of numpy's (compared with allclose).
 
-def _graph_as_is(gm, example_inputs):
-    """A backend running the fx graph as it is (``"eager"``, but the harness compares with
-    allclose: numpy's and torch's kernels round differently)."""
-    return gm.forward
-
-
 def _sqrt_round_trip(x):
     return torch.from_numpy(np.sqrt(x.numpy())) + 1
 
@@ -544,7 +538,7 @@ NUMPY_PROGRAMS = [_sqrt_round_trip, _reductions, _exp_abs, _through_a_function, 
 @pytest.mark.parametrize("program", NUMPY_PROGRAMS, ids=lambda f: f.__name__.lstrip("_"))
 def test_numpy_on_tensors_is_one_graph(program):
     args = lambda s: (torch.rand(3, 4) + 0.5,)   # noqa: E731
-    check_compiled(lambda: (program, None), standard(args) + [fresh(args, seed=5)], backend=_graph_as_is,
+    check_compiled(lambda: (program, None), standard(args) + [fresh(args, seed=5)], backend=graph_as_is,
                    expect_graphs=1, expect_records=1)
 
 
@@ -598,6 +592,6 @@ def test_numpy_arrays_and_tensor_ifs(program, graphs):
     big = lambda s: (torch.rand(3) + 1,)     # noqa: E731
     small = lambda s: (-torch.rand(3),)      # noqa: E731
     steps = [first(big), again(), fresh(big), fresh(small, expect=None), fresh(small), fresh(big)]
-    trace = check_compiled(lambda: (program, None), steps, backend=_graph_as_is, fullgraph=False,
+    trace = check_compiled(lambda: (program, None), steps, backend=graph_as_is, fullgraph=False,
                            expect_graphs=graphs)
     assert trace.stats["eager_runs"] == 0

@@ -237,9 +237,7 @@ class Arrays(Observer):
             if not isinstance(outs, (tuple, list)) or len(outs) != len(results):
                 raise Escaped(site, f"gives {len(results)} values in numpy, not in torch")
             for r, o in zip(results, outs):
-                if not (isinstance(o, torch.Tensor) and npq.same_kind(o, r)) and (
-                        isinstance(o, torch.Tensor) or isinstance(r, (np.ndarray, np.generic))
-                        or type(o) is not type(r) or o != r):
+                if not npq.agrees(o, r):
                     raise Escaped(site, f"gives {npq.kind(r)} in numpy, {npq.kind(o)} in torch")
         for r, o in zip(results, outs):   # (each array of a tuple numpy gives is followed)
             if isinstance(o, torch.Tensor):

@@ -114,6 +114,14 @@ def same_kind(t, v) -> bool:
     return DTYPES.get(v.dtype) is t.dtype and tuple(v.shape) == tuple(t.shape)
 
 
+def agrees(out, value) -> bool:
+    """Does torch's ``out`` give what numpy gave: a tensor of the array's dtype and shape, or
+    the same plain value (an int, a tuple of them)?"""
+    if isinstance(out, torch.Tensor) or isinstance(value, (np.ndarray, np.generic)):
+        return same_kind(out, value)
+    return type(out) is type(value) and out == value
+
+
 def kind(v) -> str:
     """How a numpy value or tensor is described where the two disagree."""
     if isinstance(v, torch.Tensor):
