@@ -61,6 +61,7 @@ class Piece:
         self.start_modes = thread_modes()            # the modes its graph starts under
         self.constants: dict[str, torch.Tensor] = {}   # tensors folded into the graph (_fold)
         self.submodules: dict[str, fx.GraphModule] = {}   # the arms of its conds
+        self.storages: set = set()   # the storages of its tensor inputs (their views share them)
 
     def graphs(self) -> list[fx.Graph]:
         """This piece's graph and those of its control flow operators' arms and bodies."""
@@ -83,7 +84,21 @@ class Piece:
             ph = self.placeholders[key] = self.graph.placeholder(f"in{len(self.inputs)}")
             ph.meta["example_value"] = example
             self.inputs.append((source, ph))
+            if isinstance(example, torch.Tensor):
+                self.storages.add(storage_id(example))
         return ph
+
+    def made(self, t) -> bool:
+        """Did this piece's operations make ``t``?"""
+        return id(t) in self.nodes
+
+    def owns(self, tensors) -> bool:
+        """Did this piece's operations make all of ``tensors`` in storage of their own, none a
+        view of an input?  An update of such a tensor in place is undone by running the graph
+        again: :func:`repeatable`.  (An input added later cannot share that storage: what could
+        make a view of it outside the graph is an eager step, which ends the piece.)"""
+        return all(self.made(t) and (s := storage_id(t)) is not None and s not in self.storages
+                   for t in tensors)
 
     def count_node(self) -> fx.Node:
         """The step count of the range loop whose body this is (:meth:`Arm.count_node`)."""
@@ -147,7 +162,6 @@ class Arm(Piece):
         # id(capture) -> its placeholder (``nodes`` moves on where an operation gives the
         # tensor itself back: ``x.contiguous()``)
         self.captured: dict[int, fx.Node] = {}
-        self.storages: set[int] = set()   # the storages of the captures (their views share them)
         self.sandbox = sandbox
         self.goes_on = None   # a loop body's: the tensor telling whether the loop goes on after it
         self.counted = counted   # a range loop's body: its operations may read the step count
@@ -164,7 +178,7 @@ class Arm(Piece):
     def capture(self, t) -> fx.Node:
         ph = self.captured[id(t)] = self.nodes[id(t)] = self.graph.placeholder(f"c{len(self.captures)}")
         self.captures.append(t)
-        self.storages.add(storage_id(t))
+        self.storages.add(storage_id(t))   # (with its inputs': an arm writes no view of either)
         return ph
 
     def made(self, t) -> bool:
@@ -397,8 +411,9 @@ class OpRecorder(HigherOrderOperators, Assertions, Interception):
         if ys is not None:
             self._record_stacked(name, ys, args, kwargs, out)
             return
+        written = _written(func, name, args, kwargs)
         if self.passes:
-            for t in _written(func, name, args, kwargs):
+            for t in written:
                 if any(id(t) == i or p.holds(t) for i, p in self.passes.items()):
                     raise Unsupported(f"{name} updates in place a tensor an if passed through")
         shapes = self._symbolic_shapes(args, kwargs)
@@ -424,6 +439,8 @@ class OpRecorder(HigherOrderOperators, Assertions, Interception):
                 else self._call_node(func, name, args, fargs, fkwargs, factory, out))
         if self.drew:
             node.meta[DRAWS] = True
+        elif written and self.piece.owns(written):
+            node.meta[WRITES_OWN] = True
         self.piece.op_count += 1
         self._keep.append(out)
         self._results(func, name, args, kwargs, out, node)
@@ -685,6 +702,9 @@ GRAD_OUTPUTS = "magpy_grad_outputs"
 START_MODES = "magpy_start_modes"
 # Node.meta key: the operation drew random numbers in the recording run (magpy.graphs.rng).
 DRAWS = "magpy_draws"
+# Node.meta key: the operation writes in place only tensors its graph made in storage of their
+# own (``F.relu(conv(x), inplace=True)``, ``out += identity``): Piece.owns.
+WRITES_OWN = "magpy_writes_own"
 
 
 def updated_in_place(sn) -> bool:
@@ -800,9 +820,11 @@ def writes(node: fx.Node) -> bool:
 def repeatable(gm: fx.GraphModule) -> bool:
     """Can ``gm`` run twice on the same inputs with nothing to show for it but the time?  No
     operation in it or in its branches and loop bodies writes (:func:`writes`: in place, random
-    numbers, grad-mode switches) or talks to other processes."""
+    numbers, grad-mode switches) what the graph did not make itself (:data:`WRITES_OWN`), or
+    talks to other processes."""
     for node in gm.graph.nodes:
-        if writes(node) or node.op == "call_function" and _communicates(node.target):
+        if writes(node) and not node.meta.get(WRITES_OWN) \
+                or node.op == "call_function" and _communicates(node.target):
             return False
         if node.op == "get_attr":
             sub = getattr(gm, node.target, None)

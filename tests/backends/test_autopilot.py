@@ -176,6 +176,45 @@ def test_in_place_update_applied_once_per_call(autopilot_on, backend):
     assert not compiled._magpy_cache.records[0].trials[0].paired
 
 
+def residual(x, w):
+    """ResNet's block: in-place updates of tensors the graph itself made."""
+    y = torch.nn.functional.relu(x @ w, inplace=True)
+    y += x
+    torch.mul(y, 2, out=torch.empty_like(y)).tanh_()
+    return y.mul_(0.5)
+
+
+def test_graph_updating_only_its_own_tensors_is_tried_paired(autopilot_on):
+    """Running it twice on the same inputs writes only what each run makes anew (before, any
+    in-place operation made a graph unpaired, and ResNet's trial compared alternate calls)."""
+    backend = Counting(sleepy, "sleepy")
+    compiled = magpy.compile(residual, backend=backend)
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    before = x.clone()
+    run_calls(residual, compiled, x, w)
+    assert torch.equal(x, before)
+    assert compiled._magpy_cache.records[0].trials[0].paired
+    assert magpy.stats(compiled).kept == {"eager": 1} and backend.calls == PAIRED
+
+
+def writes_a_view_of_its_input(x):
+    """The tensors updated are the graph's input itself or views of it."""
+    x.contiguous().add_(1)
+    x.detach().view(-1)[:2].mul_(2)
+    return torch.nn.functional.relu(x[1:], inplace=True) * 2
+
+
+@pytest.mark.parametrize("backend", [sleepy, "inductor"])
+def test_graph_updating_a_view_of_its_input_is_not_paired(autopilot_on, backend):
+    x, ref = torch.randn(3, 4), None
+    ref = x.clone()
+    compiled = magpy.compile(writes_a_view_of_its_input, backend=backend)
+    for _ in range(CALLS + 1):
+        torch.testing.assert_close(compiled(x), writes_a_view_of_its_input(ref), rtol=0, atol=0)
+        torch.testing.assert_close(x, ref, rtol=0, atol=0)
+    assert not compiled._magpy_cache.records[0].trials[0].paired
+
+
 def test_paired_trial_compares_the_versions_on_the_same_inputs():
     """Work that depends on the inputs (a branch taken or not, a longer sequence) cannot make
     a slower version win a paired trial: alternate calls would give the compiled version every

@@ -22,11 +22,11 @@ from magpy.api.persist.refs import Referrer, Resolver
 from magpy.api.persist.values import Unsaveable, decode, encode
 from magpy.graphs.assertions import CHECK_DEVICE
 from magpy.graphs.higher_order import DEVICE, CountedLoop
-from magpy.graphs.opgraph import DRAWS
+from magpy.graphs.opgraph import DRAWS, WRITES_OWN
 from magpy.records.codegen.source import empty_like_meta, tensor_meta
 
 # The node meta a graph keeps (the rest, fx's and the backends', is made again when compiled).
-_NODE_META = (DEVICE, DRAWS, CHECK_DEVICE)
+_NODE_META = (DEVICE, DRAWS, WRITES_OWN, CHECK_DEVICE)
 _EXAMPLE = "example_value"
 
 
