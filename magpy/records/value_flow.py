@@ -51,6 +51,10 @@ def _slice_of(container, start, stop):
     return container[start:stop]
 
 
+def _has_length(seq, n: int) -> bool:
+    return len(seq) == n
+
+
 def _swapped_contains(fn):
     # CONTAINS_OP's inputs are (item, container).
     def op(item, container):
@@ -292,7 +296,7 @@ class ValueFlow(Observer):
         entered, self._entered = self._entered, None
         name = ins.opname
         if name in _MOVES:
-            self._move(frame, name, inputs)
+            self._move(frame, name, inputs, outputs)
             return
         deep = _DEEP_INPUTS.get(name)
         if deep is None:
@@ -336,7 +340,18 @@ class ValueFlow(Observer):
         else:
             self.breaker.stop(brk.reason)
 
-    def _move(self, frame, name, inputs) -> None:
+    def _unpack(self, seq, outputs) -> None:
+        """``a, b = seq``, a tuple or list an eager step gave (``x.split_with_sizes(...)`` of a
+        tensor whose shape follows its data): its items are subscripts of it, as ``seq[0]``
+        would be, and its length is checked (the program raises where it differs)."""
+        self.step(_has_length, (seq, len(outputs)), None, True, None, pure=True, call=False)
+        for i, item in enumerate(reversed(outputs)):   # (item 0 is pushed last)
+            self.step(operator.getitem, (seq, i), None, item, None, pure=True, call=False)
+
+    def _move(self, frame, name, inputs, outputs) -> None:
+        if name == "UNPACK_SEQUENCE" and id(inputs[0]) in self.dynamic and type(inputs[0]) in (tuple, list):
+            self._unpack(inputs[0], outputs)
+            return
         if name in _STRUCTURAL and any(id(v) in self.dynamic for v in inputs):
             self.breaker.stop(f"{name} on a value computed eagerly")
             return

@@ -129,3 +129,34 @@ def test_a_write_through_an_index_that_follows_data_keeps_a_fixed_shape():
     check_compiled(lambda: (_scattered, None),
                    [Step("first call", make, expect=MONITOR), Step("other data", make, seed=3, expect=MOCK)],
                    expect_graphs=1)
+
+
+def _prompt_attention(q, e, m):
+    # MochiAttnProcessor2_0's shape: per sample, the prompt tokens its mask keeps, then padded
+    # back to the full length computed from a size that follows the data
+    outs = []
+    for i in range(q.shape[0]):
+        v = torch.cat([q[i:i + 1], e[i:i + 1, torch.nonzero(m[i]).flatten()]], dim=1)
+        outs.append(F.pad(v, (0, 0, 0, q.shape[1] + e.shape[1] - v.size(1))))
+    a, b = torch.cat(outs).split_with_sizes((q.shape[1], e.shape[1]), dim=1)
+    return a * 2, b + 1
+
+
+def test_a_size_that_follows_data_in_a_recording_with_lifted_sizes():
+    """A new batch size records with symbolic sizes; a size read of nonzero's result there is
+    an expression of a symbol no input fixes (``u0 + 4``).  It is the eager step's value, not a
+    guard: before, specialising it failed the capture ("Could not extract specialized integer
+    from data-dependent expression") and the call ran eagerly."""
+    def batch(b, seed=0):
+        def make(s):
+            g = torch.Generator().manual_seed(seed)
+            return (torch.randn(b, 4, 3, generator=g), torch.randn(b, 5, 3, generator=g),
+                    (torch.rand(b, 5, generator=g) > 0.4).long())
+        return make
+
+    magpy.config.on_capture_error = "raise"
+    trace = check_compiled(lambda: (_prompt_attention, None), [
+        Step("first call", batch(1), expect=MONITOR), Step("the same inputs", batch(1), expect=MOCK),
+        Step("batch 2", batch(2), expect=MONITOR), Step("batch 2, other masks", batch(2, 1), expect=ANY)],
+        fullgraph=False)
+    assert magpy.stats(trace.compiled).eager_runs == 0

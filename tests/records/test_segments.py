@@ -330,6 +330,41 @@ def test_step_given_tensors_a_later_graph_updates_in_place():
     check_segments(lambda: (_step_then_in_place, {}), [first(args), again(), fresh(args), fresh(args, seed=2)])
 
 
+def _unpacks_a_split_of_a_data_shaped_tensor(x, m):
+    # MochiAttnProcessor's shape: a size read of nonzero's result and the split after it are
+    # eager steps; the tuple the split gave is unpacked
+    y = x[:, torch.nonzero(m).flatten()]
+    z = torch.nn.functional.pad(y, (0, 8 - y.size(1)))
+    a, b = z.split_with_sizes((4, 4), dim=1)
+    return a * 2, b + 1
+
+
+def _unpacks_a_list_of_ints(x):
+    lo, hi = torch.nonzero(x > 0).flatten().tolist()   # (too many values where 3 are positive)
+    return x[lo:hi + 1] * 2, lo
+
+
+def test_a_sequence_an_eager_step_gave_is_unpacked():
+    """``a, b = seq`` of a tuple or list an eager step gave: its items are the step's, its
+    length is checked (before, the whole call ran eagerly: "UNPACK_SEQUENCE on a value computed
+    eagerly").  A list of another length raises the program's ValueError."""
+    mask = torch.tensor([1, 0, 1, 1, 0, 0, 1, 1])
+    trace = check_segments(lambda: (_unpacks_a_split_of_a_data_shaped_tensor, {}), [
+        first(lambda s: (torch.randn(2, 8), mask)), again(), fresh(lambda s: (torch.randn(2, 8), mask)),
+    ])
+    assert magpy.stats(trace.compiled).eager_runs == 0
+
+    def ints(*values):
+        return lambda s: (torch.tensor(values),)
+
+    trace = check_segments(lambda: (_unpacks_a_list_of_ints, {}), [
+        first(ints(-1.0, 2.0, -3.0, 4.0)), again(), fresh(ints(-2.0, 1.0, -1.0, 5.0)),
+        fresh(ints(1.0, 2.0, -3.0, 4.0), expect=None),   # ValueError: too many values to unpack
+        fresh(ints(-1.0, 2.0, -3.0, 4.0)),
+    ])
+    assert magpy.stats(trace.compiled).eager_runs == 0
+
+
 class RunningMean(nn.Module):
     """A running average kept in a Python float: the value read from outside changes every call."""
 

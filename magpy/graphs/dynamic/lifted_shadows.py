@@ -4,6 +4,7 @@ of lifted floats; what is symbolic, and specialising."""
 from __future__ import annotations
 
 import torch
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from magpy.capture.monitor.observer import Entries, Items
 
@@ -155,6 +156,10 @@ def specialise(sh) -> None:
     """Make the guard require the values shadow ``sh`` holds now."""
     t = type(sh)
     if t is SymInt:
+        if free_unbacked_symbols(sh):
+            # A size that follows tensor data (``nonzero``'s): no input fixes it, and the value
+            # the program has is read by an eager step on each call (OpRecorder.data_shaped).
+            return
         int(sh)   # the ShapeEnv records Eq(expr, value) and replaces the expression from now on
     elif t is Scalar:
         sh.pinned.add(sh.node.id)
