@@ -536,6 +536,51 @@ def test_a_continuation_inside_a_loop_over_dict_items():
     _check(loop_over_items, _calls(_LOOPS))
 
 
+def comprehension_over_eager_floats(x):
+    vals = [float(t) for t in x]   # eager steps: what the loops below iterate over
+    print(len(vals), file=LOG)
+    return [v * 2.0 if v > 0.5 else 0.0 for v in vals]   # (a continuation resumes at a check)
+
+
+def enumerate_over_eager_floats(x):
+    vals = [float(t) for t in x]
+    print(len(vals), file=LOG)
+    return [v * i if v > 0.5 else 0.0 for i, v in enumerate(vals)]
+
+
+def zip_over_eager_floats(x):
+    vals = [float(t) for t in x]
+    print(len(vals), file=LOG)
+    out = []
+    for v, w in zip(vals, reversed(vals)):
+        out.append(v * w if v > 0.5 else 0.0)
+    return out
+
+
+def range_from_an_eager_int(x):
+    n = int(x.sum())
+    print(n, file=LOG)
+    return [i * 2 if i > 2 else -i for i in range(n, n + 3)]
+
+
+def _rows(*rows) -> list[Step]:
+    return [Step(f"call {i}: x = {r}", lambda ns, r=r: (torch.tensor(r, dtype=torch.float64),))
+            for i, r in enumerate(rows)]
+
+
+@pytest.mark.parametrize("program", [comprehension_over_eager_floats, enumerate_over_eager_floats,
+                                     zip_over_eager_floats, range_from_an_eager_int],
+                         ids=lambda p: p.__name__)
+def test_a_continuation_in_a_loop_checks_the_items_its_iterator_has_left(program):
+    """A continuation resumed at a check of one item of a loop over values eager steps gave
+    goes on with the items its iterator has left: its guard checks them (only their number
+    before: a later call with the same first item and others got the recorded call's results
+    for the others)."""
+    _check(program, _rows([0.1, 0.2, 0.3], [0.9, 0.2, 0.3], [0.9, 0.7, 0.8], [0.9, 0.7, 0.1],
+                          [0.6, 0.7, 0.8], [0.9, 0.1, 0.9], [0.9, 0.2, 0.3], [1.0, 1.0, 1.0],
+                          [2.0, 1.0, 1.0], [1.0, 1.0, 1.0], [2.0, 2.0, 1.0]))
+
+
 def print_then_branch(x):
     print("a", file=LOG)
     if bool(x.sum() > 2):

@@ -35,6 +35,7 @@ VAR = "var"         # parent.get(): the value of a contextvars.ContextVar
 DEREF = "deref"     # parent(): the object a weak reference refers to (or None)
 GETATTR = "getattr"  # getattr(parent, name) through a natively run __getattr__ (a ScriptModule's)
 LEFT = "left"       # operator.length_hint(parent, -1): the items an iterator has left
+REST = "rest"       # items_left(parent): what a native iterator has left to give
 
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
@@ -117,6 +118,36 @@ def is_bound_builtin(v) -> bool:
 def is_iterator(v) -> bool:
     """A native iterator (not a generator: the monitor runs those)."""
     return hasattr(type(v), "__next__") and not isinstance(v, types.GeneratorType)
+
+
+def items_left(it):
+    """What native iterator ``it`` has left to give, without advancing it: a tuple of the items
+    (a range for a range's iterator) of an iterator over a list, tuple, str, range or dict view,
+    ``reversed`` of a sequence, and ``enumerate`` and ``zip`` of such iterators (their
+    ``__reduce__`` gives the sequence and the position, running no program code); else None."""
+    try:
+        r = it.__reduce__()
+    except Exception:  # noqa: BLE001 - not reducible: None
+        return None
+    if type(r) is not tuple or len(r) < 2 or type(r[1]) is not tuple:
+        return None
+    make, parts, at = r[0], r[1], (r[2] if len(r) > 2 else None)
+    if make is iter and len(parts) == 1 and type(parts[0]) in _SEQUENCES:
+        rest = parts[0][at or 0:]
+    elif make is reversed and len(parts) == 1 and type(parts[0]) in _SEQUENCES and type(at) is int:
+        rest = parts[0][at::-1] if at >= 0 else ()
+    elif make is enumerate and len(parts) == 2:
+        inner = items_left(parts[0])
+        rest = None if inner is None else tuple(enumerate(inner, parts[1]))
+    elif make is zip:
+        inners = [items_left(p) for p in parts]
+        rest = None if None in inners else tuple(zip(*inners))
+    else:
+        return None
+    return rest if rest is None or type(rest) in (tuple, range) else tuple(rest)
+
+
+_SEQUENCES = (list, tuple, str, range)
 
 
 def kind_of(v) -> Kind:
@@ -429,9 +460,15 @@ class RefGraph:
             self.frame_methods.add(node.id)
         if anew and node.kind is Kind.OPAQUE and is_iterator(value):
             # What the rest of the call does depends on where it is: the guard checks the
-            # items it has left, where the iterator tells (a list's, a tuple's, a dict's ...).
+            # items it has left, where the iterator tells (a list's, a tuple's, a dict's ...),
+            # and their values where they are plain values (the floats eager steps gave, a
+            # list comprehension resumed at its check of one: its next items are the rest of
+            # the call's input as much as the one it resumed with).
             self.frame_iterators.add(node.id)
             self.child(node, LEFT, None, operator.length_hint(value, -1))
+            rest = items_left(value)
+            if rest is not None and is_immutable(rest):
+                self.child(node, REST, None, rest)
         return self.child(self.sn0, rel, key, value, read=read)
 
     def const(self, value) -> ShadowNode:

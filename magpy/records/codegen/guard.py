@@ -45,11 +45,13 @@ from magpy.capture.refgraph.graph import (
     ITEM,
     KWARG,
     LEFT,
+    REST,
     VAR,
     Kind,
     RefGraph,
     as_found,
     is_immutable,
+    items_left,
 )
 from magpy.errors import CaptureError
 from magpy.records.codegen.source import (
@@ -73,7 +75,7 @@ _GENERIC_GETATTRIBUTES = frozenset(t.__dict__["__getattribute__"] for t in (
 _TYPE_GETATTRIBUTE = type.__dict__["__getattribute__"]
 # What guard code refers to by name.
 NAMESPACE = {"SAME": same_value, "DICT_VERSION": _DICT_VERSION, "OWN_DICTS": bytecode.OWN_DICTS,
-             "LENGTH_HINT": operator.length_hint,
+             "LENGTH_HINT": operator.length_hint, "ITEMS_LEFT": items_left,
              "GET_DICT": operator.attrgetter("__dict__"),
              "IS": operator.is_, "CLASS_DICT": None, "_short": None,
              "MATH": math,   # (the shape check's and the mock's floats computed from lifted ints)
@@ -323,6 +325,8 @@ class GuardWriter:
             return f"getattr({p}, {key!r})"   # torch's __getattr__: no program code
         if rel == LEFT:
             return f"LENGTH_HINT({p}, -1)"   # a native iterator's __length_hint__: no program code
+        if rel == REST:
+            return f"ITEMS_LEFT({p})"   # (its __reduce__: no program code either)
         raise CaptureError(f"no path step for relation {rel!r}")
 
     def checks(self, node) -> list[str]:
