@@ -61,7 +61,7 @@ class Piece:
         self.start_modes = thread_modes()            # the modes its graph starts under
         self.constants: dict[str, torch.Tensor] = {}   # tensors folded into the graph (_fold)
         self.submodules: dict[str, fx.GraphModule] = {}   # the arms of its conds
-        self.storages: set = set()   # the storages of its tensor inputs (their views share them)
+        self.storages = Storages()   # the memory of its tensor inputs (their views share it)
 
     def graphs(self) -> list[fx.Graph]:
         """This piece's graph and those of its control flow operators' arms and bodies."""
@@ -85,7 +85,7 @@ class Piece:
             ph.meta["example_value"] = example
             self.inputs.append((source, ph))
             if isinstance(example, torch.Tensor):
-                self.storages.add(storage_id(example))
+                self.storages.add(example)
         return ph
 
     def made(self, t) -> bool:
@@ -97,7 +97,7 @@ class Piece:
         view of an input?  An update of such a tensor in place is undone by running the graph
         again: :func:`repeatable`.  (An input added later cannot share that storage: what could
         make a view of it outside the graph is an eager step, which ends the piece.)"""
-        return all(self.made(t) and (s := storage_id(t)) is not None and s not in self.storages
+        return all(self.made(t) and memory_span(t) is not None and not self.storages.shares(t)
                    for t in tensors)
 
     def count_node(self) -> fx.Node:
@@ -178,7 +178,7 @@ class Arm(Piece):
     def capture(self, t) -> fx.Node:
         ph = self.captured[id(t)] = self.nodes[id(t)] = self.graph.placeholder(f"c{len(self.captures)}")
         self.captures.append(t)
-        self.storages.add(storage_id(t))   # (with its inputs': an arm writes no view of either)
+        self.storages.add(t)   # (with its inputs': an arm writes no view of either)
         return ph
 
     def made(self, t) -> bool:
@@ -208,7 +208,7 @@ class Arm(Piece):
         arm made that shares its storage (a view of it: every tensor from outside that an
         operation of the arm read, the view's included, is a capture)."""
         for t in _written(func, ann.torch_name(func), args, kwargs):
-            if not self.made(t) or storage_id(t) in self.storages:
+            if not self.made(t) or self.storages.shares(t):
                 self.sandbox.stop(f"{ann.torch_name(func)} updates a tensor from before the branch")
 
     def checks(self) -> list[Check]:
@@ -718,6 +718,43 @@ def updated_in_place(sn) -> bool:
 # the graph stays cacheable (AOTAutograd's cache bypasses graphs calling Python functions).
 _NUMBER_READ = ((torch.Tensor.detach, ()), (torch.Tensor.to, (torch.float64, False, True)),
                 (torch.Tensor.reshape, ((),)))
+
+
+class Storages:
+    """The memory of a piece's (or an arm's) tensor inputs, and whether another tensor shares
+    it.  By address range, not storage object: ``torch.from_numpy(x.numpy())`` shares ``x``'s
+    memory through a storage of its own."""
+
+    def __init__(self):
+        self.spans: list[tuple[int, int]] = []
+        self.unknown = False   # an input without memory of its own (sparse, a subclass)
+
+    def add(self, t: torch.Tensor) -> None:
+        span = memory_span(t)
+        if span is None:
+            self.unknown = True
+        else:
+            self.spans.append(span)
+
+    def shares(self, t: torch.Tensor) -> bool:
+        """Does ``t``'s memory overlap an input's?  (A tensor without memory of its own shares
+        with an input without either: the cautious answer.)"""
+        span = memory_span(t)
+        if span is None:
+            return self.unknown
+        lo, hi = span
+        return any(a < hi and lo < b for a, b in self.spans)
+
+
+def memory_span(t: torch.Tensor) -> tuple[int, int] | None:
+    """The addresses of ``t``'s storage, ``[start, end)`` (None for a tensor without one)."""
+    with torch._C.DisableTorchFunction():   # (magpy's own read, not the program's)
+        try:
+            st = t.untyped_storage()
+            start = st.data_ptr()
+            return start, start + max(st.nbytes(), 1)
+        except (RuntimeError, NotImplementedError, TypeError):
+            return None
 
 
 def storage_id(t: torch.Tensor) -> int | None:

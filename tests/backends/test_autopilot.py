@@ -201,6 +201,7 @@ def writes_a_view_of_its_input(x):
     """The tensors updated are the graph's input itself or views of it."""
     x.contiguous().add_(1)
     x.detach().view(-1)[:2].mul_(2)
+    torch.from_numpy(x.numpy()).add_(0.5)   # (the same memory through a storage of its own)
     return torch.nn.functional.relu(x[1:], inplace=True) * 2
 
 
