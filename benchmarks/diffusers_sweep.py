@@ -1484,8 +1484,7 @@ def main(argv=None) -> int:
     if opts.list:
         print("\n".join(c.name for c in all_cases))
         return 0
-    print(f"torch {torch.__version__}, diffusers {diffusers.__version__}, one thread, magpy backend 'eager'",
-          flush=True)
+    print(ls.banner(opts, diffusers), flush=True)
     start = time.perf_counter()
     if not opts.loop_only and ls.run(opts, all_cases, TIMED) is not None:
         print("\nleft out:")

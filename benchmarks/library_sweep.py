@@ -382,6 +382,7 @@ class Timing:
     tc_compile_s: float | None = None
     magpy_compile_s: float | None = None
     magpy_records: int | None = None
+    magpy_kept: str | None = None   # what the autopilot kept per graph: "inductor", "eager"
     error: str | None = None
 
     @property
@@ -424,6 +425,8 @@ def time_case(case: Case, rounds: int = 7, calls: int = 5) -> Timing:
                         call(fn, inputs)
                         samples[key].append(1000 * (time.perf_counter() - s))
             t.eager_ms, t.torch_compile_ms, t.magpy_ms = (statistics.median(samples[k]) for k in variants)
+            t.magpy_kept = ", ".join(f"{name} {n}" if n > 1 else name
+                                     for name, n in sorted(magpy.stats(mc).kept.items())) or "-"
     except Exception as exc:
         t.error = describe(exc)
     finally:
@@ -441,6 +444,7 @@ def timing_table(rows: list[Timing]) -> str:
         "torch.compile ms",
         "magpy ms",
         "magpy/eager",
+        "magpy kept",
         "tc compile s",
         "magpy compile s",
         "note",
@@ -461,6 +465,7 @@ def timing_table(rows: list[Timing]) -> str:
                 f(r.torch_compile_ms),
                 f(r.magpy_ms),
                 f"{r.magpy_vs_eager:.2f}x" if r.magpy_vs_eager else "-",
+                r.magpy_kept or "-",
                 f(r.tc_compile_s),
                 f(r.magpy_compile_s),
                 note,
@@ -620,6 +625,12 @@ def arguments(description: str, what: str) -> argparse.ArgumentParser:
     p.add_argument("--timing", action="store_true", help="only the Inductor timing of TIMED (or --models)")
     p.add_argument("--list", action="store_true", help="print the model names and exit")
     return p
+
+
+def banner(opts: argparse.Namespace, library) -> str:
+    """The versions and the backends of a sweep's run (``library``: the module swept)."""
+    backends = "Inductor (magpy's and torch.compile's default)" if opts.timing else "magpy backend 'eager'"
+    return f"torch {torch.__version__}, {library.__name__} {library.__version__}, one thread, {backends}"
 
 
 def run(opts: argparse.Namespace, all_cases: list[Case], timed: tuple) -> list[Result] | None:

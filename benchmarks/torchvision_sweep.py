@@ -156,8 +156,7 @@ def main(argv=None) -> int:
     if opts.list:
         print("\n".join(f"{c.name:34s} {c.family:14s} {c.skip or ''}" for c in all_cases))
         return 0
-    print(f"torch {torch.__version__}, torchvision {tv.__version__}, one thread, magpy backend 'eager'",
-          flush=True)
+    print(ls.banner(opts, tv), flush=True)
     start = time.perf_counter()
     ls.run(opts, all_cases, TIMED)
     print(f"\ntotal wall time {time.perf_counter() - start:.1f} s")
