@@ -615,7 +615,7 @@ def select(cases: list[Case], names: str | None, limit: int | None) -> list[Case
 
 
 def arguments(description: str, what: str) -> argparse.ArgumentParser:
-    """The options both sweeps take (``what``: how their ``--models`` names are called)."""
+    """The options every library sweep takes (``what``: how its ``--models`` names are called)."""
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", help=f"comma-separated {what} (default: all)")
     p.add_argument("--limit", type=int, help="only the first N models")

@@ -77,7 +77,7 @@ def define_torchvision_schemas() -> bool:
     return True
 
 
-LIBRARIES = ("torchvision", "transformers", "diffusers")  # those that import torchvision
+LIBRARIES = ("torchvision", "transformers", "diffusers", "timm")  # those that import torchvision
 
 
 class _BeforeImport(importlib.abc.MetaPathFinder):

@@ -1,4 +1,4 @@
-"""diffusers and torchvision models compile to one graph, and a denoising loop does not record per step
+"""diffusers, torchvision and timm models compile to one graph, and a denoising loop does not record per step
 (issue 42, item 4).
 
 The sweeps ``benchmarks.diffusers_sweep`` and ``benchmarks.torchvision_sweep`` build every model
@@ -11,10 +11,11 @@ batch size, is bit-exact with eager (backend "eager").
 The default run covers a representative slice (two UNets, a ControlNet, an image and a video
 VAE, three DiTs and a video transformer; a ResNet, GoogLeNet's named-tuple output, a ViT, whose
 ``torch._assert`` on shapes must be a guard, a MobileNetV3 segmentation model's ``OrderedDict``
-feature maps, and a quantizable ResNet in float); the whole sweeps are the
-``slow`` tests (``python -m pytest -m slow tests/models/test_library_sweeps.py``).  Tests that need
-torchvision skip when it does not import (it is not a dependency of the test extras: CI installs
-it apart, docs/libraries.md); they
+feature maps, and a quantizable ResNet in float; from timm, a library magpy was not built on, a
+ResNet-D and a ViT); the whole sweeps (timm's sample of 44) are the ``slow`` tests
+(``python -m pytest -m slow tests/models/test_library_sweeps.py``).  Tests that need torchvision
+or timm skip when it does not import (neither is a dependency of the test extras: CI installs
+them apart, docs/libraries.md); they
 carry no xfail marks: a failing model is a finding of the sweep, listed in docs/libraries.md.
 """
 
@@ -39,6 +40,11 @@ TORCHVISION_DEFAULT = (  # (swin_t, mobilenet_v3_small and raft_small, 6-17 s ea
     "vit_b_16",
     "lraspp_mobilenet_v3_large",
     "quantized_resnet18",
+)
+
+TIMM_DEFAULT = (  # a ResNet-D and a ViT (timm.layers' _assert on the image size); the sample under -m slow
+    "resnet18d",
+    "vit_tiny_patch16_224",
 )
 
 needs_torchvision = pytest.mark.skipif(
@@ -122,6 +128,39 @@ def test_denoising_loop_other_schedulers(scheduler, compiled):
     assert r.error is None, r.error
     assert r.equal, f"final latents differ from eager's (max abs diff {r.max_abs_diff})"
     assert r.monitor_runs <= 2, f"{r.monitor_runs} records: {r.recompiles}"
+
+
+# ---------------------------------------------------------------------------------------------
+# timm: a library magpy was not built on, sampled as benchmarks.timm_sweep samples it
+
+
+def _timm_importable() -> bool:
+    from benchmarks import timm_sweep
+
+    try:
+        timm_sweep.import_timm()
+        return True
+    except ImportError:
+        return False
+
+
+def _timm_params():
+    if not _timm_importable():
+        yield pytest.param("(timm)", id="timm-missing", marks=pytest.mark.skip(
+            reason="timm does not import (pip install --no-deps timm==1.0.31)"))
+        return
+    from benchmarks import timm_sweep
+
+    sample = timm_sweep.names()
+    for name in TIMM_DEFAULT + tuple(n for n in sample if n not in TIMM_DEFAULT):
+        yield pytest.param(name, id=name, marks=() if name in TIMM_DEFAULT else (pytest.mark.slow,))
+
+
+@pytest.mark.parametrize("name", _timm_params())
+def test_timm_model_is_one_graph_and_bit_exact(name):
+    from benchmarks import timm_sweep
+
+    _check(timm_sweep.make_case(name))
 
 
 # ---------------------------------------------------------------------------------------------

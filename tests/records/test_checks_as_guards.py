@@ -17,6 +17,7 @@ import collections
 import inspect
 import types
 import warnings
+from typing import List, Optional
 
 import pytest
 import torch
@@ -140,8 +141,17 @@ def _unused(x):
     return x * 3
 
 
-def test_torchscript_queries_and_markers_are_constants():
-    check_compiled(lambda: (_scripted_paths, None), standard(lambda s: (torch.randn(3),)), fullgraph=True,
+def _typing_annotated(x):
+    # timm's CrossViT: typing's aliases subscripted in forward (typing.List.__getitem__ is an
+    # lru_cache'd Python function, called natively: it read a Python object, a graph break)
+    outs = torch.jit.annotate(List[torch.Tensor], [])   # (typing's, imported into the module)
+    outs.append(torch.jit.annotate(Optional[torch.Tensor], x * 2))
+    return outs[0] + 1
+
+
+@pytest.mark.parametrize("program", [_scripted_paths, _typing_annotated], ids=lambda p: p.__name__)
+def test_torchscript_queries_and_markers_are_constants(program):
+    check_compiled(lambda: (program, None), standard(lambda s: (torch.randn(3),)), fullgraph=True,
                    expect_graphs=1, expect_records=1)
 
 

@@ -155,9 +155,11 @@ def kind_of(v) -> Kind:
         return Kind.VALUE
     if isinstance(v, torch.Tensor):
         return Kind.TENSOR
-    if isinstance(v, _STATIC):
-        return Kind.STATIC
     tv = type(v)
+    if isinstance(v, _STATIC) or tv.__module__ == "typing":
+        # (typing's special forms and aliases, ``List``, ``List[Tensor]``: annotations, made
+        # once and never changed; ``torch.jit.annotate(List[Tensor], [])`` reads them)
+        return Kind.STATIC
     if isinstance(v, list):
         return Kind.LIST
     if isinstance(v, tuple):
