@@ -1478,14 +1478,11 @@ def main(argv=None) -> int:
     parser.add_argument("--loop", action="store_true", help="also run the denoising loops")
     parser.add_argument("--loop-only", action="store_true", help="only the denoising loops")
     opts = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    magpy.config.background_compile = False
     all_cases = cases()
     if opts.list:
         print("\n".join(c.name for c in all_cases))
         return 0
-    print(ls.banner(opts, diffusers), flush=True)
-    start = time.perf_counter()
+    start = ls.begin(opts, diffusers)
     if not opts.loop_only and ls.run(opts, all_cases, TIMED) is not None:
         print("\nleft out:")
         for names, why in LEFT_OUT.items():
@@ -1495,7 +1492,7 @@ def main(argv=None) -> int:
               flush=True)
         rows = loop_sweep(lambda s: print(s, flush=True))
         print("\n" + loop_table(rows))
-    print(f"\ntotal wall time {time.perf_counter() - start:.1f} s")
+    ls.end(start)
     return 0
 
 

@@ -627,10 +627,19 @@ def arguments(description: str, what: str) -> argparse.ArgumentParser:
     return p
 
 
-def banner(opts: argparse.Namespace, library) -> str:
-    """The versions and the backends of a sweep's run (``library``: the module swept)."""
+def begin(opts: argparse.Namespace, library) -> float:
+    """A sweep's run begins: one thread, compiles in the foreground, the versions and backends
+    printed (``library``: the module swept); its start time."""
+    torch.set_num_threads(1)
+    magpy.config.background_compile = False
     backends = "Inductor (magpy's and torch.compile's default)" if opts.timing else "magpy backend 'eager'"
-    return f"torch {torch.__version__}, {library.__name__} {library.__version__}, one thread, {backends}"
+    print(f"torch {torch.__version__}, {library.__name__} {library.__version__}, one thread, {backends}",
+          flush=True)
+    return time.perf_counter()
+
+
+def end(start: float) -> None:
+    print(f"\ntotal wall time {time.perf_counter() - start:.1f} s")
 
 
 def run(opts: argparse.Namespace, all_cases: list[Case], timed: tuple) -> list[Result] | None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import random
 import re
 import sys
-import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as `python benchmarks/timm_sweep.py`
@@ -38,7 +37,6 @@ if __package__ in (None, ""):  # run as `python benchmarks/timm_sweep.py`
 
 import torch  # noqa: E402
 
-import magpy  # noqa: E402
 from benchmarks import library_sweep as ls  # noqa: E402
 
 IMAGE = 64
@@ -100,17 +98,14 @@ def main(argv=None) -> int:
     except ImportError as exc:
         print(f"timm sweep not run: {exc}")
         return 1
-    torch.set_num_threads(1)
-    magpy.config.background_compile = False
     named = opts.models or (",".join(TIMED) if opts.timing else None)
     chosen = named.split(",") if named else names(None if opts.all else opts.n, opts.seed)
     if opts.list:
         print("\n".join(chosen))
         return 0
-    print(ls.banner(opts, timm), flush=True)
-    start = time.perf_counter()
+    start = ls.begin(opts, timm)
     ls.run(opts, [make_case(n) for n in chosen], TIMED)
-    print(f"\ntotal wall time {time.perf_counter() - start:.1f} s")
+    ls.end(start)
     return 0
 
 

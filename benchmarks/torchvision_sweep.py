@@ -30,7 +30,6 @@ on this 2-core machine (23 GB, shared) their build and a dozen calls take minute
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as `python benchmarks/torchvision_sweep.py`
@@ -38,7 +37,6 @@ if __package__ in (None, ""):  # run as `python benchmarks/torchvision_sweep.py`
 
 import torch  # noqa: E402
 
-import magpy  # noqa: E402
 from benchmarks import library_sweep as ls  # noqa: E402
 from benchmarks.library_sweep import Case, import_torchvision  # noqa: E402,F401
 
@@ -150,16 +148,13 @@ def main(argv=None) -> int:
     except ImportError as exc:
         print(f"torchvision sweep not run: {exc}")
         return 1
-    torch.set_num_threads(1)
-    magpy.config.background_compile = False
     all_cases = cases(opts.max_params, opts.family.split(",") if opts.family else None)
     if opts.list:
         print("\n".join(f"{c.name:34s} {c.family:14s} {c.skip or ''}" for c in all_cases))
         return 0
-    print(ls.banner(opts, tv), flush=True)
-    start = time.perf_counter()
+    start = ls.begin(opts, tv)
     ls.run(opts, all_cases, TIMED)
-    print(f"\ntotal wall time {time.perf_counter() - start:.1f} s")
+    ls.end(start)
     return 0
 
 
