@@ -1323,6 +1323,7 @@ class LoopResult:
     graphs_per_call: int | None = None
     breaks: list = dataclasses.field(default_factory=list)
     recompiles: list = dataclasses.field(default_factory=list)
+    recorded_at: list = dataclasses.field(default_factory=list)  # magpy: the steps that recorded (0-based)
     tc_graphs: int | None = None  # torch.compile: graphs its backend was given over the steps
     equal: bool | None = None  # final latents torch.equal eager's
     max_abs_diff: float | None = None
@@ -1349,6 +1350,21 @@ def _loop(unet, scheduler, body=None):
     return latents
 
 
+def _stepwise(fn, recorded_at: list):
+    """``fn`` (magpy-compiled, called once a step), appending to ``recorded_at`` the steps whose
+    call recorded."""
+    step = iter(range(STEPS))
+
+    def call(*args):
+        i, before = next(step), magpy.stats(fn).monitor_runs
+        out = fn(*args)
+        if magpy.stats(fn).monitor_runs > before:
+            recorded_at.append(i)
+        return out
+
+    return call
+
+
 def denoise(scheduler_name: str, compiled: str, unet=None) -> LoopResult:
     """One scheduler's 20-step loop, with ``compiled`` = "unet", "body" or "body (torch.compile)"."""
     import torch._dynamo
@@ -1372,10 +1388,10 @@ def denoise(scheduler_name: str, compiled: str, unet=None) -> LoopResult:
             counter = fn = None
             if compiled == "unet":
                 fn = magpy.compile(unet, backend="eager")
-                got = _loop(fn, scheduler)
+                got = _loop(_stepwise(fn, res.recorded_at), scheduler)
             elif compiled == "body":
                 fn = magpy.compile(body, backend="eager")
-                got = _loop(unet, scheduler, fn)
+                got = _loop(unet, scheduler, _stepwise(fn, res.recorded_at))
             else:
                 torch._dynamo.reset()
                 counter = ls.GraphCounter()
@@ -1417,7 +1433,8 @@ def loop_line(r: LoopResult) -> str:
         head = f"torch.compile graphs {r.tc_graphs}"
     else:
         head = (
-            f"records {r.monitor_runs} (kept {r.records}), graphs/step {r.graphs_per_call}, "
+            f"records {r.monitor_runs} (kept {r.records}, at steps {r.recorded_at}), "
+            f"graphs/step {r.graphs_per_call}, "
             f"eager runs {r.eager_runs}, breaks {len(r.breaks)}"
         )
     why = (
@@ -1433,6 +1450,7 @@ def loop_table(rows: list[LoopResult]) -> str:
         "scheduler",
         "compiled",
         "records / 20 steps",
+        "at steps",
         "graphs per step",
         "eager runs",
         "breaks",
@@ -1448,6 +1466,7 @@ def loop_table(rows: list[LoopResult]) -> str:
                 r.scheduler,
                 r.compiled,
                 ls._n(r.monitor_runs),
+                ", ".join(map(str, r.recorded_at)) if r.tc_graphs is None else "-",
                 ls._n(r.graphs_per_call),
                 ls._n(r.eager_runs),
                 str(len(r.breaks)) if r.tc_graphs is None else "-",

@@ -416,6 +416,8 @@ def time_case(case: Case, rounds: int = 7, calls: int = 5) -> Timing:
                 call(mc, inputs)
             t.magpy_compile_s = time.perf_counter() - t0
             t.magpy_records = magpy.stats(mc).records
+            for _ in range(magpy.backends.autopilot.TRIAL_CALLS):   # (untimed: a paired trial call runs
+                call(mc, inputs)                                     # both versions)
             samples: dict[str, list[float]] = {k: [] for k in variants}
             for _ in range(rounds):  # interleaved: the shared machine's load hits every variant alike
                 for key, fn in variants.items():

@@ -418,9 +418,9 @@ class OpRecorder(HigherOrderOperators, Assertions, Interception):
                     raise Unsupported(f"{name} updates in place a tensor an if passed through")
         shapes = self._symbolic_shapes(args, kwargs)
         if shapes is not None:
-            symbolic = shapes.arguments(args, kwargs)
+            symbolic = shapes.operation(func, name, args, kwargs)
             if symbolic is not None:
-                args, kwargs = symbolic
+                func, name, args, kwargs = symbolic
         factory, steps, keyword = self.operands.steps(name, args, kwargs)
         # A tensor an if passed through, reached through a slot the if left it in, is the
         # cond's output there (magpy.graphs.controlflow).

@@ -237,6 +237,34 @@ def test_paired_trial_compares_the_versions_on_the_same_inputs():
     assert kinds == {False: "slower", True: "eager"}
 
 
+@pytest.mark.parametrize("eager_time, timed_calls, kept", [
+    (1.5, autopilot.TIMED_CALLS, "backend"),          # clear: decided after the usual calls
+    (1.02, autopilot.CLOSE_TIMED_CALLS, "backend"),   # close calls: more calls decide them
+    (0.98, autopilot.CLOSE_TIMED_CALLS, "eager"),
+])
+def test_a_close_call_takes_more_timed_calls(monkeypatch, eager_time, timed_calls, kept):
+    """A paired trial whose medians are within CLOSE_CALL of each other is not decided on three
+    calls (a loaded machine moves each by more): it takes CLOSE_TIMED_CALLS, within the calls a
+    trial may take. Time here is a clock the versions advance, so the test does not depend on load."""
+    clock = [0.0]
+    monkeypatch.setattr(autopilot, "_now", lambda: clock[0])
+
+    def version(took):
+        def run(x):
+            clock[0] += took
+            return [x]
+        return run
+
+    trial = autopilot.Trial(version(1.0), version(eager_time), "backend", 1, paired=True)
+    calls = 0
+    while trial.kept is None:
+        assert trial(calls) == [calls]
+        calls += 1
+    assert calls == autopilot.WARMUP_CALLS + timed_calls <= autopilot.TRIAL_CALLS
+    assert [len(t) for t in trial.times] == [timed_calls] * 2
+    assert trial.winner == kept and f"best of {timed_calls};" in trial.describe()
+
+
 def drop_blocks(x, w, gates):
     for i in range(gates.numel()):
         if gates[i] > 0:

@@ -586,11 +586,11 @@ def test_changing_float_in_a_checkpointed_function():
 
 class _Sigmas:
     """A scheduler-like object whose step count is read through a property (diffusers' Euler
-    and DPM-Solver schedulers: ``self.sigmas[self.step_index]``)."""
+    and DPM-Solver schedulers: ``self.sigmas[self.step_index]``), or directly."""
 
-    def __init__(self):
-        self.sigmas = torch.linspace(1.0, 0.0, 21)
-        self.i = 0
+    def __init__(self, start=0, n=21):
+        self.sigmas = torch.linspace(1.0, 0.0, n)
+        self.i = start
 
     @property
     def index(self):
@@ -601,15 +601,42 @@ class _Sigmas:
         self.i += 1
         return out
 
+    def step_direct(self, x):
+        out = x * self.sigmas[self.i] + self.sigmas[self.i + 1]
+        self.i += 1
+        return out
 
-def test_a_lifted_int_returned_by_a_property_is_guarded():
-    # The counter is lifted from its second value; the property's return lands on a LOAD_ATTR,
-    # which takes no shadow: the value went on as a constant index the guard did not check,
-    # and from the third call the mock read sigmas[1] and [2] on every step (a silent wrong
-    # result found by the diffusers sweep's denoising loop).  Now it is specialised.
+    def step_first(self, x):   # (counts first: an index out of range still moves it on)
+        self.i += 1
+        return x * self.sigmas[self.index]
+
+
+def _stepping(method, start=0, n=21):
     def build():
-        s = _Sigmas()
-        return s.step, s
+        s = _Sigmas(start, n)
+        return getattr(s, method), s
+    return build
 
-    steps = [Step(f"step {i}", lambda s: (torch.ones(3),), expect=ANY) for i in range(6)]
-    check_compiled(build, steps, fullgraph=False, observe=lambda s: s.i)
+
+@pytest.mark.parametrize("method", ["step", "step_direct"])
+@pytest.mark.parametrize("options", [{"backend": "eager"}, INDUCTOR], ids=["eager", "inductor"])
+def test_a_lifted_int_indexes_a_tensor_in_the_graph(method, options):
+    # The counter is lifted from its second value.  Through the property, its return lands on
+    # a LOAD_ATTR: it once went on as a constant index the guard did not check (from the third
+    # call the mock read sigmas[1] and [2] on every step: a silent wrong result found by the
+    # diffusers sweep's denoising loop), then it was specialised (a record per step, up to the
+    # cache limit).  Now the load keeps its shadow, and ``sigmas[i]`` with a lifted ``i`` is
+    # ``select(sigmas, 0, i)``: one record serves every later step.
+    steps = [Step(f"step {i}", lambda s: (torch.ones(3),), expect=M if i < 2 else K) for i in range(8)]
+    trace = check_compiled(_stepping(method), steps, fullgraph=False, observe=lambda s: s.i, **options)
+    _no_eager(trace)
+    assert magpy.stats(trace.compiled).records == 2
+
+
+def test_a_lifted_index_out_of_range_raises_as_eager_does():
+    # Negative indices, then 0 and up, then past the end: the select's bounds are conditions
+    # of the record (IndexError on the calls eager raises it on, with the same state after).
+    steps = [Step(f"step {i}", lambda s: (torch.ones(3),), expect=ANY) for i in range(14)]
+    trace = check_compiled(_stepping("step_first", start=-8, n=5), steps, fullgraph=False,
+                           observe=lambda s: s.i)
+    assert magpy.stats(trace.compiled).records < 8

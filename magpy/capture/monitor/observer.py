@@ -120,16 +120,18 @@ RETURNS = frozenset({"RETURN_VALUE", "RETURN_CONST"})
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
-def returns_to_caller(f, levels: dict) -> bool:
+def returns_to_caller(f, levels: dict, attribute: bool = False) -> bool:
     """Does frame ``f``'s return instruction hand its value (and its shadow) to a calling
     instruction of its caller?  Not when it leaves the monitored call, ends a generator,
     returns to native code that called back into the program (``sorted(key=...)``, ``map``),
-    or to an instruction that is not a call (a property's or descriptor's return lands on a
-    ``LOAD_ATTR``, which takes no shadow).
+    or to an instruction that is not a call: a property's or descriptor's return lands on a
+    ``LOAD_ATTR``, which the monitor gives no shadow; ``attribute``: an observer that gives
+    it one itself (the value is the load's last output) counts that landing too.
     ``levels``: id(frame) -> the monitor's ``in_intrinsic`` when the frame was entered."""
     caller = f.back
     return (caller is not f.monitor.host_frame and not f.code.co_flags & _GENERATOR_FLAGS
-            and levels.get(id(f)) == levels.get(id(caller), -1) and calling(caller))
+            and levels.get(id(f)) == levels.get(id(caller), -1)
+            and (calling(caller) or attribute and loading_attribute(caller)))
 
 
 def tracked(shadows, kind: type, live: dict) -> list:
@@ -148,9 +150,18 @@ def tracked(shadows, kind: type, live: dict) -> list:
 CALLS = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_KW"})
 
 
+# The instructions a property's or a descriptor's ``__get__``'s return lands on.
+ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+
+
 def calling(frame) -> bool:
     """Is monitored ``frame`` executing a call instruction (so a return value lands on it)?"""
     return hasattr(frame, "info") and frame.info.instructions[frame.lasti].opname in CALLS
+
+
+def loading_attribute(frame) -> bool:
+    """Is monitored ``frame`` executing an attribute load (which a property's return lands on)?"""
+    return hasattr(frame, "info") and frame.info.instructions[frame.lasti].opname in ATTRIBUTE_LOADS
 
 
 def observed_ops(info):

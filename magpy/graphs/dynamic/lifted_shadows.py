@@ -195,6 +195,13 @@ def with_shadow(value, sh):
     return value
 
 
+def holds(sh, v) -> bool:
+    """Is ``v`` the number that the lifted number's shadow ``sh`` stands for?"""
+    if type(sh) is SymInt:
+        return type(v) is int and sh.node.hint == v
+    return type(sh) in (Scalar, IntFloat) and type(v) is type(sh.value) and v == sh.value
+
+
 def value_of(v, sh):
     return sh if type(sh) is SymInt else v
 

@@ -393,9 +393,12 @@ def _kept(sh, f, ins, inputs, outputs, in_sh):
 
 
 def _returned(sh, f, ins, inputs, outputs, in_sh):
-    # To the calling instruction, which the monitor moves the shadow to; else (a property's
-    # return) its lifted values are specialised: left unchecked, one went on as a constant.
-    return returns_to_caller(f, sh.levels)
+    # To the calling instruction, which the monitor moves the shadow to, or a number to the
+    # attribute load a property's return lands on, which Shapes gives it (``attribute_load``);
+    # else its lifted values are specialised: left unchecked, one went on as a constant
+    # (a scheduler's ``step_index`` property, before Shapes followed it there).
+    number = type(in_sh[0]) in (SymInt, Scalar, IntFloat)
+    return returns_to_caller(f, sh.levels, attribute=number)
 
 
 def _call(sh, f, ins, inputs, outputs, in_sh):

@@ -9,13 +9,21 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from magpy import logs
 from magpy.capture.monitor import Observer
-from magpy.capture.monitor.observer import RETURNS
+from magpy.capture.monitor.observer import ATTRIBUTE_LOADS, RETURNS
 from magpy.capture.refgraph.graph import ARG, KWARG
 from magpy.graphs.dynamic.arms import Conditional
 from magpy.graphs.dynamic.call_shadows import CallShadows
 from magpy.graphs.dynamic.floats_from_ints import FloatsFromInts
 from magpy.graphs.dynamic.lifted_floats import LiftedFloats
-from magpy.graphs.dynamic.lifted_shadows import SymInt, collect, of_read, specialise, symbolic, with_shadow
+from magpy.graphs.dynamic.lifted_shadows import (
+    SymInt,
+    collect,
+    holds,
+    of_read,
+    specialise,
+    symbolic,
+    with_shadow,
+)
 from magpy.graphs.dynamic.lifting import Lifting
 from magpy.graphs.dynamic.number_reads import NumberReads
 from magpy.graphs.dynamic.rules import CELL_OPS, RULES, argument_shadows, direct_read
@@ -146,9 +154,12 @@ class Shapes(CallShadows, FloatsFromInts, Observer):
             return
         self.reads.append((out, r))
 
-    def arguments(self, args, kwargs) -> tuple[tuple, dict] | None:
-        """``args``/``kwargs`` of the operation being recorded with their sizes' SymInts, if the
-        instruction calling it is the program's own (its input shadows are theirs)."""
+    def operation(self, func, name: str, args, kwargs) -> tuple | None:
+        """``(func, name, args, kwargs)`` of the operation being recorded with their sizes'
+        SymInts, if the instruction calling it is the program's own (its input shadows are
+        theirs).  ``t[i]`` with a lifted ``i`` is ``torch.select(t, 0, i)``, as Dynamo writes it:
+        ``Tensor.__getitem__`` reads the index with ``__index__``, which specialises it (a
+        scheduler's ``sigmas[self.step_index]`` recorded once per step)."""
         f = self.monitor.current if self.monitor is not None else None
         if f is None or not hasattr(f, "ins_shadows") or not any(map(symbolic, f.ins_shadows)):
             return None
@@ -157,8 +168,11 @@ class Shapes(CallShadows, FloatsFromInts, Observer):
             return None
         self.matched = True
         pos, kw = shadows
-        return (tuple(with_shadow(a, s) for a, s in zip(args, pos)),
-                {k: with_shadow(v, kw.get(k)) for k, v in kwargs.items()})
+        args = tuple(with_shadow(a, s) for a, s in zip(args, pos))
+        kwargs = {k: with_shadow(v, kw.get(k)) for k, v in kwargs.items()}
+        if name == "__getitem__" and len(args) == 2 and type(args[1]) is SymInt and args[0].dim() > 0:
+            return torch.select, "select", (args[0], 0, args[1]), kwargs
+        return func, name, args, kwargs
 
     # -- observer --------------------------------------------------------------------------------
     def set_output(self, f, i, shadow) -> None:
@@ -211,6 +225,8 @@ class Shapes(CallShadows, FloatsFromInts, Observer):
             self._out_of_date(inputs, in_sh)
         n = len(outputs) if ins.opname not in RETURNS else 0
         self._outputs = _OutputShadows(f, n)
+        if ins.opname in ATTRIBUTE_LOADS:
+            self._attribute_load(f, outputs)
         if reads:
             self._claim(f, ins, inputs, outputs, reads)
         matched, self.matched = self.matched, False
@@ -229,6 +245,13 @@ class Shapes(CallShadows, FloatsFromInts, Observer):
             for s in in_sh:
                 specialise(s)
         self.passed.pop(id(f), None)
+
+    def _attribute_load(self, f, outputs) -> None:
+        """A property's (or a descriptor's) return of a lifted number lands on this load, its
+        last output (``rules._returned``): the value keeps its shadow."""
+        sh = self.monitor.ret_shadow
+        if outputs and symbolic(sh) and holds(sh, outputs[-1]):
+            self.set_output(f, len(outputs) - 1, sh)
 
     def _cell(self, f, ins, in_sh, outputs) -> bool:
         """Closure cells keep their content's shadow (a variable a nested function or a
