@@ -1320,7 +1320,7 @@ class LoopResult:
     monitor_runs: int | None = None  # magpy: recordings over the steps
     records: int | None = None
     eager_runs: int | None = None
-    graphs_per_call: int | None = None
+    graphs_per_call: int | None = None  # magpy: the most graphs a step's mock run ran
     breaks: list = dataclasses.field(default_factory=list)
     recompiles: list = dataclasses.field(default_factory=list)
     recorded_at: list = dataclasses.field(default_factory=list)  # magpy: the steps that recorded (0-based)
@@ -1350,16 +1350,19 @@ def _loop(unet, scheduler, body=None):
     return latents
 
 
-def _stepwise(fn, recorded_at: list):
-    """``fn`` (magpy-compiled, called once a step), appending to ``recorded_at`` the steps whose
-    call recorded."""
+def _stepwise(fn, res: LoopResult):
+    """``fn`` (magpy-compiled, called once a step), noting in ``res`` the steps whose call
+    recorded and the most graphs a step's mock run ran."""
     step = iter(range(STEPS))
 
     def call(*args):
         i, before = next(step), magpy.stats(fn).monitor_runs
         out = fn(*args)
-        if magpy.stats(fn).monitor_runs > before:
-            recorded_at.append(i)
+        s = magpy.stats(fn)
+        if s.monitor_runs > before:
+            res.recorded_at.append(i)
+        else:
+            res.graphs_per_call = max(res.graphs_per_call or 0, s.graphs_per_call)
         return out
 
     return call
@@ -1388,10 +1391,10 @@ def denoise(scheduler_name: str, compiled: str, unet=None) -> LoopResult:
             counter = fn = None
             if compiled == "unet":
                 fn = magpy.compile(unet, backend="eager")
-                got = _loop(_stepwise(fn, res.recorded_at), scheduler)
+                got = _loop(_stepwise(fn, res), scheduler)
             elif compiled == "body":
                 fn = magpy.compile(body, backend="eager")
-                got = _loop(unet, scheduler, _stepwise(fn, res.recorded_at))
+                got = _loop(unet, scheduler, _stepwise(fn, res))
             else:
                 torch._dynamo.reset()
                 counter = ls.GraphCounter()
@@ -1402,7 +1405,6 @@ def denoise(scheduler_name: str, compiled: str, unet=None) -> LoopResult:
             if fn is not None:
                 s = magpy.stats(fn)
                 res.monitor_runs, res.records, res.eager_runs = s.monitor_runs, s.records, s.eager_runs
-                res.graphs_per_call = s.graphs_per_call
                 res.breaks = list(dict.fromkeys(ls._first_line(b) for b in s.break_reasons))
                 res.recompiles = [ls._first_line(r) for r in s.recompiles][:4]
     except Exception as exc:
