@@ -75,6 +75,7 @@ def test_compare_model_output():
 # end to end
 
 
+@pytest.mark.slow   # (18 s; the plumbing's parts have tests of their own above)
 def test_run_small(tmp_path, capsys):
     path = tmp_path / "run.json"
     status = run.main(["--size", "test", "--models", "resnet50,bert", "--quick",

@@ -80,6 +80,7 @@ def test_generator_is_deterministic_and_valid():
     assert seen["model"] == {"mlp", "convnet", "lstm"}
 
 
+@pytest.mark.slow   # (the default run must stay well under 15 minutes)
 def test_loops_are_deterministic_in_eager():
     # eager against eager (the compiled twin's compile is the identity): every difference the
     # fuzzer reports is magpy's, and every loop it draws runs in eager PyTorch
@@ -141,6 +142,7 @@ def test_comparison():
     assert differences([0.1], [0.1 + 1e-12], exact) and not differences([0.1], [0.1 + 1e-12], close)
 
 
+@pytest.mark.slow   # (the default run must stay well under 15 minutes)
 def test_minimizer_simplifies_and_writes_a_repro(tmp_path):
     loop = Loop(seed=-4, model="convnet", dropout=True, optimizer="AdamW", impl="foreach",
                 scheduler="StepLR", clip="norm", amp="bf16", ema="loop", eval_every=3, accum=2,
