@@ -154,14 +154,19 @@ CALLS = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_KW"})
 ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 
 
+def _executing(frame, opnames: frozenset) -> bool:
+    """Is ``frame`` a monitored frame executing an instruction named in ``opnames``?"""
+    return hasattr(frame, "info") and frame.info.instructions[frame.lasti].opname in opnames
+
+
 def calling(frame) -> bool:
     """Is monitored ``frame`` executing a call instruction (so a return value lands on it)?"""
-    return hasattr(frame, "info") and frame.info.instructions[frame.lasti].opname in CALLS
+    return _executing(frame, CALLS)
 
 
 def loading_attribute(frame) -> bool:
     """Is monitored ``frame`` executing an attribute load (which a property's return lands on)?"""
-    return hasattr(frame, "info") and frame.info.instructions[frame.lasti].opname in ATTRIBUTE_LOADS
+    return _executing(frame, ATTRIBUTE_LOADS)
 
 
 def observed_ops(info):
