@@ -46,6 +46,7 @@ from magpy.capture.monitor import NULL, Frame, bytecode, code_info, generators, 
 from magpy.capture.monitor.observer import Entries, Items
 from magpy.capture.monitor.protocols import py_method
 from magpy.capture.refgraph.graph import RefGraph, held_by_identity, is_immutable
+from magpy.graphs.dynamic import Walk
 from magpy.graphs.opgraph import thread_modes
 
 _CALLS = ("CALL", "CALL_FUNCTION_EX")
@@ -340,9 +341,44 @@ class _Taker:
             return self.take(v if got is None else got)
         if type(v) is types.CellType:   # (a frame's cell holding the lr a comprehension reads)
             return self._take_cell(v, got)
+        if type(got.shadow) is Walk:
+            return self._take_walked(v, got.shadow, shadowed)
         if type(got.shadow) not in (Items, Entries):
             return got
         return self._take_items(v, got.shadow, shadowed)
+
+    def _take_walked(self, it, walk: Walk, shadowed):
+        """An iterator a ``for`` loop walks with its items' shadows (a comprehension resumed
+        inside, over the floats its continuation lifted; a ``zip`` of lists of them): reduced,
+        its sequences copied with the items still to come taken with theirs, so the mock hands
+        the next continuation this call's values, not the recorded ones."""
+        return self._walked(walked_sequence(it, walk), shadowed)
+
+    def _walked(self, parts, shadowed):
+        make, it, rest = parts[0], parts[1], parts[-1]
+        got = self.memo.get(id(it))
+        if got is not None:
+            return got
+        self._keep.append(it)
+        got = self.memo[id(it)] = Reduced(it, ())
+        if make is zip:
+            got.parts = (zip, tuple(self._walked(p, shadowed) for p in parts[2]), *parts[3:-1])
+            return got
+        seq, at = parts[2], parts[3]
+        first = len(seq) - len(rest)
+        copy = self._copy(seq, _DEPTH, lambda i, x: self.take(x) if i < first else
+                          self.take_slot(x, rest[i - first], shadowed))
+        got.parts = (iter, (copy,), at)
+        return got
+        make, seq, at = walked_sequence(it, walk)
+        rest = walk.shadows[walk.pos:]
+        first = len(seq) - len(rest)
+        self._keep.append(it)
+        got = self.memo[id(it)] = Reduced(it, ())
+        copy = self._copy(seq, _DEPTH, lambda i, x: self.take(x) if i < first else
+                          self.take_slot(x, rest[i - first], shadowed))
+        got.parts = (make, (copy,), at)
+        return got
 
     def _take_cell(self, v: types.CellType, contents: Shadowed):
         # (taken before from a frame that holds it without the shadow, a comprehension's: the
@@ -443,6 +479,37 @@ class _Taker:
         finally:
             self._reducing -= 1
         return got
+
+
+def walked_sequence(it, walk: Walk) -> tuple | None:
+    """How to take ``it``, an iterator whose items still to come are those ``walk`` has left
+    (with their shadows): ``(iter, it, sequence, position, shadows)`` for an iterator over a
+    list or tuple, ``(zip, it, [such parts], *state, shadows)`` for a ``zip`` of those; None
+    for any other."""
+    return _walked_parts(it, walk.values[walk.pos:], walk.shadows[walk.pos:])
+
+
+def _walked_parts(it, values: tuple, shadows: tuple) -> tuple | None:
+    try:
+        r = it.__reduce__()
+    except Exception:  # noqa: BLE001 - not reducible: not such an iterator
+        return None
+    if type(r) is not tuple or len(r) < 2 or type(r[1]) is not tuple:
+        return None
+    if r[0] is zip:
+        if not all(type(row) is tuple and len(row) == len(r[1]) for row in values) or not all(
+                type(s) is Items and len(s) == len(r[1]) for s in shadows):
+            return None
+        columns = [_walked_parts(p, tuple(row[k] for row in values), tuple(s[k] for s in shadows))
+                   for k, p in enumerate(r[1])]
+        return None if None in columns else (zip, it, columns, *r[2:], shadows)
+    if r[0] is not iter or len(r) != 3 or len(r[1]) != 1 or type(r[2]) is not int:
+        return None
+    seq, at = r[1][0], r[2]
+    if type(seq) not in (list, tuple) or len(seq) - at != len(values) or any(
+            a is not b for a, b in zip(seq[at:], values)):
+        return None
+    return iter, it, seq, at, shadows
 
 
 def frames(resume: Resume, monitor) -> list[Frame]:

@@ -12,7 +12,7 @@ import types
 import torch
 
 from magpy.capture.monitor.observer import Entries, Items
-from magpy.graphs.dynamic import Scalar, specialise, symbolic
+from magpy.graphs.dynamic import IntFloat, Scalar, Walk, specialise, symbolic
 from magpy.records import continuations
 from magpy.records.continuations import ResumePoint, Shadowed
 
@@ -125,12 +125,13 @@ def shadowed(v, sh) -> Shadowed | None:
     guards what it holds (None: ``v`` as it is)."""
     if not symbolic(sh):
         return None
-    if type(sh) in (Scalar, torch.SymInt):
+    if type(sh) in (Scalar, torch.SymInt, IntFloat):
         held = v.cell_contents if type(v) is types.CellType else v   # (a frame's cell: its contents)
-        if type(held) in (int, float):
+        if type(held) in (int, float) and (type(sh) is not IntFloat or type(held) is float):
             return Shadowed(held, sh)
     if (type(sh) is Items and type(v) in (tuple, list) and len(v) == len(sh)
-            or type(sh) is Entries and type(v) is dict and sh.keys() <= v.keys()):
+            or type(sh) is Entries and type(v) is dict and sh.keys() <= v.keys()
+            or type(sh) is Walk and continuations.walked_sequence(v, sh) is not None):
         return Shadowed(v, sh)   # (its items taken with theirs: continuations._Taker.take_slot)
     specialise(sh)
     return None

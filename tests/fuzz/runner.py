@@ -17,7 +17,11 @@ Outcomes (:data:`KINDS`): ``ok``; ``wrong`` (same exception or none, different r
 state); ``crash`` (eager returned, magpy raised); ``raise-mismatch`` (eager raised, magpy
 raised something else or returned); ``fallback`` (equal, but magpy's own machinery failed
 and it ran the program eagerly: its RuntimeWarning); ``hang`` (over the time limit);
-``invalid`` (the generator's fault: the world or a call snippet did not run).
+``invalid`` (the generator's fault: the world or a call snippet did not run); ``drift``
+(a compiling backend: magpy's run differs, and ``torch.compile`` with the same backend, run
+the same way, differs from eager at the same call in the same parts: a fused kernel's
+rounding that the program then decides on, ``int(h.sum())`` of a sum that is 4 up to
+rounding, not magpy's fault).
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ import magpy
 import magpy.records.cache
 from tests.fuzz.program import STATE
 
-KINDS = ("ok", "wrong", "crash", "raise-mismatch", "fallback", "hang", "invalid")
+KINDS = ("ok", "wrong", "crash", "raise-mismatch", "fallback", "hang", "invalid", "drift")
 TIME_LIMIT = 20.0   # seconds per program and side-by-side run (backend eager)
 COMPILING_TIME_LIMIT = 180.0   # ... where each record's graphs compile first (C++ under Inductor)
 BACKEND = "eager"   # what magpy_compiled compiles with (use_backend)
@@ -307,7 +311,10 @@ def check(source: str, calls: list, target: str, limit_s: float | None = None,
     rng = torch.get_rng_state()
     try:
         with time_limit(time_limit_s() if limit_s is None else limit_s), magpy_frames_kept():
-            return _check(source, calls, target, compiler)
+            outcome = _check(source, calls, target, compiler)
+            if outcome.kind == "wrong" and TOLERANCE is not None and compiler is magpy_compiled:
+                outcome = _against_torch_compile(source, calls, target, outcome)
+            return outcome
     except Hang:
         magpy.reset()
         return Outcome("hang", "hang: over the time limit")
@@ -343,6 +350,17 @@ def _check(source: str, calls: list, target: str, compiler) -> Outcome:
     if fallback:
         return Outcome("fallback", "fallback: " + normalise(fallback), detail=fallback, eager_runs=runs)
     return Outcome("ok", eager_runs=runs)
+
+
+def _against_torch_compile(source: str, calls: list, target: str, wrong: Outcome) -> Outcome:
+    """``wrong`` (magpy's outcome under a compiling backend), or drift where ``torch.compile``
+    with the same backend differs from eager at the same call in the same parts."""
+    torch._dynamo.reset()
+    reference = _check(source, calls[:wrong.call + 1], target, lambda fn: torch.compile(fn, backend=BACKEND))
+    if reference.kind != "wrong" or reference.call != wrong.call or reference.signature != wrong.signature:
+        return wrong
+    return Outcome("drift", wrong.signature.replace("wrong", "drift", 1), wrong.call,
+                   f"{wrong.detail}\ntorch.compile (backend {BACKEND!r}) differs there as well:\n{reference.detail}")
 
 
 def _eager_runs(compiled) -> int:

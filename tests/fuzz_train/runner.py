@@ -13,7 +13,9 @@ scheduler, scaler, EMA or buffer state or the RNG state differs from eager's bey
 tolerance: bit for bit under backend "eager"); ``crash`` (the compiled twin raised where the
 eager one did not, or the worker died); ``hang``; ``drift`` (non-eager backends, with
 ``vs_torch_compile``: out of tolerance, but ``torch.compile`` with the same backend is as
-far from eager at that step); ``skipped`` (eager PyTorch does not support the loop: the
+far from eager at that step, compiling what magpy compiles or the model alone: Dynamo leaves
+code eager that magpy compiles, an autocast region of a whole step, and so skips Inductor's
+fused bf16 rounding that the model compiled alone shows); ``skipped`` (eager PyTorch does not support the loop: the
 eager twin raised ``NotImplementedError`` or "not supported"); ``invalid`` (the eager twin
 raised something else: the generator's fault).  ``unsteady`` is a flag, not a kind: the
 compiled callable recorded (monitor runs) more than 4 times per 12 steps.
@@ -138,10 +140,19 @@ def run(loop: Loop, backend: str = "eager", ranks: int = 1, time_limit: float | 
     with tempfile.TemporaryDirectory(prefix="fuzz_train_") as folder:
         store = os.path.join(folder, "store") if loop.process_group else None
         kwargs = dict(source=source or loop.source(), backend=backend, world=world, store=store, rtol=rtol,
-                      atol=atol, sabotage=sabotage, vs_torch_compile=vs_torch_compile)
+                      atol=atol, sabotage=sabotage, vs_torch_compile=vs_torch_compile,
+                      references=_references(loop) if source is None else ())
         outcome = _run_ranks(kwargs, world, limit)
     outcome.steps = loop.steps
     return outcome
+
+
+def _references(loop: Loop) -> tuple[str, ...]:
+    """The sources ``torch.compile`` runs as references: the loop as it is, and with the model
+    compiled alone (the operations Inductor fuses for magpy, where Dynamo breaks the step)."""
+    if loop.compiled == "model":
+        return (loop.source(),)
+    return loop.source(), dataclasses.replace(loop, compiled="model").source()
 
 
 def _run_ranks(kwargs: dict, world: int, limit: float) -> Outcome:

@@ -247,9 +247,11 @@ def _identity(f):
 
 def run_rank(source: str, backend: str, rank: int = 0, world: int = 1, store: str | None = None,
              conn=None, rtol: float | None = None, atol: float = 0.0, sabotage: str | None = None,
-             vs_torch_compile: bool = False, verify_fast_guard: bool = True) -> dict:
+             vs_torch_compile: bool = False, verify_fast_guard: bool = True, references: tuple = ()) -> dict:
     """Run one loop's twins on this rank (a process group of ``world`` ranks when ``store``
-    names a file store); the result as a dict (see :class:`tests.fuzz_train.runner.Outcome`)."""
+    names a file store); the result as a dict (see :class:`tests.fuzz_train.runner.Outcome`).
+    ``references``: the sources ``torch.compile`` runs in magpy's place where a step differs
+    (``vs_torch_compile``; the loop's own source if none)."""
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     logging.getLogger("magpy.progress").setLevel(logging.WARNING)   # (a slow recording's line)
@@ -263,7 +265,8 @@ def run_rank(source: str, backend: str, rank: int = 0, world: int = 1, store: st
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=60))
     try:
-        return _run_rank(source, backend, rank, conn, Tolerance(rtol, atol), sabotage, vs_torch_compile)
+        refs = (references or (source,)) if vs_torch_compile else ()
+        return _run_rank(source, backend, rank, conn, Tolerance(rtol, atol), sabotage, refs)
     finally:
         if store is not None:
             dist.destroy_process_group()
@@ -274,7 +277,7 @@ def _send(conn, *msg) -> None:
         conn.send(msg)
 
 
-def _run_rank(source, backend, rank, conn, tol, sabotage, vs_torch_compile) -> dict:
+def _run_rank(source, backend, rank, conn, tol, sabotage, references) -> dict:
     start = time.monotonic()
     result = {"kind": "ok", "step": -1, "rank": rank, "signature": "", "detail": "", "letters": "",
               "stats": {}, "warnings": []}
@@ -340,9 +343,10 @@ def _run_rank(source, backend, rank, conn, tol, sabotage, vs_torch_compile) -> d
         if diffs:
             result.update(kind="wrong", step=i, signature="wrong: " + ", ".join(_parts(diffs)),
                           detail=_diff_text(diffs), worst=max(d[1] for d in diffs))
-            if vs_torch_compile and not tol.exact and math.isfinite(result["worst"]):
-                result["torch_compile"] = _vs_torch_compile(source, backend, rank, i, diffs, tol)
-                if result["torch_compile"].get("error", 0) >= 0.5 * result["worst"]:
+            if references and not tol.exact and math.isfinite(result["worst"]):
+                result["torch_compile"] = max((_vs_torch_compile(ref, backend, rank, i, diffs, tol)
+                                               for ref in references), key=lambda r: r["error"])
+                if result["torch_compile"]["error"] >= 0.5 * result["worst"]:
                     result["kind"] = "drift"
             break
     result["letters"] = "".join(letters)

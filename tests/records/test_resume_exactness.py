@@ -581,6 +581,32 @@ def test_a_continuation_in_a_loop_checks_the_items_its_iterator_has_left(program
                           [2.0, 1.0, 1.0], [1.0, 1.0, 1.0], [2.0, 2.0, 1.0]))
 
 
+def rectified_over_eager_floats(x):
+    # RAdam's foreach step, in small: a comprehension over floats eager steps gave, checking
+    # each (``rho_t > 5``), then eager steps again, then a zip over what it computed.
+    rho = [float(t) for t in x]
+    print(len(rho), file=LOG)
+    rect = [((r - 0.5) * r) ** 0.5 if r > 0.5 else 0.0 for r in rho]
+    scale = [1 - 0.9 ** float(t) for t in x]
+    return [r * s for r, s in zip(rect, scale)]
+
+
+def test_a_continuation_in_a_loop_lifts_the_floats_its_iterator_has_left():
+    """The items a resumed loop's iterator has left, floats that change on every call (a
+    step count's), are lifted at the continuation's second recording, as the frames' own
+    floats are, not checked by value: a continuation a call before (RAdam's foreach step).
+    What the comparisons on them decided is still checked (the row whose middle item falls
+    back under the bar)."""
+    rows = [[0.1, 0.2, 0.3]] + [[0.6 + k / 10, 0.7 + k / 10, 0.8 + k / 10] for k in range(6)]
+    rows += [[1.5, 0.2, 1.7]] + [[1.6 + k / 10, 1.7 + k / 10, 1.8 + k / 10] for k in range(3)]
+    trace = _check(rectified_over_eager_floats, _rows(*rows))
+    st = magpy.stats(trace.compiled)
+    # the record; the continuation at the first turn, again with the floats lifted; the row
+    # that turns otherwise inside the loop
+    assert st.monitor_runs <= 5 and st.eager_runs == 0, st
+    assert st.mock_runs == len(rows) - st.monitor_runs
+
+
 def print_then_branch(x):
     print("a", file=LOG)
     if bool(x.sum() > 2):

@@ -272,8 +272,7 @@ EVERY_OPTIMIZER = ("Adam", "AdamW", "NAdam", "Adamax", "RAdam", "ASGD", "Adagrad
                    "Rprop", "SGD")
 # The first step, then one record: those whose update takes the step count as data
 # (magpy.training.train_steps._TENSOR_STEP) or has none, and those that read it as eager does (an eager
-# step) where what they compute from it reaches the graph as inputs.  RAdam's foreach step
-# checks a list comprehension's floats at ``if rho_t > 5`` (a continuation a step, exact).
+# step) where what they compute from it reaches the graph as inputs.
 def every_optimizer_build(name: str, foreach: bool):
     """The build of the every-optimizer tests (and benchmarks/train_rows.py): a linear layer
     and a 0-d parameter, ``torch.optim.<name>``, LambdaLR stepped inside the step."""
@@ -287,10 +286,11 @@ def every_optimizer_build(name: str, foreach: bool):
 
 TWO_RECORDS = {(name, foreach) for name in ("Adam", "AdamW", "Adagrad", "Adadelta", "RMSprop", "Rprop", "SGD",
                                              "Adamax", "ASGD", "NAdam") for foreach in (False, True)}
-# RAdam's for-loop step turns at ``if rho_t > 5.0`` (at step 6 here), with closures made in
-# the call live there: two continuations from that check (the second lifts ``rho_t`` and
-# the cells that hold it), then mock runs.
-CONTINUED = {("RAdam", False)}
+# RAdam's steps turn at ``rho_t > 5`` (at step 6 here): two continuations from that check
+# (the second lifts ``rho_t``: the for-loop step's cells that hold it, the foreach step's
+# comprehension's iterator's floats still to come), then mock runs.  The foreach step took a
+# continuation a step before its iterator's floats were lifted.
+CONTINUED = {("RAdam", False), ("RAdam", True)}
 
 
 @pytest.mark.parametrize("foreach", [False, True], ids=["for-loop", "foreach"])

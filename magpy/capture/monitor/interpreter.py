@@ -90,8 +90,10 @@ class Monitor(ProtocolSteps):
                 try:
                     result = self.execute(f, exc)
                     exc = None
+                    self.ret_shadow = f.ret_shadow   # (for its caller, as enter() hands it on)
                 except BaseException as e:
                     result, exc = NULL, e
+                    self.ret_shadow = None
                     self.propagating = e
                 finally:
                     self.current = saved

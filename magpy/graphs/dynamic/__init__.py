@@ -73,10 +73,10 @@ floats_from_ints  ``FloatsFromInts``, Shapes' part for floats computed from lift
 arms              an ``if`` on lifted ints whose arms only compute floats, kept whole
 ================  ============================================================================
 """
-from magpy.graphs.dynamic.lifted_shadows import IntFloat, Scalar, Span, specialise, symbolic
+from magpy.graphs.dynamic.lifted_shadows import IntFloat, Scalar, Span, Walk, specialise, symbolic
 from magpy.graphs.dynamic.lifting import Lifting, input_key
 from magpy.graphs.dynamic.rules import argument_shadows
 from magpy.graphs.dynamic.shapes import Shapes
 
-__all__ = ["IntFloat", "Lifting", "Scalar", "Shapes", "Span", "argument_shadows", "input_key", "specialise",
-           "symbolic"]
+__all__ = ["IntFloat", "Lifting", "Scalar", "Shapes", "Span", "Walk", "argument_shadows", "input_key",
+           "specialise", "symbolic"]

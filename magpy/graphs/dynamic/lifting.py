@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from magpy.capture.refgraph.graph import ARG, ITEM, KWARG
+from magpy.capture.refgraph.graph import ARG, ITEM, KWARG, REST
 from magpy.config import config
 
 
@@ -35,7 +35,8 @@ class Lifting:
         """Is float item ``i`` of the tuple of node ``sn`` (read from program state: an
         optimizer's ``group["betas"]``) lifted?  Its values are remembered by the tuple's path."""
         x = sn.value[i]
-        return i < _TUPLE_ITEMS and type(x) is float and self._changed(input_key(sn) + ((ITEM, i),), x)
+        key = input_key(sn)
+        return i < _items(key) and type(x) is float and self._changed(key + ((ITEM, i),), x)
 
     def _changed(self, key: tuple, value) -> bool:
         seen = self.values.get(key, ())
@@ -64,7 +65,7 @@ class Lifting:
                 self.values.setdefault(key, set()).add(_value_key(sn.value))
                 continue
             if type(sn.value) is tuple:
-                for i, x in enumerate(sn.value[:_TUPLE_ITEMS]):
+                for i, x in enumerate(sn.value[:_items(key)]):
                     if type(x) is float:
                         self.values.setdefault(key + ((ITEM, i),), set()).add(_value_key(x))
                 continue
@@ -79,6 +80,12 @@ class Lifting:
 _INT64 = (-2 ** 63, 2 ** 63 - 1)
 _TUPLE_ITEMS = 8    # the items of a tuple whose floats may be lifted (an optimizer's betas: 2)
 _REMEMBERED = 64   # distinct sizes kept per dimension (enough to count up to any sane threshold)
+
+
+def _items(key: tuple) -> int:
+    """How many items of the tuple at path ``key`` may be lifted: every one of what a resumed
+    iterator has left (one float per parameter, in RAdam's comprehension), else _TUPLE_ITEMS."""
+    return 1 << 62 if key[-1][0] == REST else _TUPLE_ITEMS
 
 
 def _value_key(v):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from magpy.capture.refgraph.graph import ATTR, CELL, DICT, ITEM
 from magpy.graphs.dynamic.lifted_floats import LiftedFloats
+from magpy.graphs.dynamic.lifted_shadows import Items
 from magpy.graphs.dynamic.lifting import Lifting
 from magpy.graphs.dynamic.stores import Stores
 from magpy.graphs.dynamic.twins import Twins
@@ -78,14 +79,22 @@ class NumberReads:
         its other items by value (:meth:`LiftedFloats.value_checks`)."""
         shadow = self.shadows.get(sn.id)
         if shadow is None:
-            lifted = [self.lifting.item(sn, i) for i in range(len(sn.value))]
-            if not any(lifted):
+            shadow = self.tuple_items(sn)
+            if shadow is None:
                 return
-            shadow = self.shadows[sn.id] = self.floats.lift_items(
-                sn, lifted, lambda i, x: self.refgraph.child(sn, ITEM, i, x))
+            self.shadows[sn.id] = shadow
         f.shadow_stack[-1] = shadow
         for s in shadow:
             self.floats.remember(s)
+
+
+    def tuple_items(self, sn) -> Items | None:
+        """The shadow of the tuple of node ``sn`` with the floats that changed between
+        recordings lifted, each a node of its own (None if none changed)."""
+        lifted = [self.lifting.item(sn, i) for i in range(len(sn.value))]
+        if not any(lifted):
+            return None
+        return self.floats.lift_items(sn, lifted, lambda i, x: self.refgraph.child(sn, ITEM, i, x))
 
 
 def _number_holder(f, ins, inputs, value) -> tuple | None:

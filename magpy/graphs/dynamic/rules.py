@@ -302,7 +302,13 @@ def _append(sh, f, ins, inputs, outputs, in_sh):
     added = (in_sh[-1],) if ins.opname == "LIST_APPEND" else items_of(inputs[-1], in_sh[-1])
     if added is None:
         return False
-    before = items_of(lst[:len(lst) - len(added)], in_sh[0])
+    start = len(lst) - len(added)
+    if sh.refgraph.node_of(lst) is not None and not all(
+            not symbolic(s) or _store(sh, lst, start + i, v, s) for i, (v, s) in enumerate(zip(lst[start:], added))):
+        # (A list from outside the call, a comprehension's taken where a continuation resumed
+        # it: the mock writes what the call appended from its own sizes and floats.)
+        return False
+    before = items_of(lst[:start], in_sh[0])
     if before is None:
         return False
     sh.set_output(f, 0, Items(before + added))

@@ -10,13 +10,14 @@ from torch._subclasses.fake_tensor import FakeTensor
 from magpy import logs
 from magpy.capture.monitor import Observer
 from magpy.capture.monitor.observer import ATTRIBUTE_LOADS, RETURNS
-from magpy.capture.refgraph.graph import ARG, KWARG
+from magpy.capture.refgraph.graph import ARG, KWARG, REST
 from magpy.graphs.dynamic.arms import Conditional
 from magpy.graphs.dynamic.call_shadows import CallShadows
 from magpy.graphs.dynamic.floats_from_ints import FloatsFromInts
 from magpy.graphs.dynamic.lifted_floats import LiftedFloats
 from magpy.graphs.dynamic.lifted_shadows import (
     SymInt,
+    Walk,
     collect,
     holds,
     of_read,
@@ -90,13 +91,28 @@ class Shapes(CallShadows, FloatsFromInts, Observer):
         values changed between the point's continuations) get their shadows, and the frames
         run at the monitor's level (their callees return shadows to them).  Floats only: a
         continuation's guard does not check the conditions of int symbols (an int it returned,
-        lifted, replayed the value of the continuation's recording: fuzz seed 2001305)."""
-        shadows = iter([self._root_shadow(ARG, i, v) if type(v) is float else None
+        lifted, replayed the value of the continuation's recording: fuzz seed 2001305).  An
+        iterator resumed with floats left to give (RAdam's comprehension over its ``rho_t``,
+        resumed at the check of one) walks them as their shadows: those that changed between
+        the continuations are lifted, not checked (a continuation a step, else)."""
+        shadows = iter([self._root_shadow(ARG, i, v) if type(v) is float else self._walk_left(i, v)
                         for i, v in enumerate(values)])
         for f in frames:
             f.shadow_locals = [next(shadows) for _ in f.locals]
             f.shadow_stack = [next(shadows) for _ in f.stack]
             self.levels[id(f)] = 0
+
+    def _walk_left(self, i: int, it) -> Walk | None:
+        """The walk over what iterator ``it`` (the continuation's argument ``i``) has left to
+        give, where the guard reads those items (``ITEMS_LEFT``) and some are lifted."""
+        sn = self.refgraph.sn0.children.get((ARG, i))
+        rest = sn.children.get((REST, None)) if sn is not None and sn.id in self.refgraph.frame_iterators else None
+        items = self.numbers.tuple_items(rest) if rest is not None and type(rest.value) is tuple else None
+        if items is None:
+            return None
+        for s in items:
+            self.floats.remember(s)
+        return Walk(rest.value, tuple(items))
 
     def _root_shadow(self, rel, key, value):
         sn = self.refgraph.sn0.children.get((rel, key))

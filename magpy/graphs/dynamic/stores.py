@@ -56,8 +56,10 @@ class Stores(dict):
                 continue
             if holder is not None and is_namespace(obj):
                 continue   # (a function's, class's or module's: UpdateWriter.attributes_update)
-            unchanged = isinstance(snapshot, dict) and snapshot.get(name) is value
-            if not isinstance(snapshot, dict) or unchanged and not _read_back(holder, name, s):
+            if type(obj) is list:   # (a list from outside: its snapshot is a tuple)
+                snapshot = list(snapshot)
+            unchanged = _held(snapshot, name) is value
+            if type(snapshot) not in (dict, list) or unchanged and not _read_back(holder, name, s):
                 specialise(s)
 
 

@@ -79,17 +79,19 @@ class UpdateWriter:
         (the guard fixes its length where an index is written); else all of it."""
         written, whole = self.written(node)
         slots = _slots(written)
+
+        def item(i: int) -> str:   # (a size or lifted float the call appended: from this call's)
+            return self.values.stored_value(node.value, i, now[i]) or self.expr(now[i])
         if not whole and len(now) >= len(snap) and all(
                 a is b for i, (a, b) in enumerate(zip(now, snap)) if i not in slots):
             for i in sorted(i for i in slots if i < len(snap)):
                 node.struct = True   # (eager's store raises past the end)
-                self.commit(f"    {v}[{i}] = {self.expr(now[i])}")
-            added = now[len(snap):]
-            if added:
-                self.commit(f"    {v}.extend([{', '.join(self.expr(x) for x in added)}])")
+                self.commit(f"    {v}[{i}] = {item(i)}")
+            if len(now) > len(snap):
+                self.commit(f"    {v}.extend([{', '.join(map(item, range(len(snap), len(now))))}])")
         else:
             self.g.rewritten(node, now)
-            self.commit(f"    {v}[:] = [{', '.join(self.expr(x) for x in now)}]")
+            self.commit(f"    {v}[:] = [{', '.join(map(item, range(len(now))))}]")
 
     def dict_update(self, node, v, now, snap, mapping):
         """Every slot the program stored into or deleted, whether or not it changed it (a

@@ -109,8 +109,8 @@ class ValueWriter:
     def stored_shadow(self, holder, key, held):
         """The shadow of what :meth:`stored_value` writes, or None."""
         shapes = self.shapes
-        if shapes is None or type(key) not in (str, int):
-            return None
+        if shapes is None or type(key) not in (str, int) or type(held) is Shadowed:
+            return None   # (a value a resume point took with its shadow: expr computes it)
         point = self.block.point
         if point is None:
             return shapes.stored(holder, key)
