@@ -24,7 +24,7 @@ from magpy.backends import loop_gradients, warm
 from magpy.backends.eager_twins import eager_twin
 from magpy.errors import BackendError
 from magpy.graphs.opgraph import GRAD_OUTPUTS, storage_id
-from magpy.training import backward, train_steps
+from magpy.training import backward, fused_steps, train_steps
 
 Backend = Callable[[torch.fx.GraphModule, list], Callable]
 
@@ -47,6 +47,7 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         return _eager(gm, example_inputs)
     train_steps.tensor_alphas(gm)
     train_steps.tensor_scalar_lists(gm)
+    fused_steps.fused_as_tensor_ops(gm)
     if not backward.has_backward(gm):
         return _compile_inductor(gm, example_inputs)
     # A whole train step (magpy.training.backward): compiled as one inference graph, traced with grad

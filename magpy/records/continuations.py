@@ -354,7 +354,8 @@ class _Taker:
         the next continuation this call's values, not the recorded ones."""
         return self._walked(walked_sequence(it, walk), shadowed)
 
-    def _walked(self, parts, shadowed):
+    def _walked(self, parts: tuple, shadowed):
+        """The iterator ``walked_sequence`` described as ``parts``, taken."""
         make, it, rest = parts[0], parts[1], parts[-1]
         got = self.memo.get(id(it))
         if got is not None:
@@ -369,15 +370,6 @@ class _Taker:
         copy = self._copy(seq, _DEPTH, lambda i, x: self.take(x) if i < first else
                           self.take_slot(x, rest[i - first], shadowed))
         got.parts = (iter, (copy,), at)
-        return got
-        make, seq, at = walked_sequence(it, walk)
-        rest = walk.shadows[walk.pos:]
-        first = len(seq) - len(rest)
-        self._keep.append(it)
-        got = self.memo[id(it)] = Reduced(it, ())
-        copy = self._copy(seq, _DEPTH, lambda i, x: self.take(x) if i < first else
-                          self.take_slot(x, rest[i - first], shadowed))
-        got.parts = (make, (copy,), at)
         return got
 
     def _take_cell(self, v: types.CellType, contents: Shadowed):

@@ -359,8 +359,9 @@ def _against_torch_compile(source: str, calls: list, target: str, wrong: Outcome
     reference = _check(source, calls[:wrong.call + 1], target, lambda fn: torch.compile(fn, backend=BACKEND))
     if reference.kind != "wrong" or reference.call != wrong.call or reference.signature != wrong.signature:
         return wrong
+    also = f"torch.compile (backend {BACKEND!r}) differs there as well:"
     return Outcome("drift", wrong.signature.replace("wrong", "drift", 1), wrong.call,
-                   f"{wrong.detail}\ntorch.compile (backend {BACKEND!r}) differs there as well:\n{reference.detail}")
+                   f"{wrong.detail}\n{also}\n{reference.detail}")
 
 
 def _eager_runs(compiled) -> int:

@@ -13,9 +13,9 @@ scheduler, scaler, EMA or buffer state or the RNG state differs from eager's bey
 tolerance: bit for bit under backend "eager"); ``crash`` (the compiled twin raised where the
 eager one did not, or the worker died); ``hang``; ``drift`` (non-eager backends, with
 ``vs_torch_compile``: out of tolerance, but ``torch.compile`` with the same backend is as
-far from eager at that step, compiling what magpy compiles or the model alone: Dynamo leaves
-code eager that magpy compiles, an autocast region of a whole step, and so skips Inductor's
-fused bf16 rounding that the model compiled alone shows); ``skipped`` (eager PyTorch does not support the loop: the
+far from eager at that step, compiling what magpy compiles or the model alone: Dynamo may
+leave eager what magpy compiles, and the model compiled alone gets Inductor's kernels for its
+forward and backward as magpy's graphs do); ``skipped`` (eager PyTorch does not support the loop: the
 eager twin raised ``NotImplementedError`` or "not supported"); ``invalid`` (the eager twin
 raised something else: the generator's fault).  ``unsteady`` is a flag, not a kind: the
 compiled callable recorded (monitor runs) more than 4 times per 12 steps.

@@ -141,6 +141,31 @@ def test_minimizer_keeps_the_failure_and_shrinks():
     assert len(small.function_source()) < len(program.function_source())
 
 
+@pytest.mark.parametrize("reference", ["same call, same parts", "another part", "equal to eager"])
+def test_a_difference_torch_compile_shows_too_is_drift(monkeypatch, reference):
+    """Under a compiling backend, a difference ``torch.compile`` with the same backend, run the
+    same way, shows at the same call in the same parts is drift (program seed 3001420 under
+    Inductor: ``int(h.sum())`` of a sum that is 4 up to rounding, truncated otherwise by a
+    fused kernel); any other stays wrong."""
+    wrong = runner.Outcome("wrong", "wrong: result", 2, "  result: eager 0.33 | magpy 0.25")
+    theirs = {"same call, same parts": wrong, "another part": runner.Outcome("wrong", "wrong: state:N", 2),
+              "equal to eager": runner.Outcome("ok")}[reference]
+    compilers = []
+
+    def fake_check(source, calls, target, compiler):
+        compilers.append(compiler)
+        return wrong if compiler is runner.magpy_compiled else theirs
+    monkeypatch.setattr(runner, "_check", fake_check)
+    monkeypatch.setattr(runner, "TOLERANCE", runner.COMPILED_TOLERANCE)
+    outcome = check("", ["ARGS = ()"] * 4, "f")
+    assert len(compilers) == 2 and compilers[1] is not runner.magpy_compiled
+    assert outcome.kind == ("drift" if reference == "same call, same parts" else "wrong"), outcome.describe()
+    assert outcome.call == 2
+    monkeypatch.setattr(runner, "TOLERANCE", None)   # backend "eager": bit for bit, no reference
+    compilers.clear()
+    assert check("", ["ARGS = ()"] * 4, "f").kind == "wrong" and len(compilers) == 1
+
+
 def test_a_compiling_backend_compares_floats_within_a_tolerance(monkeypatch):
     """Under Inductor (``--backend inductor``) a fused kernel may round otherwise: float values
     agree within the tolerance, everything else (ints, shapes, dtypes) still bit for bit."""

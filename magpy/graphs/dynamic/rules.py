@@ -303,8 +303,9 @@ def _append(sh, f, ins, inputs, outputs, in_sh):
     if added is None:
         return False
     start = len(lst) - len(added)
+    appended = enumerate(zip(lst[start:], added), start)
     if sh.refgraph.node_of(lst) is not None and not all(
-            not symbolic(s) or _store(sh, lst, start + i, v, s) for i, (v, s) in enumerate(zip(lst[start:], added))):
+            not symbolic(s) or _store(sh, lst, i, v, s) for i, (v, s) in appended):
         # (A list from outside the call, a comprehension's taken where a continuation resumed
         # it: the mock writes what the call appended from its own sizes and floats.)
         return False

@@ -106,7 +106,9 @@ class Shapes(CallShadows, FloatsFromInts, Observer):
         """The walk over what iterator ``it`` (the continuation's argument ``i``) has left to
         give, where the guard reads those items (``ITEMS_LEFT``) and some are lifted."""
         sn = self.refgraph.sn0.children.get((ARG, i))
-        rest = sn.children.get((REST, None)) if sn is not None and sn.id in self.refgraph.frame_iterators else None
+        if sn is None or sn.id not in self.refgraph.frame_iterators:
+            return None
+        rest = sn.children.get((REST, None))
         items = self.numbers.tuple_items(rest) if rest is not None and type(rest.value) is tuple else None
         if items is None:
             return None
