@@ -20,7 +20,7 @@ from torch._guards import TracingContext, detect_fake_mode, tracing
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from magpy.backends import loop_gradients, warm
+from magpy.backends import kernel_libraries, loop_gradients, warm
 from magpy.backends.eager_twins import eager_twin
 from magpy.errors import BackendError
 from magpy.graphs.opgraph import GRAD_OUTPUTS, storage_id
@@ -79,6 +79,7 @@ def _compile_inductor(gm: torch.fx.GraphModule, example_inputs: list) -> Callabl
         from torch._functorch import config as functorch_config
         from torch._inductor import config as inductor_config
         from torch._inductor.compile_fx import compile_fx
+    kernel_libraries.track()
     mode = _fake_mode(example_inputs)
     static = detect_fake_mode(example_inputs) is None   # (inside tracing() it finds the context's mode)
     given = []

@@ -4,7 +4,8 @@ whose Inductor cache directory is empty loads it instead of compiling it.
 Inductor keeps what it compiled in on-disk caches: the AOTAutograd and FX graph cache
 entries (torch's "mega-cache": ``torch.compiler.save_cache_artifacts`` gives those this
 process wrote or read, ``load_cache_artifacts`` puts them in another's cache directory) and
-the C++ kernels those entries load, shared libraries named by the hash of their source,
+the C++ kernels those entries load, shared libraries named by the hash of their source
+(the wrappers and the kernels compiled apart from them: magpy.backends.kernel_libraries),
 which the entries do not hold (a cache hit without them runs the C++ compiler again:
 seconds per graph).  A saved program carries all three, and the instruction-set probe's
 answers (magpy.backends.warm), so that compiling its graphs again in the loading process finds every
@@ -18,17 +19,16 @@ import os
 
 import torch
 
-from magpy.backends import warm
+from magpy.backends import kernel_libraries, warm
 
 
 def collect() -> dict:
     """This process's compiled artifacts (module docstring), as data."""
-    from torch._inductor.codecache import CppPythonBindingsCodeCache
     from torch._inductor.runtime.cache_dir_utils import cache_dir
     saved = torch.compiler.save_cache_artifacts()
     root = cache_dir()
     files = {}
-    for key in list(CppPythonBindingsCodeCache.cache):
+    for key in kernel_libraries.keys():
         folder = os.path.join(root, key[1:3])
         for name in _names(folder, key):
             with open(os.path.join(folder, name), "rb") as f:
