@@ -12,10 +12,11 @@ Outcomes (:data:`KINDS`): ``ok``; ``wrong`` (a step's loss, parameters, gradient
 scheduler, scaler, EMA or buffer state or the RNG state differs from eager's beyond the
 tolerance: bit for bit under backend "eager"); ``crash`` (the compiled twin raised where the
 eager one did not, or the worker died); ``hang``; ``drift`` (non-eager backends, with
-``vs_torch_compile``: out of tolerance, but ``torch.compile`` with the same backend is as
-far from eager at that step, compiling what magpy compiles or the model alone: Dynamo may
-leave eager what magpy compiles, and the model compiled alone gets Inductor's kernels for its
-forward and backward as magpy's graphs do); ``skipped`` (eager PyTorch does not support the loop: the
+``vs_torch_compile``: out of tolerance, but a reference got as far from eager by that
+step: ``torch.compile`` with the same backend, compiling what magpy compiles or the model
+alone (Dynamo may leave eager what magpy compiles), or eager itself with its parameters
+nudged as far as magpy's were a step before, a loop that sensitive to rounding;
+``worker._references``); ``skipped`` (eager PyTorch does not support the loop: the
 eager twin raised ``NotImplementedError`` or "not supported"); ``invalid`` (the eager twin
 raised something else: the generator's fault).  ``unsteady`` is a flag, not a kind: the
 compiled callable recorded (monitor runs) more than 4 times per 12 steps.
@@ -95,7 +96,7 @@ class Outcome:
             detail = self.detail.rstrip("\n").splitlines()
             lines += detail if detail_lines is None or self.kind == "wrong" else detail[-detail_lines:]
         if self.torch_compile:
-            lines.append(f"torch.compile at that step: {self.torch_compile}")
+            lines.append(f"the furthest reference by that step: {self.torch_compile}")
         if self.stats:
             s = self.stats
             lines.append(f"magpy.stats: monitor_runs={s.get('monitor_runs')} mock_runs={s.get('mock_runs')} "

@@ -111,6 +111,17 @@ def test_checker_sees_a_sabotaged_twin(sabotage, parts):
     assert parts in outcome.signature, outcome.signature
 
 
+@pytest.mark.parametrize("sabotage", ["param", "opt-state"])
+def test_the_drift_references_do_not_excuse_a_sabotaged_twin(sabotage):
+    """Under a compiling backend, a difference is drift where a reference gets as far from
+    eager (torch.compile in magpy's place, or eager with its parameters nudged as far as
+    magpy's were a step before: seeds 50173 and 50205's bf16 conv nets): a twin changed
+    behind the checker's back (1e-2 on a parameter, 1% on the learning rate) is still wrong."""
+    outcome = run(PLAIN, backend="aot_eager", sabotage=sabotage, vs_torch_compile=True)
+    assert outcome.kind == "wrong" and outcome.step == 2, outcome.describe()
+    assert outcome.torch_compile and "reference" in outcome.torch_compile, outcome.describe()   # (they ran)
+
+
 def test_checker_sees_a_crash_and_a_hang():
     outcome = run(PLAIN, sabotage="raise")
     assert (outcome.kind, outcome.step) == ("crash", 2), outcome.describe()
