@@ -158,12 +158,31 @@ def test_a_difference_torch_compile_shows_too_is_drift(monkeypatch, reference):
     monkeypatch.setattr(runner, "_check", fake_check)
     monkeypatch.setattr(runner, "TOLERANCE", runner.COMPILED_TOLERANCE)
     outcome = check("", ["ARGS = ()"] * 4, "f")
-    assert len(compilers) == 2 and compilers[1] is not runner.magpy_compiled
+    assert len(compilers) >= 2 and compilers[1] is not runner.magpy_compiled
     assert outcome.kind == ("drift" if reference == "same call, same parts" else "wrong"), outcome.describe()
     assert outcome.call == 2
     monkeypatch.setattr(runner, "TOLERANCE", None)   # backend "eager": bit for bit, no reference
     compilers.clear()
     assert check("", ["ARGS = ()"] * 4, "f").kind == "wrong" and len(compilers) == 1
+
+
+def test_the_checked_backend_measures_each_graph_call_against_the_graph_run_eagerly(monkeypatch):
+    """The drift reference of a compiling backend's wrong program (seed 3001420): magpy again,
+    each compiled graph run beside itself run eagerly on copies of its inputs; a graph call
+    off by more than the tolerance (a miscompile) counts above 1, and the reference then
+    excuses nothing."""
+    monkeypatch.setattr(runner, "TOLERANCE", runner.COMPILED_TOLERANCE)
+    monkeypatch.setattr(runner.magpy.config, "background_compile", False)
+    errors = []
+    checked = runner.checked_backend("eager", errors)
+    f = runner.magpy.compile(lambda x: (x * 2).softmax(0) + 1, backend=checked)
+    x = torch.randn(5)
+    for _ in range(3):
+        torch.testing.assert_close(f(x), (x * 2).softmax(0) + 1)
+    assert len(errors) == 2 and max(errors) == 0.0, errors   # (the first call records)
+    close, off = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.001])
+    assert runner._graph_error((close,), (close + 1e-7,)) <= 1 < runner._graph_error((close,), (off,))
+    assert runner._graph_error((torch.tensor([1, 2]),), (torch.tensor([1, 3]),)) == float("inf")
 
 
 def test_a_compiling_backend_compares_floats_within_a_tolerance(monkeypatch):
