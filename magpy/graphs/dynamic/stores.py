@@ -56,7 +56,7 @@ class Stores(dict):
                 continue
             if holder is not None and is_namespace(obj):
                 continue   # (a function's, class's or module's: UpdateWriter.attributes_update)
-            if type(obj) is list:   # (a list from outside: its snapshot is a tuple)
+            if type(obj) is list and type(snapshot) is tuple:   # (a list from outside: a tuple snapshot)
                 snapshot = list(snapshot)
             unchanged = _held(snapshot, name) is value
             if type(snapshot) not in (dict, list) or unchanged and not _read_back(holder, name, s):
