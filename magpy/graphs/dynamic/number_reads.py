@@ -87,7 +87,6 @@ class NumberReads:
         for s in shadow:
             self.floats.remember(s)
 
-
     def tuple_items(self, sn) -> Items | None:
         """The shadow of the tuple of node ``sn`` with the floats that changed between
         recordings lifted, each a node of its own (None if none changed)."""
